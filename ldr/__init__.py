@@ -1,0 +1,12 @@
+"""ldr: long-document retrieval (extended-context dense, learned sparse and BM25; fusion; rerank)."""
+__version__ = "0.1.0"
+
+from .api import Index, open  # noqa: E402,A004
+from .corpus import Doc, IngestReport  # noqa: E402
+from .errors import (BackendUnavailable, ConfigError, CorpusError, DataError, IndexFormatError,  # noqa: E402
+                     LdrError, ModelError)
+from .index.build import BuildConfig  # noqa: E402
+from .search.hits import Hit  # noqa: E402
+
+__all__ = ["Index", "open", "Doc", "Hit", "IngestReport", "BuildConfig", "LdrError", "ConfigError",
+           "CorpusError", "IndexFormatError", "BackendUnavailable", "ModelError", "DataError", "__version__"]

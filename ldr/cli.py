@@ -1,0 +1,118 @@
+"""`ldr` command line: a thin layer over the library (one library call per command)."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+from .errors import LdrError
+
+
+class _Group(click.Group):
+    """Turns LdrError into `error: ...` on stderr with exit code 2, no traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except LdrError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ldr")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """ldr: long-document retrieval engine."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command("index")
+@click.argument("corpus", type=click.Path(exists=True))
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
+@click.option("--bm25", type=click.Choice(["tantivy", "lucene", "none"]), default="tantivy", show_default=True,
+              help="BM25 backend (lucene needs `pip install 'ldr[lucene]'`).")
+@click.option("--language", default="en", show_default=True,
+              help="Analyzer language (ISO code such as en, de, fr, ru; cjk/zh/ja/ko for CJK bigrams; none).")
+@click.option("--no-stem", is_flag=True, help="Do not stem terms.")
+@click.option("--keep-stopwords", is_flag=True, help="Do not remove stop words.")
+@click.option("--k1", type=float, default=None, help="BM25 k1 (default: the backend's).")
+@click.option("--b", "b", type=float, default=None, help="BM25 b (default: the backend's).")
+@click.option("--threads", type=int, default=0, help="Threads (0: all cores).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threads, quiet):
+    """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT."""
+    from .api import Index
+    from .corpus import IngestReport
+    from .index.build import BuildConfig
+
+    config = BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
+                         stopwords=not keep_stopwords, k1=k1, b=b, threads=threads)
+    report = IngestReport()
+    index = Index.build(corpus, out, config=config, report=report, progress=not quiet)
+    click.echo(report.summary())
+    for line in report.details():
+        click.echo(line, err=True)
+    secs = index.manifest["settings"]["build"]["seconds"]
+    click.echo(f"index written to {out} in {secs:.1f}s")
+
+
+@main.command("search")
+@click.argument("query")
+@click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")
+@click.option("-k", type=int, default=10, show_default=True, help="Number of hits.")
+@click.option("--mode", type=click.Choice(["bm25"]), default=None, help="Retriever to use (default: the index's).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--text", "with_text", is_flag=True, help="With --json: include each hit's full text.")
+def search_cmd(query, index_path, k, mode, as_json, with_text):
+    """Search an index for QUERY."""
+    from . import api
+
+    index = api.open(index_path, verify=False)
+    hits = index.search(query, k=k, mode=mode)
+    if as_json:
+        click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(),
+                               "hits": [h.to_dict(with_text=with_text) for h in hits]}, ensure_ascii=False))
+        return
+    if not hits:
+        click.echo("no hits")
+        return
+    width = max(len(h.id) for h in hits)
+    click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  title / snippet")
+    for h in hits:
+        label = h.title if h.title else h.snippet(80)
+        click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {label}")
+
+
+@main.command("info")
+@click.argument("index_path", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def info_cmd(index_path, as_json):
+    """Show what an index holds (components, models, counts, sizes)."""
+    from . import api
+
+    info = api.open(index_path, verify=True).info()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"index       {info['path']}")
+    click.echo(f"documents   {info['documents']}")
+    click.echo(f"size        {info['bytes'] / 1e6:.1f} MB")
+    click.echo(f"created     {info['created']} by ldr {info['ldr_version']} (format {info['format_version']})")
+    ing = info["ingest"]
+    if ing:
+        skipped = ", ".join(f"{r}: {n}" for r, n in ing.get("skipped", {}).items()) or "none"
+        click.echo(f"ingest      {ing.get('indexed')} indexed; skipped: {skipped}")
+    for name, comp in info["components"].items():
+        desc = ", ".join(f"{k}={v}" for k, v in comp.items() if k != "path")
+        click.echo(f"{name:<11} {desc or comp.get('path', '')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

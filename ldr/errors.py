@@ -1,0 +1,29 @@
+"""Typed exceptions. Every message says what went wrong and what to do about it."""
+
+
+class LdrError(Exception):
+    """Base class: the CLI prints these without a traceback (they are user-facing)."""
+
+
+class ConfigError(LdrError):
+    """An option or combination of options that cannot work."""
+
+
+class CorpusError(LdrError):
+    """The corpus cannot be indexed as given (empty, duplicate ids, unreadable root)."""
+
+
+class IndexFormatError(LdrError):
+    """An index directory is missing, incomplete, corrupted or from a newer ldr."""
+
+
+class BackendUnavailable(LdrError):
+    """An optional backend (e.g. Lucene via pyserini) is not installed or cannot start."""
+
+
+class ModelError(LdrError):
+    """A model cannot be found or loaded."""
+
+
+class DataError(LdrError):
+    """Benchmark data is missing or not in the expected layout."""

@@ -1,0 +1,63 @@
+"""Analyzer settings shared by the BM25 backends.
+
+English by default (stop words + stemming). Languages are ISO 639-1 codes. `cjk` analyses
+Chinese/Japanese/Korean text as overlapping character bigrams (plus unigrams), the usual choice
+for BM25 on CJK without a segmenter; `none` only lowercases.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from ...errors import ConfigError
+
+# ISO code → Snowball stemmer / stop-word list names used by tantivy.
+SNOWBALL = {
+    "ar": "arabic", "da": "danish", "nl": "dutch", "en": "english", "fi": "finnish", "fr": "french",
+    "de": "german", "el": "greek", "hu": "hungarian", "it": "italian", "no": "norwegian",
+    "pt": "portuguese", "ro": "romanian", "ru": "russian", "es": "spanish", "sv": "swedish",
+    "ta": "tamil", "tr": "turkish",
+}
+STOPWORD_LISTS = {"danish", "dutch", "english", "finnish", "french", "german", "hungarian", "italian",
+                  "norwegian", "portuguese", "russian", "spanish", "swedish"}
+CJK_ALIASES = {"cjk", "zh", "ja", "ko"}
+LANGUAGES = sorted(set(SNOWBALL) | CJK_ALIASES | {"none"})
+
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W{_CJK}]+", re.UNICODE)
+_CJK_RUN = re.compile(rf"[{_CJK}]")
+
+
+@dataclass(frozen=True)
+class Analyzer:
+    language: str = "en"
+    stemming: bool = True
+    stopwords: bool = True
+
+    def __post_init__(self):
+        if self.language not in LANGUAGES:
+            raise ConfigError(f"unknown analyzer language {self.language!r}; choose one of {', '.join(LANGUAGES)}")
+
+    @property
+    def is_cjk(self) -> bool:
+        return self.language in CJK_ALIASES
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Analyzer":
+        return cls(**d)
+
+
+def cjk_pretokenize(text: str) -> str:
+    """Space-separated tokens: CJK runs → unigrams + bigrams, other words lowercased."""
+    out = []
+    for m in _TOKEN.finditer(text):
+        tok = m.group(0)
+        if _CJK_RUN.match(tok):
+            out.extend(tok)
+            out.extend(tok[i:i + 2] for i in range(len(tok) - 1))
+        else:
+            out.append(tok.lower())
+    return " ".join(out)

@@ -1,0 +1,67 @@
+"""The BM25 backend interface and the registry of backends."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from ...corpus import Doc
+from ...errors import ConfigError
+from .analysis import Analyzer
+
+
+class BM25Writer(Protocol):
+    def add(self, docno: int, doc: Doc) -> None: ...
+    def close(self) -> None: ...
+
+
+class BM25Searcher(Protocol):
+    name: str
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        """Top-k (internal doc number, BM25 score), best first."""
+        ...
+
+
+BACKENDS = ("tantivy", "lucene")
+
+# Defaults per backend. tantivy's BM25 constants are fixed in its Rust scorer; Lucene defaults
+# follow pyserini so that its numbers are comparable with published BM25 baselines.
+DEFAULT_PARAMS = {"tantivy": (1.2, 0.75), "lucene": (0.9, 0.4)}
+
+
+def resolve_params(backend: str, k1: float | None, b: float | None) -> tuple[float, float]:
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown BM25 backend {backend!r}; choose one of {', '.join(BACKENDS)} or none")
+    dk1, db = DEFAULT_PARAMS[backend]
+    k1 = dk1 if k1 is None else float(k1)
+    b = db if b is None else float(b)
+    if k1 < 0 or not 0 <= b <= 1:
+        raise ConfigError(f"BM25 needs k1 >= 0 and 0 <= b <= 1 (got k1={k1}, b={b})")
+    if backend == "tantivy" and (k1, b) != (dk1, db):
+        raise ConfigError(
+            f"the tantivy backend scores with its built-in BM25 (k1={dk1}, b={db}); for k1={k1}, b={b} "
+            "use --bm25 lucene, which takes any k1 and b")
+    return k1, b
+
+
+def open_writer(backend: str, path: Path, analyzer: Analyzer, threads: int = 1) -> BM25Writer:
+    if backend == "tantivy":
+        from .tantivy_backend import TantivyWriter
+        return TantivyWriter(path, analyzer, threads=threads)
+    from .lucene_backend import LuceneWriter
+    return LuceneWriter(path, analyzer, threads=threads)
+
+
+def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: float) -> BM25Searcher:
+    if backend == "tantivy":
+        from .tantivy_backend import TantivySearcher
+        return TantivySearcher(path, analyzer)
+    if backend == "lucene":
+        from .lucene_backend import LuceneSearcher
+        return LuceneSearcher(path, analyzer, k1, b)
+    raise ConfigError(f"unknown BM25 backend {backend!r} in manifest")
+
+
+def index_text(doc: Doc) -> str:
+    """What BM25 sees of a document: title and body."""
+    return f"{doc.title}\n{doc.text}" if doc.title else doc.text

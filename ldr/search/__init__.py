@@ -1,0 +1,3 @@
+from .hits import Hit
+
+__all__ = ["Hit"]
