@@ -43,8 +43,11 @@ def start_jvm() -> None:
 
         add_options._ldr_filtered = True
         jnius_config.add_options = add_options
-        if jnius_config.vm_running is False:
-            jnius_config.options[:] = [o for o in jnius_config.options if "jdk.incubator.vector" not in o]
+    if not jnius_config.vm_running:
+        jnius_config.options[:] = [o for o in jnius_config.options if "jdk.incubator.vector" not in o]
+        here = Path(__file__).parent
+        jnius_config.add_options(f"-Dlog4j.configurationFile={here / 'log4j2.xml'}",
+                                 f"-Djava.util.logging.config.file={here / 'jul.properties'}")
     try:
         import pyserini.search.lucene  # noqa: F401  (starts the JVM)
     except ImportError:

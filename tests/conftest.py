@@ -1,0 +1,35 @@
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "corpora" / "sample"
+SHARED = ROOT.parent / "shared" / "data"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture
+def sample_corpus() -> Path:
+    return SAMPLE
+
+
+@pytest.fixture
+def write_jsonl():
+    def _write(path: Path, records) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            for r in records:
+                fh.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+        return path
+    return _write
+
+
+def shared_path(name: str) -> Path:
+    p = SHARED / name
+    if not p.exists():
+        pytest.skip(f"../shared/data/{name} not present")
+    return p

@@ -1,0 +1,145 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import ldr
+from ldr.errors import ConfigError, CorpusError, IndexFormatError
+
+
+def _docs(n, prefix="doc"):
+    return [{"id": f"{prefix}{i}", "title": f"Title {i}", "text": f"document number {i} about topic{i % 7} and zebra{i}"}
+            for i in range(n)]
+
+
+def test_build_open_search_and_manifest(tmp_path):
+    idx = ldr.Index.build(_docs(50), tmp_path / "idx")
+    assert len(idx) == 50
+    hits = idx.search("zebra17", k=3)
+    assert hits[0].id == "doc17" and hits[0].rank == 1 and hits[0].title == "Title 17"
+    assert "zebra17" in hits[0].text and hits[0].scores["bm25"] == hits[0].score
+    m = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert m["format_version"] == 1 and m["doc_count"] == 50
+    assert m["components"]["bm25"]["backend"] == "tantivy"
+    assert m["components"]["bm25"]["k1"] == 1.2 and m["components"]["bm25"]["b"] == 0.75
+    assert "docstore.parquet" in m["files"] and all(len(f["sha256"]) == 64 for f in m["files"].values())
+    assert idx.document("doc3").title == "Title 3"
+    # no temporary or old directories left beside the index
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_rebuild_replaces_index(tmp_path):
+    ldr.Index.build(_docs(5, "old"), tmp_path / "idx")
+    idx = ldr.Index.build(_docs(5, "new"), tmp_path / "idx")
+    assert idx.search("zebra2", k=1)[0].id == "new2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_failed_build_keeps_old_index(tmp_path):
+    ldr.Index.build(_docs(10), tmp_path / "idx")
+    with pytest.raises(CorpusError, match="duplicate"):
+        ldr.Index.build(_docs(10) + _docs(1), tmp_path / "idx")
+    assert ldr.open(tmp_path / "idx").search("zebra4", k=1)[0].id == "doc4"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_refuses_to_replace_a_non_index_directory(tmp_path):
+    (tmp_path / "mydocs").mkdir()
+    (tmp_path / "mydocs" / "precious.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="not an ldr index"):
+        ldr.Index.build(_docs(3), tmp_path / "mydocs")
+    assert (tmp_path / "mydocs" / "precious.txt").read_text() == "keep me"
+
+
+def test_killed_build_leaves_old_index_intact(tmp_path):
+    """SIGKILL a build mid-way: the old index still opens and answers the same."""
+    target = tmp_path / "idx"
+    before = [(h.id, h.score) for h in ldr.Index.build(_docs(30), target).search("topic3 zebra10", k=5)]
+    marker = tmp_path / "halfway"
+    script = textwrap.dedent(f"""
+        import time, ldr
+        def docs():
+            for i in range(100000):
+                if i == 2000:
+                    open({str(marker)!r}, "w").close()
+                    time.sleep(600)   # parked mid-build until killed
+                yield ldr.Doc(f"new{{i}}", f"replacement text {{i}}")
+        ldr.Index.build(docs(), {str(target)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.time() + 120
+        while not marker.exists():
+            assert proc.poll() is None, "build exited before reaching the middle"
+            assert time.time() < deadline
+            time.sleep(0.05)
+        leftovers = [p for p in tmp_path.iterdir() if ".ldr-tmp-" in p.name]
+        assert leftovers, "the build should be writing into a temporary sibling"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    idx = ldr.open(target)
+    assert [(h.id, h.score) for h in idx.search("topic3 zebra10", k=5)] == before
+    assert len(idx) == 30
+    # the temporary directory has no manifest, so it can never be opened as an index
+    for p in leftovers:
+        with pytest.raises(IndexFormatError):
+            ldr.open(p)
+    # the next build of that target removes the dead build's leftovers
+    ldr.Index.build(_docs(3), target)
+    assert not [p for p in tmp_path.iterdir() if ".ldr-tmp-" in p.name]
+
+
+def test_corrupted_truncated_missing_and_newer_index(tmp_path):
+    path = tmp_path / "idx"
+    ldr.Index.build(_docs(20), path)
+    store = path / "docstore.parquet"
+    data = bytearray(store.read_bytes())
+
+    data[len(data) // 2] ^= 0xFF
+    store.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="docstore.parquet does not match its checksum"):
+        ldr.open(path)
+
+    store.write_bytes(bytes(data[:100]))
+    with pytest.raises(IndexFormatError, match="truncated"):
+        ldr.open(path, verify=False)
+
+    store.unlink()
+    with pytest.raises(IndexFormatError, match="docstore.parquet is missing"):
+        ldr.open(path)
+
+    ldr.Index.build(_docs(20), path)
+    m = json.loads((path / "manifest.json").read_text())
+    m["format_version"] = 99
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(IndexFormatError, match="upgrade ldr or rebuild"):
+        ldr.open(path)
+
+    (path / "manifest.json").write_text("{ truncated")
+    with pytest.raises(IndexFormatError, match="corrupted"):
+        ldr.open(path)
+    (path / "manifest.json").unlink()
+    with pytest.raises(IndexFormatError, match="no manifest.json"):
+        ldr.open(path)
+    with pytest.raises(IndexFormatError, match="no index at"):
+        ldr.open(tmp_path / "nothing-here")
+
+
+def test_api_input_validation(tmp_path):
+    with pytest.raises(CorpusError, match="needs 'id'"):
+        ldr.Index.build([{"text": "no id"}], tmp_path / "a")
+    with pytest.raises(CorpusError, match="no indexable documents"):
+        ldr.Index.build([], tmp_path / "b")
+    idx = ldr.Index.build(_docs(3), tmp_path / "c")
+    with pytest.raises(ConfigError):
+        idx.search("x", k=0)
+    with pytest.raises(ConfigError, match="no 'dense' component|unknown search mode"):
+        idx.search("x", mode="dense")
+    assert idx.search("words that match nothing qqqq", k=5) == []
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
