@@ -20,7 +20,7 @@ from .index.manifest import read_manifest, verify_files
 from .search.hits import Hit
 from .search.pipeline import Retriever, run_retriever, to_hits
 
-MODES = ("bm25",)
+MODES = ("bm25", "dense")
 
 
 def _as_docs(items: Iterable) -> Iterable[Doc]:
@@ -89,10 +89,16 @@ class Index:
                 s = open_searcher(comp["backend"], self.path / comp["path"], Analyzer.from_dict(comp["analyzer"]),
                                   comp["k1"], comp["b"])
                 self._retrievers[name] = s.search
+            elif name == "dense":
+                from .encode.dense import DenseEncoder, DenseSettings
+                from .index.dense import DenseSearcher
+
+                settings = DenseSettings(**comp["model"]["settings"])
+                self._retrievers[name] = DenseSearcher(self.path / comp["path"], comp, DenseEncoder(settings)).search
         return self._retrievers[name]
 
     def default_mode(self) -> str:
-        return "bm25"
+        return "bm25" if "bm25" in self.components else "dense"
 
     def search(self, query: str, k: int = 10, *, mode: str | None = None, with_text: bool = True) -> list[Hit]:
         """Top-k documents for `query`, best first."""

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .encode.chunking import STRATEGIES
 from .errors import LdrError
 
 
@@ -45,15 +46,45 @@ def main(verbose: int) -> None:
 @click.option("--k1", type=float, default=None, help="BM25 k1 (default: the backend's).")
 @click.option("--b", "b", type=float, default=None, help="BM25 b (default: the backend's).")
 @click.option("--threads", type=int, default=0, help="Threads (0: all cores).")
+@click.option("--dense", "dense_model", default="all-MiniLM-L6-v2", show_default=True,
+              help="Dense model: a packaged name, a Hugging Face name or a local folder; `none` for no dense index.")
+@click.option("--doc-strategy", type=click.Choice(STRATEGIES), default="maxp", show_default=True,
+              help="How long documents are encoded.")
+@click.option("--max-length", type=int, default=None, help="Tokens per pass (default: the model's).")
+@click.option("--stride", type=int, default=None, help="maxp: tokens between passage starts (default: max length).")
+@click.option("--target-length", type=int, default=4096, show_default=True,
+              help="Extension strategies: tokens encoded in one pass.")
+@click.option("--ntk-lambda", type=float, default=None, help="ntk: rotary base scale λ (default by scale factor).")
+@click.option("--group", type=int, default=None, help="selfextend: group size g.")
+@click.option("--window", type=int, default=None, help="selfextend: neighbour window w.")
+@click.option("--attn-scaling", is_flag=True, help="Scale attention logits by log(n)/log(L_o) beyond the trained length.")
+@click.option("--dim", type=int, default=None, help="Matryoshka: keep the first DIM dimensions.")
+@click.option("--query-prefix", default=None, help="Text put before queries (default: the model's prompt).")
+@click.option("--doc-prefix", default=None, help="Text put before documents (default: the model's prompt).")
+@click.option("--batch-tokens", type=int, default=16384, show_default=True, help="Token budget per forward pass.")
+@click.option("--trust-remote-code", is_flag=True, help="Allow models that ship their own code.")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available).")
+@click.option("--faiss", "faiss_index", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat",
+              show_default=True, help="FAISS index type.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threads, quiet):
+def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threads, dense_model, doc_strategy,
+              max_length, stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix,
+              doc_prefix, batch_tokens, trust_remote_code, device, faiss_index, quiet):
     """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT."""
     from .api import Index
     from .corpus import IngestReport
+    from .encode.dense import DenseSettings
     from .index.build import BuildConfig
+    from .index.dense import FaissSettings
 
+    dense = None if dense_model == "none" else DenseSettings(
+        model=dense_model, strategy=doc_strategy, max_length=max_length, stride=stride, target_length=target_length,
+        ntk_lambda=ntk_lambda, group=group, window=window, attn_scaling=attn_scaling, dim=dim,
+        query_prefix=query_prefix, doc_prefix=doc_prefix, batch_tokens=batch_tokens,
+        trust_remote_code=trust_remote_code, device=device)
     config = BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
-                         stopwords=not keep_stopwords, k1=k1, b=b, threads=threads)
+                         stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, dense=dense,
+                         faiss=FaissSettings(index=faiss_index))
     report = IngestReport()
     index = Index.build(corpus, out, config=config, report=report, progress=not quiet)
     click.echo(report.summary())
@@ -67,7 +98,7 @@ def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threa
 @click.argument("query")
 @click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")
 @click.option("-k", type=int, default=10, show_default=True, help="Number of hits.")
-@click.option("--mode", type=click.Choice(["bm25"]), default=None, help="Retriever to use (default: the index's).")
+@click.option("--mode", type=click.Choice(["bm25", "dense"]), default=None, help="Retriever to use (default: the index's).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--text", "with_text", is_flag=True, help="With --json: include each hit's full text.")
 def search_cmd(query, index_path, k, mode, as_json, with_text):
@@ -110,6 +141,14 @@ def info_cmd(index_path, as_json):
         skipped = ", ".join(f"{r}: {n}" for r, n in ing.get("skipped", {}).items()) or "none"
         click.echo(f"ingest      {ing.get('indexed')} indexed; skipped: {skipped}")
     for name, comp in info["components"].items():
+        if name == "dense":
+            m = comp["model"]
+            ext = m.get("extension") or {}
+            click.echo(f"{'dense':<11} {m['name']} ({m['architecture']}, {m['positions']} positions, "
+                       f"trained {m['trained_length']} tokens), strategy={m['settings']['strategy']}"
+                       + (f" to {ext['target_length']}" if ext else "")
+                       + f", {comp['vectors']} vectors x {comp['dim']}, faiss={comp['faiss']['index']}")
+            continue
         desc = ", ".join(f"{k}={v}" for k, v in comp.items() if k != "path")
         click.echo(f"{name:<11} {desc or comp.get('path', '')}")
 

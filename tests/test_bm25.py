@@ -6,6 +6,12 @@ import ldr
 from ldr.errors import ConfigError
 from ldr.index.bm25.analysis import cjk_pretokenize
 
+
+def build(*args, **kw):
+    """BM25-only builds: these tests are about ingestion and BM25, not the dense encoder."""
+    kw.setdefault("dense", None)
+    return ldr.Index.build(*args, **kw)
+
 BACKENDS = ["tantivy", pytest.param("lucene", marks=pytest.mark.lucene)]
 
 
@@ -13,7 +19,7 @@ BACKENDS = ["tantivy", pytest.param("lucene", marks=pytest.mark.lucene)]
 def sample_indexes(tmp_path_factory, request):
     from conftest import SAMPLE
     base = tmp_path_factory.mktemp("sample")
-    return {b: ldr.Index.build(SAMPLE, base / b, bm25=b) for b in ("tantivy", "lucene")}
+    return {b: build(SAMPLE, base / b, bm25=b) for b in ("tantivy", "lucene")}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -50,8 +56,8 @@ def test_backends_agree(tmp_path):
     differences are tantivy's quantised document lengths and floating point.
     """
     docs, queries = _synthetic_corpus()
-    t = ldr.Index.build(docs, tmp_path / "t", bm25="tantivy")
-    lu = ldr.Index.build(docs, tmp_path / "l", bm25="lucene", k1=1.2, b=0.75)
+    t = build(docs, tmp_path / "t", bm25="tantivy")
+    lu = build(docs, tmp_path / "l", bm25="lucene", k1=1.2, b=0.75)
     top1 = overlap = 0
     for q in queries:
         a = [h.id for h in t.search(q, k=10, with_text=False)]
@@ -65,8 +71,8 @@ def test_backends_agree(tmp_path):
 @pytest.mark.lucene
 def test_lucene_k1_b_are_settable_and_recorded(tmp_path):
     docs, queries = _synthetic_corpus(100)
-    a = ldr.Index.build(docs, tmp_path / "a", bm25="lucene")
-    b = ldr.Index.build(docs, tmp_path / "b", bm25="lucene", k1=2.0, b=1.0)
+    a = build(docs, tmp_path / "a", bm25="lucene")
+    b = build(docs, tmp_path / "b", bm25="lucene", k1=2.0, b=1.0)
     assert (a.components["bm25"]["k1"], a.components["bm25"]["b"]) == (0.9, 0.4)
     assert (b.components["bm25"]["k1"], b.components["bm25"]["b"]) == (2.0, 1.0)
     sa = [h.score for h in a.search(queries[0], k=5)]
@@ -76,33 +82,33 @@ def test_lucene_k1_b_are_settable_and_recorded(tmp_path):
 
 def test_tantivy_rejects_parameters_it_cannot_honour(tmp_path):
     with pytest.raises(ConfigError, match="use --bm25 lucene"):
-        ldr.Index.build([{"id": "a", "text": "x"}], tmp_path / "x", bm25="tantivy", k1=0.9)
+        build([{"id": "a", "text": "x"}], tmp_path / "x", bm25="tantivy", k1=0.9)
     with pytest.raises(ConfigError, match="0 <= b <= 1"):
-        ldr.Index.build([{"id": "a", "text": "x"}], tmp_path / "x", bm25="lucene", b=3)
+        build([{"id": "a", "text": "x"}], tmp_path / "x", bm25="lucene", b=3)
 
 
 def test_english_analysis_stems_and_drops_stop_words(tmp_path):
-    idx = ldr.Index.build([{"id": "a", "text": "The runners were running quickly"},
+    idx = build([{"id": "a", "text": "The runners were running quickly"},
                            {"id": "b", "text": "a completely unrelated sentence"}], tmp_path / "i")
     assert [h.id for h in idx.search("run", k=2)] == ["a"]
     assert idx.search("the and of", k=2) == []  # only stop words
 
 
 def test_other_languages(tmp_path):
-    de = ldr.Index.build([{"id": "a", "text": "Die Häuser waren sehr schön"}, {"id": "b", "text": "Ein Auto fährt"}],
+    de = build([{"id": "a", "text": "Die Häuser waren sehr schön"}, {"id": "b", "text": "Ein Auto fährt"}],
                          tmp_path / "de", language="de")
     assert de.search("Haus", k=1)[0].id == "a"
-    zh = ldr.Index.build([{"id": "a", "text": "北京大学是中国的一所大学"}, {"id": "b", "text": "上海是一个城市"}],
+    zh = build([{"id": "a", "text": "北京大学是中国的一所大学"}, {"id": "b", "text": "上海是一个城市"}],
                          tmp_path / "zh", language="cjk")
     assert zh.search("北京", k=1)[0].id == "a"
     assert zh.search("城市", k=1)[0].id == "b"
     assert cjk_pretokenize("北京 ABC") == "北 京 北京 abc"
     with pytest.raises(ConfigError, match="unknown analyzer language"):
-        ldr.Index.build([{"id": "a", "text": "x"}], tmp_path / "xx", language="klingon")
+        build([{"id": "a", "text": "x"}], tmp_path / "xx", language="klingon")
 
 
 @pytest.mark.lucene
 def test_lucene_cjk(tmp_path):
-    zh = ldr.Index.build([{"id": "a", "text": "北京大学是中国的一所大学"}, {"id": "b", "text": "上海是一个城市"}],
+    zh = build([{"id": "a", "text": "北京大学是中国的一所大学"}, {"id": "b", "text": "上海是一个城市"}],
                          tmp_path / "zh", language="cjk", bm25="lucene")
     assert zh.search("北京", k=1)[0].id == "a"

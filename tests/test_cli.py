@@ -7,7 +7,7 @@ from ldr.cli import main
 
 def test_index_search_info(tmp_path, sample_corpus):
     r = CliRunner()
-    out = r.invoke(main, ["index", str(sample_corpus), "-o", str(tmp_path / "idx"), "-q"])
+    out = r.invoke(main, ["index", str(sample_corpus), "-o", str(tmp_path / "idx"), "-q", "--dense", "none"])
     assert out.exit_code == 0, out.output
     assert "6 documents indexed, 0 skipped" in out.output
     out = r.invoke(main, ["search", "corrosion of the bearing plates", "-i", str(tmp_path / "idx"), "-k", "2"])
@@ -27,7 +27,7 @@ def test_skips_are_reported(tmp_path):
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "a.txt").write_text("fine")
     (tmp_path / "c" / "b.txt").write_text("")
-    out = CliRunner().invoke(main, ["index", str(tmp_path / "c"), "-o", str(tmp_path / "i"), "-q"])
+    out = CliRunner().invoke(main, ["index", str(tmp_path / "c"), "-o", str(tmp_path / "i"), "-q", "--dense", "none"])
     assert out.exit_code == 0
     assert "1 documents indexed, 1 skipped (empty document: 1)" in out.output
 

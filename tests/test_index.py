@@ -12,13 +12,19 @@ import ldr
 from ldr.errors import ConfigError, CorpusError, IndexFormatError
 
 
+def build(*args, **kw):
+    """BM25-only builds: these tests are about ingestion and BM25, not the dense encoder."""
+    kw.setdefault("dense", None)
+    return ldr.Index.build(*args, **kw)
+
+
 def _docs(n, prefix="doc"):
     return [{"id": f"{prefix}{i}", "title": f"Title {i}", "text": f"document number {i} about topic{i % 7} and zebra{i}"}
             for i in range(n)]
 
 
 def test_build_open_search_and_manifest(tmp_path):
-    idx = ldr.Index.build(_docs(50), tmp_path / "idx")
+    idx = build(_docs(50), tmp_path / "idx")
     assert len(idx) == 50
     hits = idx.search("zebra17", k=3)
     assert hits[0].id == "doc17" and hits[0].rank == 1 and hits[0].title == "Title 17"
@@ -34,16 +40,16 @@ def test_build_open_search_and_manifest(tmp_path):
 
 
 def test_rebuild_replaces_index(tmp_path):
-    ldr.Index.build(_docs(5, "old"), tmp_path / "idx")
-    idx = ldr.Index.build(_docs(5, "new"), tmp_path / "idx")
+    build(_docs(5, "old"), tmp_path / "idx")
+    idx = build(_docs(5, "new"), tmp_path / "idx")
     assert idx.search("zebra2", k=1)[0].id == "new2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
 def test_failed_build_keeps_old_index(tmp_path):
-    ldr.Index.build(_docs(10), tmp_path / "idx")
+    build(_docs(10), tmp_path / "idx")
     with pytest.raises(CorpusError, match="duplicate"):
-        ldr.Index.build(_docs(10) + _docs(1), tmp_path / "idx")
+        build(_docs(10) + _docs(1), tmp_path / "idx")
     assert ldr.open(tmp_path / "idx").search("zebra4", k=1)[0].id == "doc4"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
@@ -52,14 +58,14 @@ def test_refuses_to_replace_a_non_index_directory(tmp_path):
     (tmp_path / "mydocs").mkdir()
     (tmp_path / "mydocs" / "precious.txt").write_text("keep me")
     with pytest.raises(ConfigError, match="not an ldr index"):
-        ldr.Index.build(_docs(3), tmp_path / "mydocs")
+        build(_docs(3), tmp_path / "mydocs")
     assert (tmp_path / "mydocs" / "precious.txt").read_text() == "keep me"
 
 
 def test_killed_build_leaves_old_index_intact(tmp_path):
     """SIGKILL a build mid-way: the old index still opens and answers the same."""
     target = tmp_path / "idx"
-    before = [(h.id, h.score) for h in ldr.Index.build(_docs(30), target).search("topic3 zebra10", k=5)]
+    before = [(h.id, h.score) for h in build(_docs(30), target).search("topic3 zebra10", k=5)]
     marker = tmp_path / "halfway"
     script = textwrap.dedent(f"""
         import time, ldr
@@ -69,7 +75,7 @@ def test_killed_build_leaves_old_index_intact(tmp_path):
                     open({str(marker)!r}, "w").close()
                     time.sleep(600)   # parked mid-build until killed
                 yield ldr.Doc(f"new{{i}}", f"replacement text {{i}}")
-        ldr.Index.build(docs(), {str(target)!r})
+        ldr.Index.build(docs(), {str(target)!r}, dense=None)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
@@ -91,13 +97,13 @@ def test_killed_build_leaves_old_index_intact(tmp_path):
         with pytest.raises(IndexFormatError):
             ldr.open(p)
     # the next build of that target removes the dead build's leftovers
-    ldr.Index.build(_docs(3), target)
+    build(_docs(3), target)
     assert not [p for p in tmp_path.iterdir() if ".ldr-tmp-" in p.name]
 
 
 def test_corrupted_truncated_missing_and_newer_index(tmp_path):
     path = tmp_path / "idx"
-    ldr.Index.build(_docs(20), path)
+    build(_docs(20), path)
     store = path / "docstore.parquet"
     data = bytearray(store.read_bytes())
 
@@ -114,7 +120,7 @@ def test_corrupted_truncated_missing_and_newer_index(tmp_path):
     with pytest.raises(IndexFormatError, match="docstore.parquet is missing"):
         ldr.open(path)
 
-    ldr.Index.build(_docs(20), path)
+    build(_docs(20), path)
     m = json.loads((path / "manifest.json").read_text())
     m["format_version"] = 99
     (path / "manifest.json").write_text(json.dumps(m))
@@ -133,10 +139,10 @@ def test_corrupted_truncated_missing_and_newer_index(tmp_path):
 
 def test_api_input_validation(tmp_path):
     with pytest.raises(CorpusError, match="needs 'id'"):
-        ldr.Index.build([{"text": "no id"}], tmp_path / "a")
+        build([{"text": "no id"}], tmp_path / "a")
     with pytest.raises(CorpusError, match="no indexable documents"):
-        ldr.Index.build([], tmp_path / "b")
-    idx = ldr.Index.build(_docs(3), tmp_path / "c")
+        build([], tmp_path / "b")
+    idx = build(_docs(3), tmp_path / "c")
     with pytest.raises(ConfigError):
         idx.search("x", k=0)
     with pytest.raises(ConfigError, match="no 'dense' component|unknown search mode"):

@@ -20,8 +20,10 @@ from tqdm.auto import tqdm
 
 from ..corpus import Doc, IngestReport, check_documents
 from ..errors import ConfigError
+from ..encode.dense import DenseSettings
 from .bm25.analysis import Analyzer
 from .bm25.base import open_writer, resolve_params
+from .dense import DenseWriter, FaissSettings
 from .docstore import FILE as DOCSTORE_FILE, DocstoreWriter
 from .manifest import MANIFEST, new_manifest, write_manifest
 
@@ -38,7 +40,15 @@ class BuildConfig:
     k1: float | None = None               # None: the backend's default
     b: float | None = None
     threads: int = 0                      # 0: all cores
-    extra: dict = field(default_factory=dict)
+    # the packaged MiniLM with MaxP by default; None: no dense component
+    dense: DenseSettings | None = field(default_factory=DenseSettings)
+    faiss: FaissSettings = field(default_factory=FaissSettings)
+
+    def __post_init__(self):
+        if isinstance(self.dense, str):  # a model name or path
+            self.dense = DenseSettings(model=self.dense)
+        if self.bm25 is None and self.dense is None:
+            raise ConfigError("nothing to index: enable at least one of BM25 and dense")
 
     def analyzer(self) -> Analyzer:
         return Analyzer(self.language, self.stemming, self.stopwords)
@@ -101,12 +111,18 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     try:
         store = DocstoreWriter(tmp)
         bm25 = open_writer(config.bm25, tmp / "bm25", analyzer, threads) if config.bm25 else None
+        dense = None
+        if config.dense is not None:
+            from ..encode.dense import DenseEncoder
+            dense = DenseWriter(tmp / "dense", DenseEncoder(config.dense), config.faiss)
         n_bytes = 0
         with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
             for doc in check_documents(docs, report):
                 docno = store.add(doc)
                 if bm25:
                     bm25.add(docno, doc)
+                if dense:
+                    dense.add(docno, doc)
                 n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
                 bar.update(1)
         store.close()
@@ -114,6 +130,9 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
             log.info("committing BM25 index (%s)", config.bm25)
             bm25.close()
         components = {"docstore": {"path": DOCSTORE_FILE}}
+        if dense:
+            log.info("building the FAISS index")
+            components["dense"] = dense.close()
         if bm25:
             components["bm25"] = {"backend": config.bm25, "path": "bm25", "k1": params[0], "b": params[1],
                                   "analyzer": analyzer.to_dict()}

@@ -1,0 +1,227 @@
+"""Dense encoder: whole long documents → L2-normalised float32 vectors.
+
+Tokenises once, splits per document strategy, sorts pieces by length and batches them by a
+token budget (no wasted padding), runs the model under inference_mode, and pools with the
+model's own sentence-transformers pooling module.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, ModelError
+from . import chunking
+from .chunking import EXTENSION_STRATEGIES, STRATEGIES
+from .extend import Extension, apply_extension, ape_offset, ape_position_ids, position_kind, scale_factor, trained_length
+from .models import DEFAULT_DENSE, model_revision, offline_hint, resolve
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DenseSettings:
+    model: str = DEFAULT_DENSE
+    strategy: str = "maxp"
+    max_length: int | None = None         # tokens per pass (truncate/pcw/maxp); default: the model's
+    stride: int | None = None             # maxp passage stride (default: max_length, no overlap)
+    target_length: int = 4096             # extension methods: tokens encoded in one pass
+    ntk_lambda: float | None = None
+    group: int | None = None
+    window: int | None = None
+    attn_scaling: bool = False
+    dim: int | None = None                # Matryoshka truncation
+    query_prefix: str | None = None       # default: the model's configured prompts
+    doc_prefix: str | None = None
+    batch_tokens: int = 16384
+    trust_remote_code: bool = False
+    device: str | None = None             # default: cuda when available
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown document strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("device")
+        return d
+
+
+def _pick_device(device: str | None) -> str:
+    import torch
+
+    if device:
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a text ([CLS] … [SEP], <s> … </s>, or a final EOS)."""
+    bare = tokenizer("hello", add_special_tokens=False)["input_ids"]
+    full = tokenizer("hello", add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(bare) + 1):
+        if full[i:i + len(bare)] == bare:
+            return full[:i], full[i + len(bare):]
+    return [], []
+
+
+class DenseEncoder:
+    def __init__(self, settings: DenseSettings | None = None):
+        import torch
+
+        self.settings = s = settings or DenseSettings()
+        self.device = _pick_device(s.device)
+        if self.device == "cpu":
+            torch.set_num_threads(os.cpu_count() or 1)
+        path, _ = resolve(s.model)
+        if os.path.isdir(s.model):  # record an absolute path: search may run from another directory
+            s.model = path
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights" bars would clutter ldr's own output
+
+        try:
+            st = SentenceTransformer(path, device=self.device, trust_remote_code=s.trust_remote_code,
+                                     local_files_only=os.environ.get("HF_HUB_OFFLINE") == "1" or None)
+        except OSError as e:
+            raise ModelError(offline_hint(s.model) + f" [{e.__class__.__name__}: {str(e)[:200]}]") from None
+        except ValueError as e:
+            if "trust_remote_code" in str(e):
+                raise ModelError(f"{s.model} ships its own model code: pass --trust-remote-code to allow it") from None
+            raise
+        self.st = st
+        self.hf = st[0].auto_model
+        self.tokenizer = st.tokenizer
+        self.pool = [m for i, m in enumerate(st) if i > 0 and type(m).__name__ == "Pooling"]
+        if self.device == "cuda":
+            self.hf.half()
+        self.hf.eval()
+        self.path = path
+        self.kind = position_kind(self.hf)
+        self.trained = trained_length(self.hf)
+        st_max = st.max_seq_length or self.trained
+        self.window = min(s.max_length or st_max, self.trained) if self.kind == "ape" else (s.max_length or st_max)
+        if s.max_length and self.kind == "ape" and s.max_length > self.trained:
+            raise ConfigError(f"--max-length {s.max_length} exceeds the model's {self.trained} positions; "
+                              f"use an extension strategy (gp, rp, pi) with --target-length instead")
+        prompts = getattr(st, "prompts", {}) or {}
+        self.query_prefix = s.query_prefix if s.query_prefix is not None else prompts.get("query", "")
+        self.doc_prefix = s.doc_prefix if s.doc_prefix is not None else (
+            prompts.get("document") or prompts.get("passage") or "")
+        self.ext_info = None
+        if s.strategy in EXTENSION_STRATEGIES:
+            self.ext_info = apply_extension(self.hf, Extension(s.strategy, s.target_length, s.ntk_lambda, s.group,
+                                                               s.window, s.attn_scaling))
+        self._head, self._tail = _special_tokens(self.tokenizer)
+        self.specials = len(self._head) + len(self._tail)
+        self._accepts_tti = "token_type_ids" in self.tokenizer.model_input_names
+        self.dim = s.dim or (st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") else st.get_sentence_embedding_dimension())
+
+    # -- info recorded in the manifest --------------------------------------------------------
+    def describe(self) -> dict:
+        return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
+                "architecture": type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
+                "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
+                "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.pool],
+                "extension": self.ext_info, "settings": self.settings.to_dict()}
+
+    # -- tokenisation ------------------------------------------------------------------------
+    def _ids(self, texts: list[str], prefix: str) -> tuple[list[list[int]], list[int]]:
+        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        pre = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        return enc, pre
+
+    def _pieces(self, texts, prefix, strategy) -> tuple[list[list[int]], np.ndarray]:
+        """All model inputs (with special tokens and prefix) and the document each belongs to."""
+        ids, pre = self._ids(texts, prefix)
+        room = self.window - self.specials - len(pre)
+        target = (self.settings.target_length - self.specials - len(pre)) if strategy in EXTENSION_STRATEGIES else None
+        if room < 1:
+            raise ConfigError(f"window {self.window} leaves no room for text after the prefix and special tokens")
+        pieces, owner = [], []
+        for d, doc_ids in enumerate(ids):
+            for piece in chunking.split(strategy, doc_ids, room, self._stride(room), target):
+                pieces.append(self._head + pre + piece + self._tail)
+                owner.append(d)
+        return pieces, np.asarray(owner, dtype=np.int64)
+
+    def _stride(self, room: int) -> int:
+        st = self.settings.stride
+        return min(st, room) if st else room
+
+    # -- forward -----------------------------------------------------------------------------
+    def _position_ids(self, n: int):
+        s = self.settings
+        if self.kind == "ape":
+            if s.strategy in ("gp", "rp", "pi"):
+                pid = ape_position_ids(s.strategy, n, self.trained, scale_factor(s.target_length, self.trained))
+            else:
+                import torch
+                pid = torch.arange(n)
+            return pid + ape_offset(self.hf)
+        return None
+
+    def _forward(self, batch: list[list[int]]) -> np.ndarray:
+        import torch
+
+        n = max(len(x) for x in batch)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(batch), n), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), n), dtype=torch.long)
+        for i, x in enumerate(batch):
+            ids[i, :len(x)] = torch.tensor(x)
+            mask[i, :len(x)] = 1
+        kwargs = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+        if self._accepts_tti:
+            kwargs["token_type_ids"] = torch.zeros_like(kwargs["input_ids"])
+        pid = self._position_ids(n)
+        if pid is not None:
+            kwargs["position_ids"] = pid.unsqueeze(0).expand(len(batch), -1).to(self.device)
+        out = self.hf(**kwargs)
+        features = {"token_embeddings": out.last_hidden_state, "attention_mask": kwargs["attention_mask"]}
+        for p in self.pool:
+            features = p(features)
+        emb = features["sentence_embedding"].float()
+        if self.settings.dim:
+            emb = emb[:, : self.settings.dim]
+        return torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()
+
+    def _encode_pieces(self, pieces: list[list[int]], progress=None) -> np.ndarray:
+        import torch
+
+        out = np.zeros((len(pieces), self.dim), dtype=np.float32)
+        order = np.argsort([-len(p) for p in pieces], kind="stable")
+        budget = max(self.settings.batch_tokens, max((len(p) for p in pieces), default=1))
+        with torch.inference_mode():
+            i = 0
+            while i < len(order):
+                longest = len(pieces[order[i]])
+                # sorted longest first: every row of this batch pads to `longest`
+                size = max(1, budget // longest)
+                rows = order[i:i + size]
+                out[rows] = self._forward([pieces[r] for r in rows])
+                if progress is not None:
+                    progress(sum(len(pieces[r]) for r in rows))
+                i += size
+        return out
+
+    # -- public protocol ---------------------------------------------------------------------
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """(n, d) float32, L2-normalised. Queries are short: always the plain model, truncated."""
+        pieces, _ = self._pieces(texts, self.query_prefix, "truncate")
+        return self._encode_pieces(pieces)
+
+    def encode_documents(self, texts: list[str], progress=None) -> tuple[np.ndarray, np.ndarray]:
+        """(vectors (m, d), owner (m,)): one vector per document, or per passage for maxp."""
+        strategy = self.settings.strategy
+        pieces, owner = self._pieces(texts, self.doc_prefix, strategy)
+        vecs = self._encode_pieces(pieces, progress)
+        if strategy == "pcw":
+            sums = np.zeros((len(texts), vecs.shape[1]), dtype=np.float64)
+            np.add.at(sums, owner, vecs)
+            vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
+            owner = np.arange(len(texts), dtype=np.int64)
+        return vecs, owner

