@@ -6,21 +6,18 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Iterable
 
 from .corpus import Doc, IngestReport, iter_corpus
 from .errors import ConfigError, CorpusError
-from .index.bm25.analysis import Analyzer
-from .index.bm25.base import open_searcher
 from .index.build import BuildConfig, build_index
 from .index.docstore import Docstore
 from .index.manifest import read_manifest, verify_files
 from .search.hits import Hit
-from .search.pipeline import Retriever, run_retriever, to_hits
-
-MODES = ("bm25", "dense")
+from .search.pipeline import RETRIEVERS, SearchOptions, run_query, to_hits
 
 
 def _as_docs(items: Iterable) -> Iterable[Doc]:
@@ -38,14 +35,17 @@ def _as_docs(items: Iterable) -> Iterable[Doc]:
 
 
 class Index:
-    """An opened index directory. Components are opened lazily on first use."""
+    """An opened index directory. Components and models are loaded lazily on first use."""
 
-    def __init__(self, path: str | os.PathLike, verify: bool = True):
+    def __init__(self, path: str | os.PathLike, verify: bool = True, device: str | None = None):
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         verify_files(self.path, self.manifest, full=verify)
         self.docstore = Docstore(self.path)
-        self._retrievers: dict[str, Retriever] = {}
+        self.device = device
+        self._retrievers: dict = {}
+        self._rerankers: dict = {}
+        self.last_timings: dict = {}
 
     # -- building -------------------------------------------------------------------------
     @classmethod
@@ -54,8 +54,8 @@ class Index:
               progress: bool = False, **options) -> "Index":
         """Build an index from a corpus path or an iterable of Docs/dicts, then open it.
 
-        `options` are BuildConfig fields (bm25="lucene", language="de", k1=..., b=...).
-        The ingestion report (indexed / skipped counts) is available as `index.report`.
+        `options` are BuildConfig fields (bm25="lucene", dense=None, sparse=None, language="de",
+        k1=..., b=..., search={...}). The ingestion report is available as `index.report`.
         """
         if config is not None and options:
             raise ConfigError("give either config= or keyword options, not both")
@@ -75,44 +75,105 @@ class Index:
     def components(self) -> dict:
         return self.manifest["components"]
 
+    @property
+    def retriever_names(self) -> list[str]:
+        return [n for n in RETRIEVERS if n in self.components]
+
     def document(self, doc_id: str) -> Doc:
         if doc_id not in self.docstore:
             raise KeyError(doc_id)
         return self.docstore.doc(self.docstore.row(doc_id))
 
-    def _retriever(self, name: str) -> Retriever:
+    def retriever(self, name: str):
+        """The loaded first-stage retriever `name` (bm25 | dense | sparse)."""
         if name not in self._retrievers:
             comp = self.components.get(name)
             if comp is None:
-                run_retriever(name, {}, "", 0)  # raises the "no such component" error
+                have = ", ".join(self.retriever_names) or "none"
+                raise ConfigError(f"this index has no {name!r} component (it has: {have})")
             if name == "bm25":
-                s = open_searcher(comp["backend"], self.path / comp["path"], Analyzer.from_dict(comp["analyzer"]),
-                                  comp["k1"], comp["b"])
-                self._retrievers[name] = s.search
+                from .index.bm25.analysis import Analyzer
+                from .index.bm25.base import open_searcher
+                self._retrievers[name] = open_searcher(comp["backend"], self.path / comp["path"],
+                                                       Analyzer.from_dict(comp["analyzer"]), comp["k1"], comp["b"])
             elif name == "dense":
                 from .encode.dense import DenseEncoder, DenseSettings
                 from .index.dense import DenseSearcher
-
-                settings = DenseSettings(**comp["model"]["settings"])
-                self._retrievers[name] = DenseSearcher(self.path / comp["path"], comp, DenseEncoder(settings)).search
+                settings = DenseSettings(**comp["model"]["settings"], device=self.device)
+                self._retrievers[name] = DenseSearcher(self.path / comp["path"], comp, DenseEncoder(settings))
+            elif name == "sparse":
+                from .encode.sparse import SparseEncoder, SparseSettings
+                from .index.sparse import SparseSearcher
+                settings = SparseSettings(**comp["model"]["settings"], device=self.device)
+                self._retrievers[name] = SparseSearcher(self.path / comp["path"], SparseEncoder(settings))
         return self._retrievers[name]
 
-    def default_mode(self) -> str:
-        return "bm25" if "bm25" in self.components else "dense"
+    def reranker(self, name: str | None, model: str | None = None):
+        """None, the offline passage rescorer, or a cross-encoder (`model`: any HF classifier)."""
+        if model:
+            if model not in self._rerankers:
+                from .rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
+                self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(model=model, device=self.device))
+            return self._rerankers[model]
+        if name in (None, "none"):
+            return None
+        if name == "passage":
+            from .rerank.passage import PassageRescorer
+            return PassageRescorer(self.search_defaults().get("rerank_weights"))
+        raise ConfigError(f"unknown reranker {name!r}; use passage, none, or --rerank-model MODEL")
 
-    def search(self, query: str, k: int = 10, *, mode: str | None = None, with_text: bool = True) -> list[Hit]:
-        """Top-k documents for `query`, best first."""
+    def search_defaults(self) -> dict:
+        """Query-time defaults recorded at build time (fusion method and weights, reranker)."""
+        d = dict(self.manifest.get("search", {}))
+        names = self.retriever_names
+        d.setdefault("mode", "hybrid" if len(names) > 1 else names[0])
+        if d.get("rerank") == "passage" and not ({"dense", "sparse"} & set(names)):
+            d["rerank"] = None  # passage rescoring needs dense or sparse document vectors
+        return d
+
+    def default_mode(self) -> str:
+        return self.search_defaults()["mode"]
+
+    def search(self, query: str, k: int = 10, *, mode: str | None = None, fusion: str | None = None,
+               weights: dict[str, float] | None = None, rerank: bool | str | None = None,
+               rerank_model: str | None = None, depth: int | None = None, rerank_depth: int | None = None,
+               with_text: bool = True) -> list[Hit]:
+        """Top-k documents for `query`, best first; every hit carries each stage's score.
+
+        By default: every retriever of the index, fused, then the top candidates reranked, as
+        recorded in the manifest. `rerank=False` skips reranking; `rerank_model=` uses a
+        cross-encoder.
+        """
         if not isinstance(query, str):
             raise ConfigError("query must be a string")
         if k < 1:
             raise ConfigError(f"k must be at least 1 (got {k})")
-        mode = mode or self.default_mode()
-        if mode not in MODES:
-            raise ConfigError(f"unknown search mode {mode!r}; choose one of {', '.join(MODES)}")
-        if mode not in self.components:
-            run_retriever(mode, {}, query, k)
-        ranked = self._retriever(mode)(query, k)
-        hits = to_hits(ranked, mode, self.docstore.ids, self.docstore.titles)
+        d = self.search_defaults()
+        fields = {f.name for f in dataclasses.fields(SearchOptions)}
+        opts = SearchOptions(**{key: v for key, v in d.items() if key in fields})
+        if mode is not None:
+            opts.mode = mode
+            if mode != "hybrid" and rerank is None and rerank_model is None:
+                opts.rerank = None  # a single retriever's own ranking, unless asked otherwise
+        if fusion is not None:
+            opts.fusion = fusion
+        if weights is not None:
+            opts.weights = weights
+        if depth is not None:
+            opts.depth = depth
+        if rerank_depth is not None:
+            opts.rerank_depth = rerank_depth
+        if rerank is False:
+            opts.rerank = None
+        elif isinstance(rerank, str):
+            opts.rerank = rerank
+        opts.check()
+        names = [n for n in RETRIEVERS if n in self.components] if opts.mode == "hybrid" else [opts.mode]
+        retrievers = {n: self.retriever(n) for n in names}
+        reranker = self.reranker(opts.rerank, rerank_model) if (opts.rerank or rerank_model) else None
+        rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text)
+        self.last_timings = ctx.timings
+        hits = to_hits(rows, self.docstore.ids, self.docstore.titles)
         if with_text:
             for h in hits:
                 h.text = self.docstore.text(h.docno)
@@ -123,9 +184,9 @@ class Index:
         return {"path": str(self.path), "documents": self.manifest["doc_count"], "bytes": size,
                 "created": self.manifest["created"], "ldr_version": self.manifest["ldr_version"],
                 "format_version": self.manifest["format_version"], "components": self.components,
-                "ingest": self.manifest.get("ingest", {})}
+                "search": self.search_defaults(), "ingest": self.manifest.get("ingest", {})}
 
 
-def open(path: str | os.PathLike, verify: bool = True) -> Index:  # noqa: A001 (mirrors builtins.open on purpose)
+def open(path: str | os.PathLike, verify: bool = True, device: str | None = None) -> Index:  # noqa: A001
     """Open an index directory; `verify=False` checks sizes only (skips SHA-256 of every file)."""
-    return Index(path, verify=verify)
+    return Index(path, verify=verify, device=device)

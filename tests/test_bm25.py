@@ -10,6 +10,7 @@ from ldr.index.bm25.analysis import cjk_pretokenize
 def build(*args, **kw):
     """BM25-only builds: these tests are about ingestion and BM25, not the dense encoder."""
     kw.setdefault("dense", None)
+    kw.setdefault("sparse", None)
     return ldr.Index.build(*args, **kw)
 
 BACKENDS = ["tantivy", pytest.param("lucene", marks=pytest.mark.lucene)]

@@ -33,7 +33,7 @@ def test_matryoshka_dim_and_prefixes(sample_corpus):
 
 @pytest.mark.parametrize("strategy,faiss_index", [("maxp", "flat"), ("pcw", "hnsw"), ("pi", "flat")])
 def test_dense_index_search(tmp_path, sample_corpus, strategy, faiss_index, monkeypatch):
-    idx = ldr.Index.build(sample_corpus, tmp_path / "idx", bm25=None, faiss=FaissSettings(index=faiss_index),
+    idx = ldr.Index.build(sample_corpus, tmp_path / "idx", bm25=None, sparse=None, faiss=FaissSettings(index=faiss_index),
                           dense=DenseSettings(strategy=strategy, target_length=1024, device="cpu"))
     comp = idx.components["dense"]
     assert comp["model"]["settings"]["strategy"] == strategy and comp["faiss"]["index"] == faiss_index

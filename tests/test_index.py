@@ -15,6 +15,7 @@ from ldr.errors import ConfigError, CorpusError, IndexFormatError
 def build(*args, **kw):
     """BM25-only builds: these tests are about ingestion and BM25, not the dense encoder."""
     kw.setdefault("dense", None)
+    kw.setdefault("sparse", None)
     return ldr.Index.build(*args, **kw)
 
 
@@ -75,7 +76,7 @@ def test_killed_build_leaves_old_index_intact(tmp_path):
                     open({str(marker)!r}, "w").close()
                     time.sleep(600)   # parked mid-build until killed
                 yield ldr.Doc(f"new{{i}}", f"replacement text {{i}}")
-        ldr.Index.build(docs(), {str(target)!r}, dense=None)
+        ldr.Index.build(docs(), {str(target)!r}, dense=None, sparse=None)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:

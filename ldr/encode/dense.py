@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError
 from . import chunking
+from .batching import budget_batches, pad, special_tokens
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .extend import Extension, apply_extension, ape_offset, ape_position_ids, position_kind, scale_factor, trained_length
 from .models import DEFAULT_DENSE, model_revision, offline_hint, resolve
@@ -55,16 +56,6 @@ def _pick_device(device: str | None) -> str:
     if device:
         return device
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _special_tokens(tokenizer) -> tuple[list[int], list[int]]:
-    """The ids the tokenizer puts before and after a text ([CLS] … [SEP], <s> … </s>, or a final EOS)."""
-    bare = tokenizer("hello", add_special_tokens=False)["input_ids"]
-    full = tokenizer("hello", add_special_tokens=True)["input_ids"]
-    for i in range(len(full) - len(bare) + 1):
-        if full[i:i + len(bare)] == bare:
-            return full[:i], full[i + len(bare):]
-    return [], []
 
 
 class DenseEncoder:
@@ -115,7 +106,7 @@ class DenseEncoder:
         if s.strategy in EXTENSION_STRATEGIES:
             self.ext_info = apply_extension(self.hf, Extension(s.strategy, s.target_length, s.ntk_lambda, s.group,
                                                                s.window, s.attn_scaling))
-        self._head, self._tail = _special_tokens(self.tokenizer)
+        self._head, self._tail = special_tokens(self.tokenizer)
         self.specials = len(self._head) + len(self._tail)
         self._accepts_tti = "token_type_ids" in self.tokenizer.model_input_names
         self.dim = s.dim or (st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") else st.get_sentence_embedding_dimension())
@@ -167,14 +158,9 @@ class DenseEncoder:
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
         import torch
 
-        n = max(len(x) for x in batch)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(batch), n), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), n), dtype=torch.long)
-        for i, x in enumerate(batch):
-            ids[i, :len(x)] = torch.tensor(x)
-            mask[i, :len(x)] = 1
-        kwargs = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+        ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
+        n = ids.shape[1]
+        kwargs = {"input_ids": ids, "attention_mask": mask}
         if self._accepts_tti:
             kwargs["token_type_ids"] = torch.zeros_like(kwargs["input_ids"])
         pid = self._position_ids(n)
@@ -193,19 +179,11 @@ class DenseEncoder:
         import torch
 
         out = np.zeros((len(pieces), self.dim), dtype=np.float32)
-        order = np.argsort([-len(p) for p in pieces], kind="stable")
-        budget = max(self.settings.batch_tokens, max((len(p) for p in pieces), default=1))
         with torch.inference_mode():
-            i = 0
-            while i < len(order):
-                longest = len(pieces[order[i]])
-                # sorted longest first: every row of this batch pads to `longest`
-                size = max(1, budget // longest)
-                rows = order[i:i + size]
+            for rows in budget_batches([len(p) for p in pieces], self.settings.batch_tokens):
                 out[rows] = self._forward([pieces[r] for r in rows])
                 if progress is not None:
                     progress(sum(len(pieces[r]) for r in rows))
-                i += size
         return out
 
     # -- public protocol ---------------------------------------------------------------------

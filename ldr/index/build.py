@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from ..corpus import Doc, IngestReport, check_documents
 from ..errors import ConfigError
 from ..encode.dense import DenseSettings
+from ..encode.sparse import SparseSettings
 from .bm25.analysis import Analyzer
 from .bm25.base import open_writer, resolve_params
 from .dense import DenseWriter, FaissSettings
@@ -29,6 +30,10 @@ from .manifest import MANIFEST, new_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 _TMP, _OLD = ".ldr-tmp-", ".ldr-old-"
+
+
+DEFAULT_SEARCH = {"fusion": "rrf", "weights": None, "rrf_k": 60, "depth": 1000,
+                  "rerank": "passage", "rerank_depth": 100, "rerank_weights": None}
 
 
 @dataclass
@@ -42,13 +47,20 @@ class BuildConfig:
     threads: int = 0                      # 0: all cores
     # the packaged MiniLM with MaxP by default; None: no dense component
     dense: DenseSettings | None = field(default_factory=DenseSettings)
+    # the packaged SPLADE-tiny by default; None: no learned-sparse component
+    sparse: SparseSettings | None = field(default_factory=SparseSettings)
     faiss: FaissSettings = field(default_factory=FaissSettings)
+
+    # query-time defaults recorded in the manifest (chosen by measurement: see bench/README.md)
+    search: dict = field(default_factory=lambda: dict(DEFAULT_SEARCH))
 
     def __post_init__(self):
         if isinstance(self.dense, str):  # a model name or path
             self.dense = DenseSettings(model=self.dense)
-        if self.bm25 is None and self.dense is None:
-            raise ConfigError("nothing to index: enable at least one of BM25 and dense")
+        if isinstance(self.sparse, str):
+            self.sparse = SparseSettings(model=self.sparse)
+        if self.bm25 is None and self.dense is None and self.sparse is None:
+            raise ConfigError("nothing to index: enable at least one of BM25, dense and sparse")
 
     def analyzer(self) -> Analyzer:
         return Analyzer(self.language, self.stemming, self.stopwords)
@@ -111,18 +123,22 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     try:
         store = DocstoreWriter(tmp)
         bm25 = open_writer(config.bm25, tmp / "bm25", analyzer, threads) if config.bm25 else None
-        dense = None
+        writers = {}
         if config.dense is not None:
             from ..encode.dense import DenseEncoder
-            dense = DenseWriter(tmp / "dense", DenseEncoder(config.dense), config.faiss)
+            writers["dense"] = DenseWriter(tmp / "dense", DenseEncoder(config.dense), config.faiss)
+        if config.sparse is not None:
+            from ..encode.sparse import SparseEncoder
+            from .sparse import SparseWriter
+            writers["sparse"] = SparseWriter(tmp / "sparse", SparseEncoder(config.sparse))
         n_bytes = 0
         with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
             for doc in check_documents(docs, report):
                 docno = store.add(doc)
                 if bm25:
                     bm25.add(docno, doc)
-                if dense:
-                    dense.add(docno, doc)
+                for w in writers.values():
+                    w.add(docno, doc)
                 n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
                 bar.update(1)
         store.close()
@@ -130,15 +146,17 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
             log.info("committing BM25 index (%s)", config.bm25)
             bm25.close()
         components = {"docstore": {"path": DOCSTORE_FILE}}
-        if dense:
-            log.info("building the FAISS index")
-            components["dense"] = dense.close()
+        for name, w in writers.items():
+            log.info("finishing the %s component", name)
+            components[name] = w.close()
         if bm25:
             components["bm25"] = {"backend": config.bm25, "path": "bm25", "k1": params[0], "b": params[1],
                                   "analyzer": analyzer.to_dict()}
         seconds = time.perf_counter() - t0
         settings = {"build": {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": threads}}
         manifest = new_manifest(components, store.count, report.to_dict(), settings)
+        retrievers = [n for n in ("bm25", "dense", "sparse") if n in components]
+        manifest["search"] = {"mode": "hybrid" if len(retrievers) > 1 else retrievers[0], **config.search}
         write_manifest(tmp, manifest)
         _swap_into_place(tmp, out)
     except BaseException:

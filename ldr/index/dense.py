@@ -157,5 +157,26 @@ class DenseSearcher:
             results.append(sorted(best.items(), key=lambda kv: -kv[1])[:k])
         return results
 
+    def encode(self, query: str) -> np.ndarray:
+        return self.encoder.encode_queries([query])[0]
+
+    def search_rep(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
+        return self.search_vectors(qvec[None], k)[0]
+
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_vectors(self.encoder.encode_queries([query]), k)[0]
+        return self.search_rep(self.encode(query), k)
+
+    def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
+        """Exact best-passage cosine of each document (owner rows are in document order)."""
+        owner = np.asarray(self.owner)
+        lo = np.searchsorted(owner, docnos, side="left")
+        hi = np.searchsorted(owner, docnos, side="right")
+        rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(docnos) else np.zeros(0, np.int64)
+        vecs = self.index.reconstruct_batch(rows.astype(np.int64)) if len(rows) else np.zeros((0, len(qvec)))
+        sims = vecs @ qvec
+        out, pos = np.full(len(docnos), -1.0), 0
+        for i, (a, b) in enumerate(zip(lo, hi)):
+            if b > a:
+                out[i] = sims[pos:pos + b - a].max()
+            pos += b - a
+        return out

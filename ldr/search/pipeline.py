@@ -1,22 +1,112 @@
-"""The query pipeline: run the selected first-stage retrievers and turn their output into Hits."""
+"""The query pipeline: first-stage retrievers → fusion → rerank of the top candidates → Hits.
+
+Each retriever encodes the query once (`encode`), retrieves (`search_rep`); the reranker reuses
+those query representations through a per-query context. Every hit carries each stage's score.
+"""
 from __future__ import annotations
 
-from typing import Callable
+import time
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from .fusion import METHODS, fuse
 from .hits import Hit
 
-# A retriever maps (query, depth) → [(docno, score)], best first.
-Retriever = Callable[[str, int], list[tuple[int, float]]]
+RETRIEVERS = ("bm25", "dense", "sparse")
+MODES = RETRIEVERS + ("hybrid",)
 
 
-def run_retriever(name: str, retrievers: dict[str, Retriever], query: str, depth: int) -> list[tuple[int, float]]:
-    if name not in retrievers:
-        have = ", ".join(sorted(retrievers)) or "none"
-        raise ConfigError(f"this index has no {name!r} component (it has: {have}); rebuild with it or pick another --mode")
-    return retrievers[name](query, depth)
+@dataclass
+class SearchOptions:
+    mode: str = "hybrid"
+    fusion: str = "rrf"
+    weights: dict[str, float] | None = None
+    rrf_k: int = 60
+    depth: int = 1000              # per retriever
+    rerank: str | None = "passage"  # None | "passage" | "cross-encoder"
+    rerank_depth: int = 100
+    rerank_weights: dict[str, float] | None = None
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.fusion not in METHODS:
+            raise ConfigError(f"unknown fusion {self.fusion!r}; choose one of {', '.join(METHODS)}")
+        if self.weights:
+            bad = set(self.weights) - set(RETRIEVERS)
+            if bad:
+                raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(RETRIEVERS)}")
 
 
-def to_hits(ranked: list[tuple[int, float]], stage: str, ids: list[str], titles: list[str]) -> list[Hit]:
-    return [Hit(id=ids[d], score=s, rank=r, title=titles[d], docno=d, scores={stage: s})
-            for r, (d, s) in enumerate(ranked, 1)]
+@dataclass
+class QueryContext:
+    """What one query has computed so far, shared by the stages."""
+
+    query: str
+    retrievers: dict
+    texts: object                       # callable docno → text
+    reps: dict = field(default_factory=dict)
+    first_stage: dict = field(default_factory=dict)   # name → {docno: score}
+    timings: dict = field(default_factory=dict)
+
+    def rep(self, name: str):
+        if name not in self.reps:
+            self.reps[name] = self.retrievers[name].encode(self.query)
+        return self.reps[name]
+
+    @property
+    def dense(self):
+        return self.retrievers.get("dense")
+
+    @property
+    def sparse(self):
+        return self.retrievers.get("sparse")
+
+    def text(self, docno: int) -> str:
+        return self.texts(docno)
+
+
+def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranker=None, texts=None) -> tuple[list, QueryContext]:
+    """Ranked [(docno, score, {stage: score})] for one query, and its context (timings, reps)."""
+    opts.check()
+    names = [n for n in RETRIEVERS if n in retrievers] if opts.mode == "hybrid" else [opts.mode]
+    for n in names:
+        if n not in retrievers:
+            have = ", ".join(sorted(retrievers)) or "none"
+            raise ConfigError(f"this index has no {n!r} component (it has: {have}); rebuild with it or pick another --mode")
+    ctx = QueryContext(query, retrievers, texts)
+    depth = max(opts.depth, k, opts.rerank_depth if reranker else 0)
+    for n in names:
+        t = time.perf_counter()
+        ctx.first_stage[n] = dict(retrievers[n].search_rep(ctx.rep(n), depth))
+        ctx.timings[n] = time.perf_counter() - t
+    if len(names) == 1:
+        fused = ctx.first_stage[names[0]]
+    else:
+        t = time.perf_counter()
+        fused = fuse(ctx.first_stage, opts.fusion, opts.weights, opts.rrf_k)
+        ctx.timings["fusion"] = time.perf_counter() - t
+    ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+    stage_name = "fused" if len(names) > 1 else names[0]
+    rows = [(d, s, {**{n: ctx.first_stage[n][d] for n in names if d in ctx.first_stage[n]}, stage_name: s})
+            for d, s in ranked]
+    if reranker is not None and rows:
+        t = time.perf_counter()
+        head, tail = rows[:opts.rerank_depth], rows[opts.rerank_depth:]
+        scores, feats = reranker.rescore(ctx, [d for d, _, _ in head])
+        reranked = []
+        for i, (d, _, st) in enumerate(head):
+            st = dict(st, rerank=float(scores[i]))
+            for f, vals in feats.items():
+                st[f"rerank.{f}"] = float(vals[i])
+            reranked.append((d, float(scores[i]), st))
+        reranked.sort(key=lambda r: (-r[1], r[0]))
+        # documents past the rerank depth keep their order, below every reranked one
+        rows = reranked + tail
+        ctx.timings["rerank"] = time.perf_counter() - t
+    return rows[:k], ctx
+
+
+def to_hits(rows, ids: list[str], titles: list[str]) -> list[Hit]:
+    return [Hit(id=ids[d], score=s, rank=r, title=titles[d], docno=d, scores=st)
+            for r, (d, s, st) in enumerate(rows, 1)]

@@ -101,6 +101,12 @@ class LuceneSearcher:
         self._searcher.set_analyzer(get_lucene_analyzer(
             language=_lucene_language(analyzer), stemming=analyzer.stemming, stopwords=analyzer.stopwords))
 
+    def encode(self, query: str) -> str:
+        return query
+
+    def search_rep(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search(query, k)
+
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         if not query.strip() or k <= 0:
             return []

@@ -71,6 +71,12 @@ class TantivySearcher:
     def analyze(self, text: str) -> list[str]:
         return self._analyzer.analyze(cjk_pretokenize(text) if self._cjk else text)
 
+    def encode(self, query: str) -> str:
+        return query
+
+    def search_rep(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search(query, k)
+
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         # Bag of words: each distinct query term once, boosted by its count (as Lucene/pyserini do).
         # Building the query from analysed terms avoids query-syntax errors on user text.

@@ -1,0 +1,152 @@
+"""Learned sparse term weights over the model vocabulary → scipy CSR.
+
+Two families:
+- `splade`: an MLM head; w_t = max over tokens of log1p(relu(logit_t)) (SPLADE max pooling).
+- `head` (mGTE / BGE-M3 style): a linear head on token states, w = relu(W·h) per token, the
+  maximum kept when a token id repeats; the score of a pair is Σ over shared terms w_q·w_d.
+Long documents are encoded in windows of the model's length; a term keeps its maximum weight
+over all windows.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, ModelError
+from .batching import budget_batches, pad, special_tokens
+from .models import DEFAULT_SPARSE, model_revision, offline_hint, resolve
+
+KINDS = ("splade", "head")
+
+
+@dataclass
+class SparseSettings:
+    model: str = DEFAULT_SPARSE
+    kind: str = "splade"
+    head: str | None = None          # kind=head: file with the linear head (default <model>/sparse_linear.pt)
+    max_length: int | None = None    # window; default the model's position count
+    top_k: int | None = 256          # keep the k heaviest terms of a document (None: all)
+    threshold: float = 0.0           # drop weights at or below this
+    batch_tokens: int = 4096
+    device: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ConfigError(f"unknown sparse model kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("device")
+        return d
+
+
+def _load_head(path: Path, hidden: int):
+    import torch
+
+    if not path.is_file():
+        raise ModelError(f"sparse head {path} not found; give --sparse-head pointing at the model's sparse_linear.pt")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    layer = torch.nn.Linear(hidden, 1)
+    state = {k.rsplit(".", 1)[-1]: v for k, v in state.items()}
+    try:
+        layer.load_state_dict(state)
+    except RuntimeError as e:
+        raise ModelError(f"{path} is not a linear head for hidden size {hidden}: {e}") from None
+    return layer
+
+
+class SparseEncoder:
+    def __init__(self, settings: SparseSettings | None = None):
+        import torch
+        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        self.settings = s = settings or SparseSettings()
+        self.device = s.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        path, _ = resolve(s.model)
+        if os.path.isdir(s.model):
+            s.model = path
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            cls = AutoModelForMaskedLM if s.kind == "splade" else AutoModel
+            self.model = cls.from_pretrained(path).to(self.device).eval()
+        except OSError as e:
+            raise ModelError(offline_hint(s.model) + f" [{str(e)[:200]}]") from None
+        self.path = path
+        self.head = None
+        if s.kind == "head":
+            head = Path(s.head) if s.head else Path(path) / "sparse_linear.pt"
+            self.head = _load_head(head, self.model.config.hidden_size).to(self.device).eval()
+            s.head = str(head.resolve())
+        self.vocab_size = self.model.config.vocab_size
+        self._head_ids, self._tail_ids = special_tokens(self.tokenizer)
+        self._special = set(self.tokenizer.all_special_ids)
+        trained = int(getattr(self.model.config, "max_position_embeddings", 512))
+        self.window = min(s.max_length or trained, trained)
+
+    def describe(self) -> dict:
+        return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
+                "architecture": type(self.model).__name__, "vocab_size": self.vocab_size, "window": self.window,
+                "settings": self.settings.to_dict()}
+
+    def vocabulary(self) -> list[str]:
+        inv = {i: t for t, i in self.tokenizer.get_vocab().items()}
+        return [inv.get(i, f"[{i}]") for i in range(self.vocab_size)]
+
+    def _weights(self, batch: list[list[int]]):
+        """(b, V) max-pooled term weights of each window."""
+        import torch
+
+        ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
+        if self.settings.kind == "splade":
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
+            act = torch.log1p(torch.relu(logits)) * mask.unsqueeze(-1)
+            return act.amax(dim=1).float()
+        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        tok_w = torch.relu(self.head(hidden)).squeeze(-1).float() * mask
+        for sid in self._special:
+            tok_w = tok_w.masked_fill(ids == sid, 0)
+        out = torch.zeros(len(batch), self.vocab_size, device=tok_w.device)
+        return out.scatter_reduce(1, ids, tok_w, reduce="amax", include_self=True)
+
+    def _encode(self, texts: list[str], prune: bool):
+        import scipy.sparse as sp
+        import torch
+
+        s = self.settings
+        room = self.window - len(self._head_ids) - len(self._tail_ids)
+        all_ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        pieces, owner = [], []
+        for d, ids in enumerate(all_ids):
+            for i in range(0, max(len(ids), 1), room):
+                pieces.append(self._head_ids + ids[i:i + room] + self._tail_ids)
+                owner.append(d)
+        owner = np.asarray(owner)
+        dense = torch.zeros(len(texts), self.vocab_size)
+        with torch.inference_mode():
+            for rows in budget_batches([len(p) for p in pieces], s.batch_tokens):
+                w = self._weights([pieces[r] for r in rows]).cpu()
+                idx = torch.as_tensor(owner[rows])
+                dense.index_reduce_(0, idx, w, reduce="amax", include_self=True)
+        mat = dense.numpy()
+        if prune:
+            if s.threshold > 0:
+                mat[mat <= s.threshold] = 0
+            if s.top_k and s.top_k < mat.shape[1]:
+                cut = np.partition(mat, -s.top_k, axis=1)[:, -s.top_k][:, None]
+                mat[mat < cut] = 0
+        return sp.csr_matrix(mat, dtype=np.float32)
+
+    def encode_documents(self, texts: list[str]):
+        return self._encode(texts, prune=True)
+
+    def encode_queries(self, texts: list[str]):
+        return self._encode(texts, prune=False)

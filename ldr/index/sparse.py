@@ -1,0 +1,122 @@
+"""The learned-sparse component: CSR (document → terms) and CSC (term → postings) as .npy.
+
+Query-time scoring touches only the postings of the query's terms (an inverted index), with the
+arrays memory-mapped: Σ_t w_q(t) · w_d(t) accumulated per document, then a top-k selection.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..corpus import Doc
+from .dense import doc_text
+
+FILES = ("doc_indptr", "doc_terms", "doc_weights", "term_indptr", "term_docs", "term_weights")
+
+
+class SparseWriter:
+    def __init__(self, path: Path, encoder, docs_per_batch: int = 32):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.encoder = encoder
+        self._pending: list[tuple[int, str]] = []
+        self._per_batch = docs_per_batch
+        self._terms = open(self.path / "terms.i32", "wb")
+        self._weights = open(self.path / "weights.f32", "wb")
+        self._lengths: list[int] = []
+
+    def add(self, docno: int, doc: Doc) -> None:
+        self._pending.append((docno, doc_text(doc)))
+        if len(self._pending) >= self._per_batch:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        mat = self.encoder.encode_documents([t for _, t in self._pending])
+        mat.sort_indices()
+        self._terms.write(mat.indices.astype(np.int32).tobytes())
+        self._weights.write(mat.data.astype(np.float32).tobytes())
+        self._lengths.extend(np.diff(mat.indptr).tolist())
+        self._pending = []
+
+    def close(self) -> dict:
+        import scipy.sparse as sp
+
+        self._flush()
+        self._terms.close()
+        self._weights.close()
+        terms = np.fromfile(self.path / "terms.i32", dtype=np.int32)
+        weights = np.fromfile(self.path / "weights.f32", dtype=np.float32)
+        indptr = np.zeros(len(self._lengths) + 1, dtype=np.int64)
+        np.cumsum(self._lengths, out=indptr[1:])
+        n_docs, vocab = len(self._lengths), self.encoder.vocab_size
+        csr = sp.csr_matrix((weights, terms, indptr), shape=(n_docs, vocab))
+        csc = csr.tocsc()
+        np.save(self.path / "doc_indptr.npy", indptr)
+        np.save(self.path / "doc_terms.npy", terms)
+        np.save(self.path / "doc_weights.npy", weights)
+        np.save(self.path / "term_indptr.npy", csc.indptr.astype(np.int64))
+        np.save(self.path / "term_docs.npy", csc.indices.astype(np.int32))
+        np.save(self.path / "term_weights.npy", csc.data.astype(np.float32))
+        (self.path / "terms.i32").unlink()
+        (self.path / "weights.f32").unlink()
+        return {"path": self.path.name, "documents": n_docs, "vocab_size": vocab, "postings": int(len(terms)),
+                "avg_terms_per_doc": round(len(terms) / max(n_docs, 1), 1), "model": self.encoder.describe()}
+
+
+class SparseIndex:
+    """Memory-mapped inverted index over learned term weights."""
+
+    def __init__(self, path: Path):
+        p = Path(path)
+        self.arrays = {f: np.load(p / f"{f}.npy", mmap_mode="r") for f in FILES}
+        self.n_docs = len(self.arrays["doc_indptr"]) - 1
+
+    def score(self, q_terms: np.ndarray, q_weights: np.ndarray) -> np.ndarray:
+        """Exact Σ_t w_q(t)·w_d(t) for every document (zeros where no term is shared)."""
+        ip, docs, w = self.arrays["term_indptr"], self.arrays["term_docs"], self.arrays["term_weights"]
+        scores = np.zeros(self.n_docs, dtype=np.float32)
+        for t, wq in zip(q_terms, q_weights):
+            s, e = ip[t], ip[t + 1]
+            if e > s:
+                scores[docs[s:e]] += wq * w[s:e]  # a document appears once per term: no collisions
+        return scores
+
+    def top_k(self, q_terms, q_weights, k: int) -> list[tuple[int, float]]:
+        scores = self.score(q_terms, q_weights)
+        hit = np.flatnonzero(scores)
+        if not len(hit):
+            return []
+        if len(hit) > k:
+            hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
+        hit = hit[np.lexsort((hit, -scores[hit]))]
+        return [(int(d), float(scores[d])) for d in hit]
+
+    def doc_score(self, docno: int, q_terms: np.ndarray, q_weights: np.ndarray) -> float:
+        terms, weights = self.doc_vector(docno)
+        common, qi, di = np.intersect1d(q_terms, terms, assume_unique=True, return_indices=True)
+        return float(np.dot(q_weights[qi], weights[di])) if len(common) else 0.0
+
+    def doc_vector(self, docno: int) -> tuple[np.ndarray, np.ndarray]:
+        ip = self.arrays["doc_indptr"]
+        s, e = ip[docno], ip[docno + 1]
+        return np.asarray(self.arrays["doc_terms"][s:e]), np.asarray(self.arrays["doc_weights"][s:e])
+
+
+class SparseSearcher:
+    def __init__(self, path: Path, encoder):
+        self.index = SparseIndex(path)
+        self.encoder = encoder
+
+    def encode(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        q = self.encoder.encode_queries([query])
+        q.sort_indices()
+        return q.indices, q.data
+
+    def search_rep(self, rep, k: int) -> list[tuple[int, float]]:
+        return self.index.top_k(rep[0], rep[1], k)
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search_rep(self.encode(query), k)

@@ -1,0 +1,108 @@
+"""Cross-encoder reranking with any Hugging Face sequence-classification model
+(bge-reranker-v2-m3, mGTE reranker, ms-marco MiniLM cross-encoders, ...).
+
+A long document is scored over windows of (query + window) that fit the model, produced by the
+tokenizer's own overflow handling; at most `max_windows` windows per document, all batched.
+Window scores are aggregated by max (default) or the mean of the first k.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, ModelError
+from ..encode.models import offline_hint, resolve
+
+AGGREGATES = ("max", "firstk")
+
+
+@dataclass
+class CrossEncoderSettings:
+    model: str
+    max_length: int | None = None     # default: the model's (capped at 512)
+    stride: int = 64                  # tokens shared by consecutive windows
+    max_windows: int = 8
+    aggregate: str = "max"
+    first_k: int = 3
+    batch_size: int = 16
+    trust_remote_code: bool = False
+    device: str | None = None
+
+    def __post_init__(self):
+        if self.aggregate not in AGGREGATES:
+            raise ConfigError(f"unknown window aggregate {self.aggregate!r}; choose one of {', '.join(AGGREGATES)}")
+
+    def to_dict(self):
+        d = asdict(self)
+        d.pop("device")
+        return d
+
+
+def aggregate(window_scores: list[float], how: str = "max", first_k: int = 3) -> float:
+    if not window_scores:
+        return float("-inf")
+    if how == "max":
+        return float(max(window_scores))
+    return float(np.mean(window_scores[:first_k]))
+
+
+class CrossEncoderReranker:
+    def __init__(self, settings: CrossEncoderSettings):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        self.settings = s = settings
+        self.name = f"cross-encoder:{s.model}"
+        self.device = s.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        path, _ = resolve(s.model)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code)
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                path, trust_remote_code=s.trust_remote_code).to(self.device).eval()
+        except OSError as e:
+            raise ModelError(offline_hint(s.model) + f" [{str(e)[:200]}]") from None
+        limit = int(getattr(self.model.config, "max_position_embeddings", 512))
+        if self.model.config.model_type in ("roberta", "xlm-roberta", "camembert"):
+            limit -= 2
+        self.max_length = min(s.max_length or limit, limit, 8192)
+
+    def _windows(self, query: str, text: str):
+        enc = self.tokenizer(query, text, truncation="only_second", max_length=self.max_length,
+                             stride=self.settings.stride, return_overflowing_tokens=True, padding=False)
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        n = min(len(enc["input_ids"]), self.settings.max_windows)
+        return [{k: enc[k][i] for k in keys} for i in range(n)]
+
+    def _logits(self, batch: list[dict]) -> np.ndarray:
+        import torch
+
+        padded = self.tokenizer.pad(batch, return_tensors="pt")
+        with torch.inference_mode():
+            logits = self.model(**{k: v.to(self.device) for k, v in padded.items()}).logits.float()
+        if logits.shape[-1] == 1:
+            return logits[:, 0].cpu().numpy()
+        return (logits[:, -1] - logits[:, 0]).cpu().numpy()  # positive-class margin
+
+    def score(self, query: str, texts: list[str]) -> np.ndarray:
+        windows, owner = [], []
+        for d, t in enumerate(texts):
+            w = self._windows(query, t)
+            windows.extend(w)
+            owner.extend([d] * len(w))
+        per_doc: list[list[float]] = [[] for _ in texts]
+        bs = self.settings.batch_size
+        order = np.argsort([-len(w["input_ids"]) for w in windows], kind="stable")
+        scores = np.zeros(len(windows))
+        for i in range(0, len(order), bs):
+            rows = order[i:i + bs]
+            scores[rows] = self._logits([windows[r] for r in rows])
+        for r, d in enumerate(owner):
+            per_doc[d].append(float(scores[r]))  # windows kept in document order for first-k
+        return np.array([aggregate(p, self.settings.aggregate, self.settings.first_k) for p in per_doc])
+
+    def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
+        return self.score(ctx.query, [ctx.text(d) for d in docnos]), {}
