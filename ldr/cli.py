@@ -66,15 +66,25 @@ def main(verbose: int) -> None:
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available).")
 @click.option("--faiss", "faiss_index", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat",
               show_default=True, help="FAISS index type.")
+@click.option("--sparse", "sparse_model", default="splade-tiny", show_default=True,
+              help="Learned-sparse model (packaged name, HF name or folder); `none` for no sparse index.")
+@click.option("--sparse-kind", type=click.Choice(["splade", "head"]), default="splade", show_default=True,
+              help="splade: MLM head; head: linear term-weight head (mGTE/BGE-M3 style).")
+@click.option("--sparse-head", default=None, help="kind=head: the head weights (default MODEL/sparse_linear.pt).")
+@click.option("--sparse-top-k", type=int, default=256, show_default=True,
+              help="Keep the k heaviest terms per document (0: all).")
+@click.option("--sparse-threshold", type=float, default=0.0, help="Drop term weights at or below this.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threads, dense_model, doc_strategy,
               max_length, stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix,
-              doc_prefix, batch_tokens, trust_remote_code, device, faiss_index, quiet):
+              doc_prefix, batch_tokens, trust_remote_code, device, faiss_index, sparse_model, sparse_kind, sparse_head,
+              sparse_top_k, sparse_threshold, quiet):
     """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT."""
     from .api import Index
     from .corpus import IngestReport
     from .encode.dense import DenseSettings
     from .index.build import BuildConfig
+    from .encode.sparse import SparseSettings
     from .index.dense import FaissSettings
 
     dense = None if dense_model == "none" else DenseSettings(
@@ -84,7 +94,10 @@ def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threa
         trust_remote_code=trust_remote_code, device=device)
     config = BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
                          stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, dense=dense,
-                         faiss=FaissSettings(index=faiss_index))
+                         faiss=FaissSettings(index=faiss_index),
+                         sparse=None if sparse_model == "none" else SparseSettings(
+                             model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None,
+                             threshold=sparse_threshold, device=device))
     report = IngestReport()
     index = Index.build(corpus, out, config=config, report=report, progress=not quiet)
     click.echo(report.summary())
@@ -98,27 +111,48 @@ def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threa
 @click.argument("query")
 @click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")
 @click.option("-k", type=int, default=10, show_default=True, help="Number of hits.")
-@click.option("--mode", type=click.Choice(["bm25", "dense"]), default=None, help="Retriever to use (default: the index's).")
+@click.option("--mode", type=click.Choice(["hybrid", "bm25", "dense", "sparse"]), default=None,
+              help="Retrievers to use (default: hybrid over all the index has).")
+@click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore"]), default=None,
+              help="Fusion method (default: the index's).")
+@click.option("--weights", default=None, help="Fusion weights, e.g. bm25=1,dense=0.5,sparse=0.5.")
+@click.option("--no-rerank", is_flag=True, help="Skip the second stage.")
+@click.option("--rerank-model", default=None, help="Cross-encoder (any HF sequence-classification model).")
+@click.option("--depth", type=int, default=None, help="Candidates per retriever (default 1000).")
+@click.option("--rerank-depth", type=int, default=None, help="Candidates reranked (default 100).")
+@click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--text", "with_text", is_flag=True, help="With --json: include each hit's full text.")
-def search_cmd(query, index_path, k, mode, as_json, with_text):
-    """Search an index for QUERY."""
+def search_cmd(query, index_path, k, mode, fusion, weights, no_rerank, rerank_model, depth, rerank_depth, device,
+               as_json, with_text):
+    """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`)."""
     from . import api
+    from .errors import ConfigError
+    from .search.fusion import parse_weights
 
-    index = api.open(index_path, verify=False)
-    hits = index.search(query, k=k, mode=mode)
+    index = api.open(index_path, verify=False, device=device)
+    try:
+        w = parse_weights(weights)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    hits = index.search(query, k=k, mode=mode, fusion=fusion, weights=w, rerank=False if no_rerank else None,
+                        rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth)
+    stages = list(hits[0].scores) if hits else []
     if as_json:
-        click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(),
+        click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(), "stages": stages,
+                               "timings_ms": {n: round(1e3 * t, 2) for n, t in index.last_timings.items()},
                                "hits": [h.to_dict(with_text=with_text) for h in hits]}, ensure_ascii=False))
         return
     if not hits:
         click.echo("no hits")
         return
     width = max(len(h.id) for h in hits)
-    click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  title / snippet")
+    shown = [s for s in stages if "." not in s]
+    click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title / snippet")
     for h in hits:
-        label = h.title if h.title else h.snippet(80)
-        click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {label}")
+        label = h.title if h.title else h.snippet(60)
+        cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
+        click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{label}")
 
 
 @main.command("info")
@@ -140,7 +174,15 @@ def info_cmd(index_path, as_json):
     if ing:
         skipped = ", ".join(f"{r}: {n}" for r, n in ing.get("skipped", {}).items()) or "none"
         click.echo(f"ingest      {ing.get('indexed')} indexed; skipped: {skipped}")
+    sd = info["search"]
+    click.echo(f"search      mode={sd.get('mode')}, fusion={sd.get('fusion')}, weights={sd.get('weights') or 'equal'}, "
+               f"rerank={sd.get('rerank') or 'none'} (top {sd.get('rerank_depth')})")
     for name, comp in info["components"].items():
+        if name == "sparse":
+            m = comp["model"]
+            click.echo(f"{'sparse':<11} {m['name']} ({m['architecture']}, {m['settings']['kind']}), "
+                       f"{comp['postings']} postings, {comp['avg_terms_per_doc']} terms/doc")
+            continue
         if name == "dense":
             m = comp["model"]
             ext = m.get("extension") or {}

@@ -18,7 +18,7 @@ def _tokenizer_dir() -> Path:
     return packaged_path("all-minilm-l6-v2")
 
 
-def make(kind: str, path: Path) -> Path:
+def make(kind: str, path: Path, num_labels: int = 1) -> Path:
     import transformers as tf
 
     torch.manual_seed(0)
@@ -26,6 +26,9 @@ def make(kind: str, path: Path) -> Path:
                   intermediate_size=128, pad_token_id=0)
     if kind == "bert":
         model = tf.BertModel(tf.BertConfig(max_position_embeddings=64, **common))
+    elif kind == "bert-classifier":
+        model = tf.BertForSequenceClassification(tf.BertConfig(max_position_embeddings=64, num_labels=num_labels,
+                                                               **common))
     elif kind == "modernbert":
         model = tf.ModernBertModel(tf.ModernBertConfig(max_position_embeddings=64, global_attn_every_n_layers=1,
                                                        local_attention=16, **common))

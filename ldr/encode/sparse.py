@@ -130,13 +130,11 @@ class SparseEncoder:
                 pieces.append(self._head_ids + ids[i:i + room] + self._tail_ids)
                 owner.append(d)
         owner = np.asarray(owner)
-        dense = torch.zeros(len(texts), self.vocab_size)
+        mat = np.zeros((len(texts), self.vocab_size), dtype=np.float32)
         with torch.inference_mode():
             for rows in budget_batches([len(p) for p in pieces], s.batch_tokens):
-                w = self._weights([pieces[r] for r in rows]).cpu()
-                idx = torch.as_tensor(owner[rows])
-                dense.index_reduce_(0, idx, w, reduce="amax", include_self=True)
-        mat = dense.numpy()
+                w = self._weights([pieces[r] for r in rows]).cpu().numpy()
+                np.maximum.at(mat, owner[rows], w)   # a term keeps its largest weight over windows
         if prune:
             if s.threshold > 0:
                 mat[mat <= s.threshold] = 0

@@ -120,10 +120,11 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     tmp = out.parent / f".{out.name}{_TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     t0 = time.perf_counter()
+    store = bm25 = None
+    writers: dict = {}
     try:
         store = DocstoreWriter(tmp)
         bm25 = open_writer(config.bm25, tmp / "bm25", analyzer, threads) if config.bm25 else None
-        writers = {}
         if config.dense is not None:
             from ..encode.dense import DenseEncoder
             writers["dense"] = DenseWriter(tmp / "dense", DenseEncoder(config.dense), config.faiss)
@@ -160,6 +161,12 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
         write_manifest(tmp, manifest)
         _swap_into_place(tmp, out)
     except BaseException:
+        for w in [store, bm25, *writers.values()]:
+            if w is not None:
+                try:
+                    w.abort()
+                except Exception as e:  # keep the original error; this is cleanup
+                    log.debug("abort failed: %s", e)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     log.info("built %s in %.1fs: %s", out, seconds, report.summary())

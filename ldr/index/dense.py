@@ -93,6 +93,9 @@ class DenseWriter:
         self.count += len(vecs)
         self._pending = []
 
+    def abort(self) -> None:
+        self._raw.close()
+
     def close(self) -> dict:
         import faiss
 

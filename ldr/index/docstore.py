@@ -55,6 +55,9 @@ class DocstoreWriter:
         self._flush()
         self._writer.close()
 
+    def abort(self) -> None:
+        self._writer.close()
+
 
 class Docstore:
     """Read side: ids and lengths in memory, text fetched per row group on demand."""

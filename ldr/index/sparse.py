@@ -41,6 +41,10 @@ class SparseWriter:
         self._lengths.extend(np.diff(mat.indptr).tolist())
         self._pending = []
 
+    def abort(self) -> None:
+        self._terms.close()
+        self._weights.close()
+
     def close(self) -> dict:
         import scipy.sparse as sp
 

@@ -71,8 +71,13 @@ class CrossEncoderReranker:
         self.max_length = min(s.max_length or limit, limit, 8192)
 
     def _windows(self, query: str, text: str):
+        q_len = len(self.tokenizer(query, add_special_tokens=False)["input_ids"])
+        room = self.max_length - q_len - 4  # pair special tokens
+        if room < 8:
+            raise ConfigError(f"the query is too long for a {self.max_length}-token cross-encoder window")
         enc = self.tokenizer(query, text, truncation="only_second", max_length=self.max_length,
-                             stride=self.settings.stride, return_overflowing_tokens=True, padding=False)
+                             stride=min(self.settings.stride, room // 2), return_overflowing_tokens=True,
+                             padding=False)
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
         n = min(len(enc["input_ids"]), self.settings.max_windows)
         return [{k: enc[k][i] for k in keys} for i in range(n)]

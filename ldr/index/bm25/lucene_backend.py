@@ -87,6 +87,12 @@ class LuceneWriter:
         self._flush()
         self._indexer.close()
 
+    def abort(self) -> None:
+        try:
+            self._indexer.close()
+        except Exception:  # the JVM side may already be gone
+            pass
+
 
 class LuceneSearcher:
     name = "lucene"

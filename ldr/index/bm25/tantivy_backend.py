@@ -56,6 +56,14 @@ class TantivyWriter:
         self._writer.commit()
         self._writer.wait_merging_threads()
 
+    def abort(self) -> None:
+        """Stop tantivy's writer threads so that nothing writes into a directory being removed."""
+        try:
+            self._writer.rollback()
+            self._writer.wait_merging_threads()
+        except Exception:  # already failed or consumed: nothing left running
+            pass
+
 
 class TantivySearcher:
     name = "tantivy"

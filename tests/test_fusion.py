@@ -1,0 +1,46 @@
+import math
+
+import pytest
+
+from ldr.search.fusion import fuse, fuse_runs, normalize, parse_weights, ranks, rrf, weighted_sum
+
+A = {"x": 3.0, "y": 2.0}
+B = {"y": 5.0, "z": 1.0}
+
+
+def test_rrf_by_hand():
+    out = rrf({"a": A, "b": B}, k=60)
+    assert math.isclose(out["x"], 1 / 61)
+    assert math.isclose(out["y"], 1 / 62 + 1 / 61)
+    assert math.isclose(out["z"], 1 / 62)
+    w = rrf({"a": A, "b": B}, weights={"a": 2.0, "b": 0.5}, k=10)
+    assert math.isclose(w["y"], 2 / 12 + 0.5 / 11)
+    assert "z" in w and math.isclose(w["z"], 0.5 / 12)
+
+
+def test_minmax_and_zscore_by_hand():
+    mm = weighted_sum({"a": A, "b": B}, norm="minmax")
+    assert mm == {"x": 1.0, "y": 1.0, "z": 0.0}      # a missing doc takes the run's floor (0)
+    z = weighted_sum({"a": A, "b": B}, norm="zscore")
+    assert z == pytest.approx({"x": 0.0, "y": 0.0, "z": -2.0})
+    zw = weighted_sum({"a": A, "b": B}, {"a": 1.0, "b": 3.0}, norm="zscore")
+    assert zw == pytest.approx({"x": 1 - 3, "y": -1 + 3, "z": -1 - 3})
+
+
+def test_normalize_edge_cases_and_ranks():
+    assert normalize({"a": 2.0, "b": 2.0}, "minmax") == {"a": 1.0, "b": 1.0}
+    assert normalize({"a": 2.0}, "zscore") == {"a": 0.0}
+    assert normalize({}, "minmax") == {}
+    assert ranks({"b": 1.0, "a": 1.0, "c": 2.0}) == {"c": 1, "a": 2, "b": 3}
+
+
+def test_fuse_runs_and_weights_parsing():
+    runs = {"bm25": {"q1": A, "q2": {"x": 1.0}}, "dense": {"q1": B}}
+    out = fuse_runs(runs, "rrf")
+    assert set(out) == {"q1", "q2"} and math.isclose(out["q2"]["x"], 1 / 61)
+    assert fuse({"a": A}, "minmax") == {"x": 1.0, "y": 0.0}
+    assert parse_weights("bm25=1, dense=0.5") == {"bm25": 1.0, "dense": 0.5}
+    with pytest.raises(ValueError, match="name=number"):
+        parse_weights("bm25")
+    with pytest.raises(ValueError, match="unknown fusion"):
+        fuse({"a": A}, "borda")

@@ -1,0 +1,64 @@
+"""The whole pipeline with the real packaged models: three retrievers → fusion → rerank."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+from ldr.errors import ConfigError
+
+pytestmark = pytest.mark.slow
+
+QUERY = "XQ-77 automobile repair price"
+DOCS = [
+    {"id": "R1-lexical", "text": "Form XQ-77 must be signed by the tenant before moving in."},
+    {"id": "R2-semantic", "text": "What a mechanic charges to fix your car."},
+    {"id": "D1", "text": "Buying tyres and brakes for a vehicle at the garage."},
+    {"id": "D2", "text": "Motor insurance premiums for young drivers."},
+    {"id": "D3", "text": "A recipe for lemon drizzle cake with icing."},
+    {"id": "D4", "text": "The planets orbit the sun in elliptical paths."},
+]
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory):
+    return ldr.Index.build(DOCS, tmp_path_factory.mktemp("h") / "idx", sparse=None)
+
+
+def test_fusion_finds_what_each_retriever_misses(hybrid):
+    bm25 = [h.id for h in hybrid.search(QUERY, k=2, mode="bm25")]
+    dense = [h.id for h in hybrid.search(QUERY, k=2, mode="dense")]
+    fused = [h.id for h in hybrid.search(QUERY, k=2, rerank=False)]
+    assert "R2-semantic" not in bm25 and "R1-lexical" in bm25       # no shared terms
+    assert "R1-lexical" not in dense and "R2-semantic" in dense     # semantically off
+    assert set(fused) == {"R1-lexical", "R2-semantic"}
+
+
+def test_every_hit_explains_its_rank(hybrid):
+    hits = hybrid.search(QUERY, k=3)
+    assert hits[0].scores["rerank"] == hits[0].score
+    assert {"fused", "rerank", "rerank.dense", "rerank.bm25"} <= set(hits[0].scores)
+    assert set(hybrid.last_timings) >= {"bm25", "dense", "fusion", "rerank"}
+    minmax = hybrid.search(QUERY, k=3, fusion="minmax", weights={"bm25": 1.0, "dense": 0.0}, rerank=False)
+    assert minmax[0].id == "R1-lexical"
+    with pytest.raises(ConfigError, match="no 'sparse' component"):
+        hybrid.search(QUERY, mode="sparse")
+
+
+def test_cli_full_pipeline(tmp_path, sample_corpus):
+    r = CliRunner()
+    out = r.invoke(main, ["index", str(sample_corpus), "-o", str(tmp_path / "idx"), "-q"])
+    assert out.exit_code == 0, out.output
+    out = r.invoke(main, ["search", "stretch and folds during bulk fermentation", "-i", str(tmp_path / "idx"), "--json"])
+    data = json.loads(out.output)
+    assert data["mode"] == "hybrid" and data["hits"][0]["id"] == "sourdough-guide"
+    assert {"bm25", "dense", "sparse", "fused", "rerank"} <= set(data["stages"])
+    for mode in ("bm25", "dense", "sparse"):
+        out = r.invoke(main, ["search", "corrosion of the bearing plates", "-i", str(tmp_path / "idx"),
+                              "--mode", mode, "-k", "1", "--json"])
+        assert json.loads(out.output)["hits"][0]["id"] == "bridge-inspection-report.html", mode
+    out = r.invoke(main, ["search", "x", "-i", str(tmp_path / "idx"), "--weights", "bm25"])
+    assert out.exit_code == 2 and "name=number" in out.output
+    out = r.invoke(main, ["info", str(tmp_path / "idx")])
+    assert "sparse      splade-tiny" in out.output and "rerank=passage" in out.output

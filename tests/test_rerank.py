@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+import torch
+
+from ldr.errors import ConfigError
+from ldr.rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings, aggregate
+from tiny_models import make
+
+
+def test_aggregate():
+    assert aggregate([0.1, 0.9, 0.3], "max") == 0.9
+    assert aggregate([0.1, 0.9, 0.3, 5.0], "firstk", 3) == pytest.approx(np.mean([0.1, 0.9, 0.3]))
+    assert aggregate([], "max") == float("-inf")
+    with pytest.raises(ConfigError):
+        CrossEncoderSettings(model="x", aggregate="median")
+
+
+@pytest.fixture(scope="module")
+def tiny_classifier(tmp_path_factory):
+    return str(make("bert-classifier", tmp_path_factory.mktemp("ce") / "m"))
+
+
+def test_windows_are_bounded_and_aggregated(tiny_classifier):
+    r = CrossEncoderReranker(CrossEncoderSettings(model=tiny_classifier, max_windows=3, stride=4, device="cpu"))
+    assert r.max_length == 64
+    long_doc = " ".join(f"word{i}" for i in range(400))
+    windows = r._windows("a short query", long_doc)
+    assert len(windows) == 3 and all(len(w["input_ids"]) <= 64 for w in windows)
+    # reference: score each window alone, take the max
+    singles = [float(r._logits([w])[0]) for w in windows]
+    got = r.score("a short query", [long_doc, "tiny doc"])
+    assert got[0] == pytest.approx(max(singles), abs=1e-5)
+    r.settings.aggregate = "firstk"
+    r.settings.first_k = 2
+    assert r.score("a short query", [long_doc])[0] == pytest.approx(np.mean(singles[:2]), abs=1e-5)
+
+
+def test_two_label_models_use_the_positive_margin(tmp_path):
+    import transformers as tf
+    path = make("bert-classifier", tmp_path / "two", num_labels=2)
+    r = CrossEncoderReranker(CrossEncoderSettings(model=str(path), device="cpu"))
+    w = r._windows("q", "some document")
+    padded = r.tokenizer.pad(w, return_tensors="pt")
+    with torch.inference_mode():
+        logits = r.model(**padded).logits
+    assert r._logits(w)[0] == pytest.approx(float(logits[0, 1] - logits[0, 0]), abs=1e-6)
+
+
+def test_cross_encoder_in_the_search_pipeline(tmp_path, tiny_classifier):
+    import ldr
+    docs = [{"id": f"d{i}", "text": f"apple {'banana ' * i} cherry"} for i in range(8)]
+    idx = ldr.Index.build(docs, tmp_path / "i", dense=None, sparse=None)
+    hits = idx.search("apple cherry", k=8, rerank_model=tiny_classifier, rerank_depth=5)
+    r = idx.reranker(None, tiny_classifier)
+    top5 = sorted(h.id for h in idx.search("apple cherry", k=5, rerank=False))
+    expected = r.score("apple cherry", [idx.document(d).text for d in top5])
+    assert [h.id for h in hits[:5]] == [top5[i] for i in np.argsort(-expected, kind="stable")]
+    assert all("rerank" in h.scores for h in hits[:5]) and all("rerank" not in h.scores for h in hits[5:])

@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from ldr.corpus import Doc
+from ldr.encode.sparse import SparseEncoder, SparseSettings
+from ldr.errors import ConfigError
+from ldr.index.sparse import SparseIndex, SparseWriter
+from tiny_models import make
+
+
+class RandomSparse:
+    """A stand-in encoder: random CSR rows, so the index can be checked against brute force."""
+
+    vocab_size = 500
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+
+    def encode_documents(self, texts):
+        return sp.random(len(texts), self.vocab_size, density=0.05, format="csr", dtype=np.float32,
+                         random_state=self.rng)
+
+    def describe(self):
+        return {"name": "random"}
+
+
+def test_inverted_scoring_equals_brute_force(tmp_path):
+    enc = RandomSparse()
+    w = SparseWriter(tmp_path / "s", enc, docs_per_batch=7)
+    for i in range(60):
+        w.add(i, Doc(str(i), "x"))
+    info = w.close()
+    idx = SparseIndex(tmp_path / "s")
+    csr = sp.csr_matrix((np.load(tmp_path / "s/doc_weights.npy"), np.load(tmp_path / "s/doc_terms.npy"),
+                         np.load(tmp_path / "s/doc_indptr.npy")), shape=(60, enc.vocab_size))
+    assert info["documents"] == 60 and info["postings"] == csr.nnz
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        terms = np.sort(rng.choice(enc.vocab_size, 12, replace=False))
+        weights = rng.random(12).astype(np.float32)
+        q = np.zeros(enc.vocab_size, dtype=np.float32)
+        q[terms] = weights
+        brute = csr @ q
+        assert np.allclose(idx.score(terms, weights), brute, atol=1e-5)
+        top = idx.top_k(terms, weights, 5)
+        assert [d for d, _ in top] == list(np.argsort(-brute, kind="stable")[:5])
+        for d in range(0, 60, 7):
+            assert np.isclose(idx.doc_score(d, terms, weights), brute[d], atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def splade():
+    return SparseEncoder(SparseSettings(device="cpu", top_k=None))
+
+
+def test_splade_tiny_weights(splade):
+    m = splade.encode_queries(["what is the capital of france", "sourdough starter feeding"])
+    assert isinstance(m, sp.csr_matrix) and m.shape == (2, 30522) and (m.data > 0).all()
+    vocab = splade.vocabulary()
+    top = [vocab[i] for i in m[0].indices[np.argsort(-m[0].data)][:10]]
+    assert "france" in top or "capital" in top
+
+
+def test_long_documents_keep_the_max_weight_over_windows():
+    enc = SparseEncoder(SparseSettings(device="cpu", max_length=10, top_k=None))   # 8 tokens per window
+    a = "the cat sat on the warm mat today"
+    b = "dogs run fast across the green open fields"
+    ta, tb = (enc.tokenizer(x, add_special_tokens=False)["input_ids"] for x in (a, b))
+    assert len(ta) == len(tb) == 8
+    both = enc.encode_documents([a + " " + b]).toarray()[0]
+    wa, wb = enc.encode_documents([a]).toarray()[0], enc.encode_documents([b]).toarray()[0]
+    assert np.allclose(both, np.maximum(wa, wb), atol=1e-5)
+
+
+def test_pruning_options():
+    enc = SparseEncoder(SparseSettings(device="cpu", top_k=5))
+    m = enc.encode_documents(["a long enough sentence about many different things and topics"])
+    assert m.nnz == 5
+    enc = SparseEncoder(SparseSettings(device="cpu", top_k=None, threshold=0.5))
+    m = enc.encode_documents(["a long enough sentence about many different things and topics"])
+    assert (m.data > 0.5).all()
+
+
+def test_linear_head_style(tmp_path):
+    """mGTE / BGE-M3 style: relu(W h) per token, max for repeated tokens, specials dropped."""
+    path = make("bert", tmp_path / "m")
+    torch.manual_seed(1)
+    torch.save({"weight": torch.randn(1, 64), "bias": torch.zeros(1)}, path / "sparse_linear.pt")
+    enc = SparseEncoder(SparseSettings(model=str(path), kind="head", device="cpu", top_k=None))
+    text = "apple banana apple cherry"
+    m = enc.encode_documents([text])
+    ids = enc.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert set(m.indices) <= set(ids)
+    # reference: token weights from the same forward pass, max per id
+    full = enc._head_ids + ids + enc._tail_ids
+    with torch.inference_mode():
+        h = enc.model(input_ids=torch.tensor([full])).last_hidden_state
+        tw = torch.relu(enc.head(h)).squeeze(-1)[0, len(enc._head_ids):len(enc._head_ids) + len(ids)]
+    expected = {}
+    for t, w in zip(ids, tw.tolist()):
+        expected[t] = max(expected.get(t, 0.0), w)
+    got = dict(zip(m.indices.tolist(), m.data.tolist()))
+    assert got == pytest.approx({t: w for t, w in expected.items() if w > 0}, abs=1e-5)
+    with pytest.raises(ConfigError):
+        SparseSettings(kind="colbert")
