@@ -173,6 +173,7 @@ class Index:
         reranker = self.reranker(opts.rerank, rerank_model) if (opts.rerank or rerank_model) else None
         rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text)
         self.last_timings = ctx.timings
+        self.last_context = ctx
         hits = to_hits(rows, self.docstore.ids, self.docstore.titles)
         if with_text:
             for h in hits:

@@ -34,57 +34,60 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-@main.command("index")
-@click.argument("corpus", type=click.Path(exists=True))
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
-@click.option("--bm25", type=click.Choice(["tantivy", "lucene", "none"]), default="tantivy", show_default=True,
-              help="BM25 backend (lucene needs `pip install 'ldr[lucene]'`).")
-@click.option("--language", default="en", show_default=True,
-              help="Analyzer language (ISO code such as en, de, fr, ru; cjk/zh/ja/ko for CJK bigrams; none).")
-@click.option("--no-stem", is_flag=True, help="Do not stem terms.")
-@click.option("--keep-stopwords", is_flag=True, help="Do not remove stop words.")
-@click.option("--k1", type=float, default=None, help="BM25 k1 (default: the backend's).")
-@click.option("--b", "b", type=float, default=None, help="BM25 b (default: the backend's).")
-@click.option("--threads", type=int, default=0, help="Threads (0: all cores).")
-@click.option("--dense", "dense_model", default="all-MiniLM-L6-v2", show_default=True,
-              help="Dense model: a packaged name, a Hugging Face name or a local folder; `none` for no dense index.")
-@click.option("--doc-strategy", type=click.Choice(STRATEGIES), default="maxp", show_default=True,
-              help="How long documents are encoded.")
-@click.option("--max-length", type=int, default=None, help="Tokens per pass (default: the model's).")
-@click.option("--stride", type=int, default=None, help="maxp: tokens between passage starts (default: max length).")
-@click.option("--target-length", type=int, default=4096, show_default=True,
-              help="Extension strategies: tokens encoded in one pass.")
-@click.option("--ntk-lambda", type=float, default=None, help="ntk: rotary base scale λ (default by scale factor).")
-@click.option("--group", type=int, default=None, help="selfextend: group size g.")
-@click.option("--window", type=int, default=None, help="selfextend: neighbour window w.")
-@click.option("--attn-scaling", is_flag=True, help="Scale attention logits by log(n)/log(L_o) beyond the trained length.")
-@click.option("--dim", type=int, default=None, help="Matryoshka: keep the first DIM dimensions.")
-@click.option("--query-prefix", default=None, help="Text put before queries (default: the model's prompt).")
-@click.option("--doc-prefix", default=None, help="Text put before documents (default: the model's prompt).")
-@click.option("--batch-tokens", type=int, default=16384, show_default=True, help="Token budget per forward pass.")
-@click.option("--trust-remote-code", is_flag=True, help="Allow models that ship their own code.")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available).")
-@click.option("--faiss", "faiss_index", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat",
-              show_default=True, help="FAISS index type.")
-@click.option("--sparse", "sparse_model", default="splade-tiny", show_default=True,
-              help="Learned-sparse model (packaged name, HF name or folder); `none` for no sparse index.")
-@click.option("--sparse-kind", type=click.Choice(["splade", "head"]), default="splade", show_default=True,
-              help="splade: MLM head; head: linear term-weight head (mGTE/BGE-M3 style).")
-@click.option("--sparse-head", default=None, help="kind=head: the head weights (default MODEL/sparse_linear.pt).")
-@click.option("--sparse-top-k", type=int, default=256, show_default=True,
-              help="Keep the k heaviest terms per document (0: all).")
-@click.option("--sparse-threshold", type=float, default=0.0, help="Drop term weights at or below this.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threads, dense_model, doc_strategy,
-              max_length, stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix,
-              doc_prefix, batch_tokens, trust_remote_code, device, faiss_index, sparse_model, sparse_kind, sparse_head,
-              sparse_top_k, sparse_threshold, quiet):
-    """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT."""
-    from .api import Index
-    from .corpus import IngestReport
+INDEX_OPTIONS = [
+    click.option("--bm25", type=click.Choice(["tantivy", "lucene", "none"]), default="tantivy", show_default=True,
+                 help="BM25 backend (lucene needs `pip install 'ldr[lucene]'`)."),
+    click.option("--language", default="en", show_default=True,
+                 help="Analyzer language (ISO code such as en, de, fr, ru; cjk/zh/ja/ko for CJK bigrams; none)."),
+    click.option("--no-stem", is_flag=True, help="Do not stem terms."),
+    click.option("--keep-stopwords", is_flag=True, help="Do not remove stop words."),
+    click.option("--k1", type=float, default=None, help="BM25 k1 (default: the backend's)."),
+    click.option("--b", "b", type=float, default=None, help="BM25 b (default: the backend's)."),
+    click.option("--threads", type=int, default=0, help="Threads (0: all cores)."),
+    click.option("--dense", "dense_model", default="all-MiniLM-L6-v2", show_default=True,
+                 help="Dense model: a packaged name, a Hugging Face name or a local folder; `none` for no dense index."),
+    click.option("--doc-strategy", type=click.Choice(STRATEGIES), default="maxp", show_default=True,
+                 help="How long documents are encoded."),
+    click.option("--max-length", type=int, default=None, help="Tokens per pass (default: the model's)."),
+    click.option("--stride", type=int, default=None, help="maxp: tokens between passage starts (default: max length)."),
+    click.option("--target-length", type=int, default=4096, show_default=True,
+                 help="Extension strategies: tokens encoded in one pass."),
+    click.option("--ntk-lambda", type=float, default=None, help="ntk: rotary base scale λ (default by scale factor)."),
+    click.option("--group", type=int, default=None, help="selfextend: group size g."),
+    click.option("--window", type=int, default=None, help="selfextend: neighbour window w."),
+    click.option("--attn-scaling", is_flag=True, help="Scale attention logits by log(n)/log(L_o) beyond the trained length."),
+    click.option("--dim", type=int, default=None, help="Matryoshka: keep the first DIM dimensions."),
+    click.option("--query-prefix", default=None, help="Text put before queries (default: the model's prompt)."),
+    click.option("--doc-prefix", default=None, help="Text put before documents (default: the model's prompt)."),
+    click.option("--batch-tokens", type=int, default=16384, show_default=True, help="Token budget per forward pass."),
+    click.option("--trust-remote-code", is_flag=True, help="Allow models that ship their own code."),
+    click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)."),
+    click.option("--faiss", "faiss_index", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat",
+                 show_default=True, help="FAISS index type."),
+    click.option("--sparse", "sparse_model", default="splade-tiny", show_default=True,
+                 help="Learned-sparse model (packaged name, HF name or folder); `none` for no sparse index."),
+    click.option("--sparse-kind", type=click.Choice(["splade", "head"]), default="splade", show_default=True,
+                 help="splade: MLM head; head: linear term-weight head (mGTE/BGE-M3 style)."),
+    click.option("--sparse-head", default=None, help="kind=head: the head weights (default MODEL/sparse_linear.pt)."),
+    click.option("--sparse-top-k", type=int, default=256, show_default=True,
+                 help="Keep the k heaviest terms per document (0: all)."),
+    click.option("--sparse-threshold", type=float, default=0.0, help="Drop term weights at or below this."),
+]
+
+
+def index_options(f):
+    for opt in reversed(INDEX_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, dense_model, doc_strategy, max_length,
+                 stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix, doc_prefix,
+                 batch_tokens, trust_remote_code, device, faiss_index, sparse_model, sparse_kind, sparse_head,
+                 sparse_top_k, sparse_threshold):
     from .encode.dense import DenseSettings
-    from .index.build import BuildConfig
     from .encode.sparse import SparseSettings
+    from .index.build import BuildConfig
     from .index.dense import FaissSettings
 
     dense = None if dense_model == "none" else DenseSettings(
@@ -92,19 +95,82 @@ def index_cmd(corpus, out, bm25, language, no_stem, keep_stopwords, k1, b, threa
         ntk_lambda=ntk_lambda, group=group, window=window, attn_scaling=attn_scaling, dim=dim,
         query_prefix=query_prefix, doc_prefix=doc_prefix, batch_tokens=batch_tokens,
         trust_remote_code=trust_remote_code, device=device)
-    config = BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
-                         stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, dense=dense,
-                         faiss=FaissSettings(index=faiss_index),
-                         sparse=None if sparse_model == "none" else SparseSettings(
-                             model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None,
-                             threshold=sparse_threshold, device=device))
+    sparse = None if sparse_model == "none" else SparseSettings(
+        model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None,
+        threshold=sparse_threshold, device=device)
+    return BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
+                       stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, dense=dense, sparse=sparse,
+                       faiss=FaissSettings(index=faiss_index))
+
+
+@main.command("index")
+@click.argument("corpus", type=click.Path(exists=True))
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
+@index_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def index_cmd(corpus, out, quiet, **options):
+    """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT."""
+    from .api import Index
+    from .corpus import IngestReport
+
     report = IngestReport()
-    index = Index.build(corpus, out, config=config, report=report, progress=not quiet)
+    index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet)
     click.echo(report.summary())
     for line in report.details():
         click.echo(line, err=True)
     secs = index.manifest["settings"]["build"]["seconds"]
     click.echo(f"index written to {out} in {secs:.1f}s")
+
+
+@main.command("eval")
+@click.option("--bench", type=click.Choice(["longembed", "loco", "mldr", "beir"]), required=True)
+@click.option("--tasks", default=None, help="Comma-separated tasks (LongEmbed/LoCo task names, MLDR languages).")
+@click.option("--data", type=click.Path(), default=None,
+              help="Dataset folder as downloaded from Hugging Face (BEIR: the BEIR folder). Default: the hub, "
+                   "or synthetic passkey/needle.")
+@click.option("--haystack", type=click.Path(exists=True), default=None,
+              help="Synthetic needle: folder of .txt essays to hide facts in.")
+@click.option("--lengths", default=None, help="passkey/needle context lengths, e.g. 256,512,1024.")
+@click.option("--split", default="test", show_default=True)
+@click.option("--max-queries", type=int, default=None, help="Evaluate only the first N queries per task.")
+@click.option("--depth", type=int, default=1000, show_default=True, help="Candidates per retriever.")
+@click.option("--out", "out_dir", type=click.Path(), default="eval-out", show_default=True)
+@click.option("--cache", type=click.Path(), default=None, help="Index cache folder (default OUT/cache).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic tasks.")
+@index_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, out_dir, cache, seed, quiet, **options):
+    """Evaluate every stage on a benchmark; writes TREC runs, metrics.json, report.md and plots."""
+    from pathlib import Path
+
+    from .eval.benchmarks import load
+    from .eval.runner import EvalOptions, run_benchmark
+
+    task_list = [t.strip() for t in tasks.split(",")] if tasks else None
+    length_list = [int(x) for x in lengths.split(",")] if lengths else None
+    loaded = load(bench, task_list, data, length_list, haystack, split, seed)
+    config = build_config(**options)
+    partial = []
+    if max_queries:
+        partial.append(f"max {max_queries} queries per task")
+    if length_list:
+        partial.append(f"lengths {lengths}")
+    if task_list:
+        partial.append(f"tasks {tasks}")
+    settings = {"data": str(data) if data else ("synthetic" if bench == "longembed" else "hub"),
+                "haystack": haystack, "split": split, "max_queries": max_queries, "lengths": length_list,
+                "tasks": task_list, "depth": depth, "seed": seed, "partial": "; ".join(partial) or None,
+                "dense": options["dense_model"], "doc_strategy": options["doc_strategy"],
+                "sparse": options["sparse_model"], "bm25": options["bm25"]}
+    opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet)
+    metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings)
+    stages = list(metrics["averages"])
+    click.echo(f"{'task':<22}" + "".join(f"{s:>10}" for s in stages))
+    for name, t in metrics["tasks"].items():
+        click.echo(f"{name:<22}" + "".join(f"{t['stages'][s][t['main_metric']]:>10.1f}" if s in t["stages"] else f"{'-':>10}"
+                                          for s in stages))
+    click.echo(f"{'average':<22}" + "".join(f"{metrics['averages'][s]:>10.1f}" for s in stages))
+    click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
 
 
 @main.command("search")

@@ -47,6 +47,8 @@ class QueryContext:
     texts: object                       # callable docno → text
     reps: dict = field(default_factory=dict)
     first_stage: dict = field(default_factory=dict)   # name → {docno: score}
+    fused: dict = field(default_factory=dict)         # docno → fused score (hybrid)
+    reranked: dict = field(default_factory=dict)      # docno → second-stage score
     timings: dict = field(default_factory=dict)
 
     def rep(self, name: str):
@@ -86,6 +88,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         t = time.perf_counter()
         fused = fuse(ctx.first_stage, opts.fusion, opts.weights, opts.rrf_k)
         ctx.timings["fusion"] = time.perf_counter() - t
+        ctx.fused = fused
     ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
     stage_name = "fused" if len(names) > 1 else names[0]
     rows = [(d, s, {**{n: ctx.first_stage[n][d] for n in names if d in ctx.first_stage[n]}, stage_name: s})
@@ -101,6 +104,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
                 st[f"rerank.{f}"] = float(vals[i])
             reranked.append((d, float(scores[i]), st))
         reranked.sort(key=lambda r: (-r[1], r[0]))
+        ctx.reranked = {d: s for d, s, _ in reranked}
         # documents past the rerank depth keep their order, below every reranked one
         rows = reranked + tail
         ctx.timings["rerank"] = time.perf_counter() - t

@@ -1,0 +1,115 @@
+"""`ldr eval`: one (cached) index per task, every stage of the pipeline, metrics and reports."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..index.build import BuildConfig
+from .metrics import evaluate
+from .runs import write_run
+from .tasks import Task
+
+log = logging.getLogger(__name__)
+STAGES = ("bm25", "dense", "sparse", "fused", "reranked")
+METRICS = ("ndcg@10", "recall@100", "acc@1", "mrr@10")
+
+
+@dataclass
+class EvalOptions:
+    max_queries: int | None = None
+    depth: int = 1000
+    rerank_depth: int = 100
+    cache: Path | None = None
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def _config_key(config: BuildConfig) -> str:
+    d = asdict(config)
+    for comp in ("dense", "sparse"):
+        if d.get(comp):
+            d[comp].pop("device", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def task_index(task: Task, config: BuildConfig, cache: Path, progress: bool):
+    """Open the cached index of (task data, build settings), building it on a miss."""
+    import ldr
+    from ..errors import IndexFormatError
+
+    safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
+    path = cache / f"{safe}-{task.fingerprint}-{_config_key(config)}"
+    if path.is_dir():
+        try:
+            return ldr.open(path, verify=False), True
+        except IndexFormatError:
+            log.warning("cached index %s is damaged; rebuilding", path)
+    return ldr.Index.build(task.corpus(), path, config=config, progress=progress), False
+
+
+def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path) -> dict:
+    """Metrics per stage for one task; writes one TREC run per stage."""
+    t0 = time.perf_counter()
+    index, cached = task_index(task, config, opts.cache or out / "cache", opts.progress)
+    build_s = time.perf_counter() - t0
+    qids = sorted(task.queries)
+    if opts.max_queries:
+        qids = qids[: opts.max_queries]
+    qrels = {q: task.qrels[q] for q in qids if q in task.qrels}
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    ids = index.docstore.ids
+    t1 = time.perf_counter()
+    for qid in tqdm(qids, desc=task.name, unit="q", disable=not opts.progress, leave=False):
+        index.search(task.queries[qid], k=opts.depth, depth=opts.depth, rerank_depth=opts.rerank_depth,
+                     with_text=False)
+        ctx = index.last_context
+        for name, scores in ctx.first_stage.items():
+            runs.setdefault(name, {})[qid] = {ids[d]: s for d, s in scores.items()}
+        if ctx.fused:
+            runs.setdefault("fused", {})[qid] = {ids[d]: s for d, s in ctx.fused.items()}
+        if ctx.reranked:
+            base = ctx.fused or next(iter(ctx.first_stage.values()))
+            rr = {ids[d]: s for d, s in ctx.reranked.items()}
+            # candidates past the rerank depth stay below the reranked ones, in first-stage order
+            floor = min(rr.values()) if rr else 0.0
+            rest = sorted(((d, s) for d, s in base.items() if ids[d] not in rr), key=lambda kv: -kv[1])
+            for i, (d, _) in enumerate(rest):
+                rr[ids[d]] = floor - 1 - i
+            runs.setdefault("reranked", {})[qid] = rr
+    search_s = time.perf_counter() - t1
+    result = {"queries": len(qids), "documents": len(index), "index_cached": cached,
+              "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {}}
+    tdir = out / "runs"
+    tdir.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
+    for stage in STAGES:
+        if stage in runs:
+            write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")
+            result["stages"][stage] = {m: round(100 * v, 2) for m, v in evaluate(qrels, runs[stage], METRICS).items()}
+    return result
+
+
+def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: EvalOptions, out: Path,
+                  settings: dict) -> dict:
+    from .report import aggregate, write_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    per_task = {}
+    t0 = time.perf_counter()
+    for task in tasks:
+        log.info("task %s: %d queries", task.name, len(task.queries))
+        per_task[task.name] = evaluate_task(task, config, opts, out)
+        per_task[task.name].update({"group": task.group, "length": task.length})
+    metrics = aggregate(bench, per_task)
+    metrics["settings"] = settings
+    metrics["seconds"] = round(time.perf_counter() - t0, 1)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    write_report(metrics, out)
+    return metrics

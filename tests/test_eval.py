@@ -1,0 +1,190 @@
+import json
+import math
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import pytrec_eval
+from click.testing import CliRunner
+
+from ldr.cli import main
+from ldr.errors import DataError
+from ldr.eval import benchmarks, synthetic
+from ldr.eval.metrics import evaluate, evaluate_per_query
+from ldr.eval.runs import read_run, write_run
+
+
+# -- metrics ---------------------------------------------------------------------------------
+def test_metrics_by_hand():
+    qrels = {"q1": {"a": 1, "c": 1}, "q2": {"z": 1}}
+    run = {"q1": {"b": 3.0, "a": 2.0, "c": 1.0}, "q2": {"x": 1.0}}
+    m = evaluate_per_query(qrels, run, ("ndcg@10", "acc@1", "mrr@10", "recall@100"))
+    dcg = 1 / math.log2(3) + 1 / math.log2(4)
+    idcg = 1 + 1 / math.log2(3)
+    assert m["q1"]["ndcg@10"] == pytest.approx(dcg / idcg)
+    assert m["q1"]["acc@1"] == 0.0 and m["q1"]["mrr@10"] == pytest.approx(0.5)
+    assert m["q1"]["recall@100"] == 1.0
+    assert m["q2"] == {"ndcg@10": 0.0, "acc@1": 0.0, "mrr@10": 0.0, "recall@100": 0.0}
+    mean = evaluate(qrels, run, ("ndcg@10",))
+    assert mean["ndcg@10"] == pytest.approx(dcg / idcg / 2)
+    # a query with no results at all still counts (as 0) in the mean
+    assert evaluate(qrels, {"q1": run["q1"]}, ("ndcg@10",))["ndcg@10"] == pytest.approx(dcg / idcg / 2)
+
+
+def _ndcg10(rel: dict, ranked: list[str]) -> float:
+    dcg = sum(rel.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:10]))
+    ideal = sorted(rel.values(), reverse=True)[:10]
+    return dcg / sum(r / math.log2(i + 2) for i, r in enumerate(ideal))
+
+
+def test_metrics_match_pytrec_eval_and_numpy_on_a_random_run():
+    rng = random.Random(3)
+    docs = [f"d{i}" for i in range(200)]
+    qrels = {f"q{i}": {d: rng.choice([1, 2]) for d in rng.sample(docs, rng.randint(1, 5))} for i in range(30)}
+    run = {q: {d: rng.random() for d in rng.sample(docs, 150)} for q in qrels}
+    ours = evaluate_per_query(qrels, run, ("ndcg@10", "recall@100"))
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    for q in qrels:
+        assert ours[q]["ndcg@10"] == pytest.approx(ref[q]["ndcg_cut_10"])
+        assert ours[q]["recall@100"] == pytest.approx(ref[q]["recall_100"])
+        ranked = sorted(run[q], key=lambda d: -run[q][d])
+        assert ours[q]["ndcg@10"] == pytest.approx(_ndcg10(qrels[q], ranked), abs=1e-6)
+
+
+def test_trec_run_roundtrip(tmp_path):
+    run = {"q1": {"a": 1.5, "b": 2.5}, "q2": {"c": 0.1}}
+    write_run(tmp_path / "r.trec", run, "tag")
+    lines = (tmp_path / "r.trec").read_text().splitlines()
+    assert lines[0] == "q1 Q0 b 1 2.500000 tag" and lines[1] == "q1 Q0 a 2 1.500000 tag"
+    assert read_run(tmp_path / "r.trec") == run
+
+
+# -- synthetic tasks -------------------------------------------------------------------------
+def test_passkey_layout_and_recipe():
+    t = synthetic.passkey(lengths=(256, 1024), seed=1)
+    assert t == synthetic.passkey(lengths=(256, 1024), seed=1)          # deterministic by seed
+    corpus, queries, qrels = t.split(1024)
+    assert len(corpus) == 100 and len(queries) == 50 and len(qrels) == 50
+    for qid, q in queries.items():
+        name = q.removeprefix("what is the passkey for ").removesuffix("?")
+        doc = corpus[next(iter(qrels[qid]))]
+        assert f"{name}'s pass key is" in doc and len(doc.split()) <= 0.75 * 1024
+        assert synthetic.FILLER in doc
+    assert set(t.corpus[0]) == {"doc_id", "text", "context_length"}
+
+
+def test_needle_hides_one_fact_per_document(tmp_path):
+    for i in range(3):
+        (tmp_path / f"e{i}.txt").write_text(" ".join(f"essay{i}word{j}" for j in range(800)))
+    t = synthetic.needle(tmp_path, lengths=(512,), seed=0)
+    corpus, queries, qrels = t.split(512)
+    assert len(corpus) == 100 and len(queries) == 50
+    for qid, q in list(queries.items())[:10]:
+        doc = corpus[next(iter(qrels[qid]))]
+        person_thing = q.removeprefix("What is ").removesuffix("?")
+        assert f"{person_thing} is " in doc and len(doc.split()) <= 0.75 * 512 + 1
+
+
+# -- loaders on fixtures in the official layouts -------------------------------------------
+def _jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_longembed_loader(tmp_path):
+    _jsonl(tmp_path / "qmsum/corpus.jsonl", [{"doc_id": "d1", "text": "meeting one"}, {"doc_id": "d2", "text": "two"}])
+    _jsonl(tmp_path / "qmsum/queries.jsonl", [{"qid": "q1", "text": "one?"}])
+    _jsonl(tmp_path / "qmsum/qrels.jsonl", [{"qid": "q1", "doc_id": "d1"}])
+    pk = synthetic.passkey(lengths=(256, 512))
+    _jsonl(tmp_path / "passkey/corpus.jsonl", pk.corpus)
+    _jsonl(tmp_path / "passkey/queries.jsonl", pk.queries)
+    _jsonl(tmp_path / "passkey/qrels.jsonl", pk.qrels)
+    tasks = benchmarks.load("longembed", ["qmsum", "passkey"], tmp_path)
+    assert [t.name for t in tasks] == ["qmsum", "passkey@256", "passkey@512"]
+    assert [d.id for d in tasks[0].corpus()] == ["d1", "d2"] and tasks[0].qrels == {"q1": {"d1": 1}}
+    assert tasks[1].group == "passkey" and tasks[1].length == 256 and len(list(tasks[1].corpus())) == 100
+    assert len(tasks[2].queries) == 50
+    only = benchmarks.load("longembed", ["passkey"], tmp_path, lengths=[512])
+    assert [t.name for t in only] == ["passkey@512"]
+
+
+def test_loco_loader_parquet(tmp_path):
+    qdir, ddir = tmp_path / "LoCoV1-Queries/data", tmp_path / "LoCoV1-Documents/data"
+    qdir.mkdir(parents=True)
+    ddir.mkdir(parents=True)
+    pq.write_table(pa.table({"qid": ["q1", "q2"], "query": ["a?", "b?"], "answer_pids": [["p1"], ["p3"]],
+                             "dataset": ["qmsum", "gov_report"]}), qdir / "test-00000-of-00001.parquet")
+    pq.write_table(pa.table({"pid": ["p1", "p2", "p3"], "passage": ["x", "y", "z"],
+                             "dataset": ["qmsum", "qmsum", "gov_report"]}), ddir / "test-00000-of-00001.parquet")
+    tasks = benchmarks.load("loco", ["qmsum", "gov_report"], tmp_path)
+    assert [d.id for d in tasks[0].corpus()] == ["p1", "p2"] and tasks[0].qrels == {"q1": {"p1": 1}}
+    assert tasks[1].queries == {"q2": "b?"}
+    with pytest.raises(DataError, match="unknown LoCoV1"):
+        benchmarks.load("loco", ["nope"], tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["parquet", "raw"])
+def test_mldr_loader(tmp_path, layout):
+    q = [{"query_id": "q-en-1", "query": "who?", "positive_passages": [{"docid": "doc-en-2", "text": "t"}],
+          "negative_passages": []}]
+    c = [{"docid": "doc-en-1", "text": "first"}, {"docid": "doc-en-2", "text": "second"}]
+    if layout == "parquet":
+        for cfg, split, rows in (("en", "test", q), ("corpus-en", "corpus", c)):
+            (tmp_path / cfg / split).mkdir(parents=True)
+            pq.write_table(pa.Table.from_pylist(rows), tmp_path / cfg / split / "0000.parquet")
+    else:
+        _jsonl(tmp_path / "mldr-v1.0-en/test.jsonl", q)
+        _jsonl(tmp_path / "mldr-v1.0-en/corpus.jsonl", c)
+    (task,) = benchmarks.load("mldr", ["en"], tmp_path)
+    assert task.qrels == {"q-en-1": {"doc-en-2": 1}} and [d.id for d in task.corpus()] == ["doc-en-1", "doc-en-2"]
+
+
+def test_offline_without_data_says_how_to_get_it(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DataError, match="huggingface-cli download --repo-type dataset Shitao/MLDR"):
+        benchmarks.load("mldr", ["en"])
+    with pytest.raises(DataError, match="--haystack"):
+        benchmarks.load("longembed", ["needle"])
+    with pytest.raises(DataError, match="needs --data"):
+        benchmarks.load("beir")
+
+
+# -- ldr eval end to end ---------------------------------------------------------------------
+def test_eval_cli_writes_runs_metrics_report_and_plots(tmp_path):
+    beir = tmp_path / "mini"
+    _jsonl(beir / "corpus.jsonl", [{"_id": f"d{i}", "title": "", "text": f"topic{i} words about item{i}"}
+                                   for i in range(20)])
+    _jsonl(beir / "queries.jsonl", [{"_id": f"q{i}", "text": f"item{i}"} for i in range(5)])
+    (beir / "qrels").mkdir()
+    (beir / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(5)))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["eval", "--bench", "beir", "--data", str(beir), "--out", str(out), "--dense", "none",
+                                  "--sparse", "none", "-q", "--max-queries", "4"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["tasks"]["mini"]["stages"]["bm25"]["ndcg@10"] == 100.0
+    assert m["averages"]["bm25"] == 100.0 and m["settings"]["partial"] == "max 4 queries per task"
+    assert len((out / "runs/mini.bm25.trec").read_text().splitlines()) >= 4
+    assert (out / "report.md").read_text().count("Partial run") == 1
+    assert (out / "tasks.png").stat().st_size > 1000
+    # second run reuses the cached index
+    r = CliRunner().invoke(main, ["eval", "--bench", "beir", "--data", str(beir), "--out", str(out), "--dense", "none",
+                                  "--sparse", "none", "-q"])
+    assert json.loads((out / "metrics.json").read_text())["raw"]["mini"]["index_cached"] is True
+
+
+@pytest.mark.slow
+def test_eval_synthetic_passkey_all_stages(tmp_path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["eval", "--bench", "longembed", "--tasks", "passkey", "--lengths", "256,512",
+                                  "--max-queries", "5", "--out", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "metrics.json").read_text())
+    pk = m["tasks"]["passkey"]
+    assert set(pk["per_length"]) == {"256", "512"}
+    assert set(pk["stages"]) == {"bm25", "dense", "sparse", "fused", "reranked"}
+    assert (out / "passkey_heatmap.png").exists()
+    assert "passkey: Acc@1 per context length" in (out / "report.md").read_text()
