@@ -173,6 +173,41 @@ def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, o
     click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
 
 
+@main.group("probe")
+def probe_group():
+    """Diagnostics of encoders on long documents."""
+
+
+@probe_group.command("position")
+@click.argument("corpus", type=click.Path(exists=True))
+@click.option("--out", "out_dir", type=click.Path(), default="probe-out", show_default=True)
+@click.option("--model", default="all-MiniLM-L6-v2", show_default=True)
+@click.option("--strategies", default="truncate,pcw,maxp,pi", show_default=True,
+              help="Document strategies to compare (any of: " + ", ".join(STRATEGIES) + ").")
+@click.option("--target-length", type=int, default=4096, show_default=True, help="Extension strategies' length.")
+@click.option("--max-docs", type=int, default=50, show_default=True, help="Documents of CORPUS to probe.")
+@click.option("--needle-length", type=int, default=2048, show_default=True, help="Moved-needle document length.")
+@click.option("--depths", type=int, default=10, show_default=True, help="Needle depths, evenly spaced.")
+@click.option("--needle-docs", type=int, default=50, show_default=True, help="Documents (= queries) per depth.")
+@click.option("--device", default=None)
+def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, needle_length, depths, needle_docs,
+                   device):
+    """Where in a long document does an embedding look? Window similarity and moved-needle Acc@1."""
+    from pathlib import Path
+
+    from .errors import ConfigError
+    from .eval.probe import run_probe, table
+
+    strats = [s.strip() for s in strategies.split(",")]
+    bad = [s for s in strats if s not in STRATEGIES]
+    if bad:
+        raise ConfigError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
+    result = run_probe(corpus, Path(out_dir), model, strats, target_length, max_docs, needle_length, depths,
+                       needle_docs, device)
+    click.echo(table(result))
+    click.echo(f"written to {out_dir}/probe.json and {out_dir}/probe.png")
+
+
 @main.command("search")
 @click.argument("query")
 @click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")

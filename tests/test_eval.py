@@ -188,3 +188,22 @@ def test_eval_synthetic_passkey_all_stages(tmp_path):
     assert set(pk["stages"]) == {"bm25", "dense", "sparse", "fused", "reranked"}
     assert (out / "passkey_heatmap.png").exists()
     assert "passkey: Acc@1 per context length" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_probe_position(tmp_path, sample_corpus):
+    out = tmp_path / "probe"
+    r = CliRunner().invoke(main, ["probe", "position", str(sample_corpus), "--out", str(out), "--max-docs", "3",
+                                  "--needle-length", "512", "--needle-docs", "8", "--depths", "3",
+                                  "--strategies", "truncate,maxp"])
+    assert r.exit_code == 0, r.output
+    res = json.loads((out / "probe.json").read_text())
+    assert set(res["strategies"]) == {"truncate", "maxp"} and res["depths"] == [0.0, 0.5, 1.0]
+    tr, mp = res["strategies"]["truncate"], res["strategies"]["maxp"]
+    assert len(tr["window_similarity"]) == 10
+    # truncation cannot see a needle at the end of a 512-token document; MaxP can
+    assert tr["needle_acc_by_depth"][-1] < mp["needle_acc_by_depth"][-1]
+    assert mp["needle_acc_by_depth"][0] == 100.0
+    assert "moved needle" in r.output and (out / "probe.png").stat().st_size > 1000
+    r = CliRunner().invoke(main, ["probe", "position", str(sample_corpus), "--strategies", "bogus"])
+    assert r.exit_code == 2 and "unknown strategies" in r.output

@@ -54,12 +54,13 @@ def _names(n: int, seed: int) -> list[str]:
     return names
 
 
-def passkey_document(name: str, key: int, length: int, rng: random.Random) -> str:
+def passkey_document(name: str, key: int, length: int, rng: random.Random, depth: float | None = None) -> str:
+    """Filler with the pass-key sentence at a random position, or at `depth` (0 = start, 1 = end)."""
     needle = f"{name}'s pass key is {key}. Remember it. {key} is the pass key for {name}."
     budget = int(0.75 * length) - len(needle.split())
     reps = max(0, budget // len(FILLER.split()))
     filler = [FILLER] * reps
-    filler.insert(rng.randint(0, reps), needle)
+    filler.insert(rng.randint(0, reps) if depth is None else round(depth * reps), needle)
     return " ".join(filler)
 
 
