@@ -86,7 +86,6 @@ class DenseEncoder:
         self.st = st
         self.hf = st[0].auto_model
         self.tokenizer = st.tokenizer
-        self.tokenizer.model_max_length = 1 << 30  # ldr windows long inputs itself; silence the length warning
         self.pool = [m for i, m in enumerate(st) if i > 0 and type(m).__name__ == "Pooling"]
         if self.device == "cuda":
             self.hf.half()

@@ -76,7 +76,6 @@ class SparseEncoder:
             s.model = path
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.tokenizer.model_max_length = 1 << 30  # windows are cut by ldr, not the tokenizer
             cls = AutoModelForMaskedLM if s.kind == "splade" else AutoModel
             self.model = cls.from_pretrained(path).to(self.device).eval()
         except OSError as e:

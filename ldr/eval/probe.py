@@ -24,7 +24,7 @@ def window_similarity(enc: DenseEncoder, window_enc: DenseEncoder, texts: list[s
     """(n_windows,) mean over documents of cos(document representation, window embedding)."""
     sims = []
     for text in tqdm(texts, desc="window similarity", leave=False):
-        ids = enc.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = enc.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
         if len(ids) < n_windows * 8:
             continue
         bounds = np.linspace(0, len(ids), n_windows + 1).astype(int)
