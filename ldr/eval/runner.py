@@ -65,6 +65,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     qrels = {q: task.qrels[q] for q in qids if q in task.qrels}
     runs: dict[str, dict[str, dict[str, float]]] = {}
     ids = index.docstore.ids
+    features: dict[str, dict] = {}
     t1 = time.perf_counter()
     for qid in tqdm(qids, desc=task.name, unit="q", disable=not opts.progress, leave=False):
         index.search(task.queries[qid], k=opts.depth, depth=opts.depth, rerank_depth=opts.rerank_depth,
@@ -83,12 +84,16 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
             for i, (d, _) in enumerate(rest):
                 rr[ids[d]] = floor - 1 - i
             runs.setdefault("reranked", {})[qid] = rr
+            if ctx.rerank_features:
+                features[qid] = {ids[d]: f for d, f in ctx.rerank_features.items()}
     search_s = time.perf_counter() - t1
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached,
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {}}
     tdir = out / "runs"
     tdir.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
+    if features:  # the second stage's inputs, for tuning its weights offline
+        (tdir / f"{safe}.rerank_features.json").write_text(json.dumps(features))
     for stage in STAGES:
         if stage in runs:
             write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")

@@ -49,6 +49,7 @@ class QueryContext:
     first_stage: dict = field(default_factory=dict)   # name → {docno: score}
     fused: dict = field(default_factory=dict)         # docno → fused score (hybrid)
     reranked: dict = field(default_factory=dict)      # docno → second-stage score
+    rerank_features: dict = field(default_factory=dict)  # docno → {feature: value}
     timings: dict = field(default_factory=dict)
 
     def rep(self, name: str):
@@ -102,6 +103,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
             st = dict(st, rerank=float(scores[i]))
             for f, vals in feats.items():
                 st[f"rerank.{f}"] = float(vals[i])
+            ctx.rerank_features[d] = {f: float(vals[i]) for f, vals in feats.items()}
             reranked.append((d, float(scores[i]), st))
         reranked.sort(key=lambda r: (-r[1], r[0]))
         ctx.reranked = {d: s for d, s, _ in reranked}

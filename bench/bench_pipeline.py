@@ -1,0 +1,122 @@
+"""Search pipeline latency, warm, per stage and end to end, at 10k / 100k / 1M documents, and the
+cold start of `ldr search` from the shell.
+
+Real: the query encoders (MiniLM, SPLADE-tiny), tantivy BM25 over synthetic documents, FAISS
+flat search, ldr's sparse inverted index, fusion and the passage rescorer.
+Synthetic (for index-size scaling): document vectors (random unit vectors, 4 passages per
+document), sparse postings (Zipf terms, 128 per document) and BM25 documents (60 random words
+from a 50k-word vocabulary).
+
+    python bench/bench_pipeline.py [--sizes 10000,100000,1000000] [--cold-index IDX]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_sparse import build as build_sparse  # noqa: E402
+
+from ldr.encode.dense import DenseEncoder, DenseSettings  # noqa: E402
+from ldr.encode.sparse import SparseEncoder, SparseSettings  # noqa: E402
+from ldr.index.sparse import SparseIndex  # noqa: E402
+from ldr.search.fusion import fuse  # noqa: E402
+
+QUERIES = ["what did the team decide about the budget for the remote control",
+           "passkey for the user named Jeffrey", "how is the bearing corrosion repaired",
+           "termination notice period of the license", "which features did young users want",
+           "sourdough bulk fermentation time", "who relit the lighthouse lamp during the storm",
+           "capital ratio of the cooperative bank"] * 5
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--cold-index", default=None, help="an ldr index to time `ldr search` cold starts against")
+    args = ap.parse_args()
+    import faiss
+    import tantivy
+
+    from ldr.index.bm25.analysis import Analyzer
+    from ldr.index.bm25.tantivy_backend import TantivySearcher, TantivyWriter
+    from ldr.corpus import Doc
+
+    dense = DenseEncoder(DenseSettings(device="cpu"))
+    sparse = SparseEncoder(SparseSettings(device="cpu"))
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(50000)]
+    p = 1 / np.arange(1, 50001) ** 1.0
+    p /= p.sum()
+    print("| docs | stage | p50 ms | p95 ms |")
+    print("|---|---|---|---|")
+    for n in [int(x) for x in args.sizes.split(",")]:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            vecs = rng.standard_normal((4 * n, 384), dtype=np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            owner = np.repeat(np.arange(n), 4)
+            fi = faiss.IndexFlatIP(384)
+            fi.add(vecs)
+            build_sparse(n, rng, tmp / "sparse")
+            sidx = SparseIndex(tmp / "sparse")
+            w = TantivyWriter(tmp / "bm25", Analyzer(), threads=2)
+            for i in range(n):
+                w.add(i, Doc(str(i), " ".join(np.array(words)[rng.choice(50000, 60, p=p)])))
+            w.close()
+            bm = TantivySearcher(tmp / "bm25", Analyzer())
+            stages = {k: [] for k in ("encode dense", "encode sparse", "bm25", "dense", "sparse", "fusion",
+                                      "rerank", "end to end")}
+            for q in QUERIES:
+                t0 = time.perf_counter()
+                qv = dense.encode_queries([q])[0]
+                t1 = time.perf_counter()
+                qs = sparse.encode_queries([q])
+                t2 = time.perf_counter()
+                q_bm = " ".join(np.array(words)[rng.choice(2000, 6)])
+                r_bm = dict(bm.search(q_bm, 1000))
+                t3 = time.perf_counter()
+                s, rows = fi.search(qv[None], 4000)
+                r_de = {}
+                for r, sc in zip(rows[0], s[0]):
+                    r_de.setdefault(int(owner[r]), float(sc))
+                t4 = time.perf_counter()
+                r_sp = dict(sidx.top_k(rng.choice(3000, 24, replace=False), rng.lognormal(0, .5, 24).astype(np.float32), 1000))
+                t5 = time.perf_counter()
+                fused = fuse({"bm25": r_bm, "dense": r_de, "sparse": r_sp}, "rrf")
+                top = sorted(fused, key=lambda d: -fused[d])[:100]
+                t6 = time.perf_counter()
+                # passage rescoring: best passage from FAISS, exact sparse, bm25 lookup
+                rows_ = np.concatenate([np.arange(4 * d, 4 * d + 4) for d in top])
+                best = (fi.reconstruct_batch(rows_) @ qv).reshape(-1, 4).max(1)
+                qt, qw = qs.indices, qs.data
+                sp_scores = [sidx.doc_score(d, qt, qw) for d in top]
+                t7 = time.perf_counter()
+                for k, v in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6, t7 - t0)):
+                    stages[k].append(1e3 * v)
+            for k, v in stages.items():
+                print(f"| {n:,} | {k} | {statistics.median(v):.2f} | {pct(v, .95):.2f} |", flush=True)
+    if args.cold_index:
+        for mode in ("bm25", "hybrid"):
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "ldr.cli", "search", "budget decision", "-i", args.cold_index,
+                                "--mode", mode], check=True, capture_output=True)
+                times.append(time.perf_counter() - t)
+            print(f"cold start `ldr search --mode {mode}`: median {statistics.median(times):.2f}s over 3 runs")
+
+
+if __name__ == "__main__":
+    main()
