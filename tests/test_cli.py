@@ -39,3 +39,12 @@ def test_user_errors_exit_2_without_traceback(tmp_path):
     (tmp_path / "empty").mkdir()
     out = r.invoke(main, ["index", str(tmp_path / "empty"), "-o", str(tmp_path / "i")])
     assert out.exit_code == 2 and "no indexable documents" in out.output
+
+
+def test_cli_start_is_light():
+    """`ldr --help` must stay instant: no torch, transformers or pyserini at import time."""
+    import subprocess
+    import sys
+    code = ("import sys, ldr, ldr.cli; heavy = [m for m in ('torch', 'transformers', 'pyserini', 'faiss') "
+            "if m in sys.modules]; assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -16,7 +16,6 @@ from ..errors import ConfigError, ModelError
 from . import chunking
 from .batching import budget_batches, pad, special_tokens
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
-from .extend import Extension, apply_extension, ape_offset, ape_position_ids, position_kind, scale_factor, trained_length
 from .models import DEFAULT_DENSE, model_revision, offline_hint, resolve
 
 log = logging.getLogger(__name__)
@@ -61,6 +60,8 @@ def _pick_device(device: str | None) -> str:
 class DenseEncoder:
     def __init__(self, settings: DenseSettings | None = None):
         import torch
+
+        from .extend import Extension, apply_extension, position_kind, trained_length  # imports torch
 
         self.settings = s = settings or DenseSettings()
         self.device = _pick_device(s.device)
@@ -145,6 +146,8 @@ class DenseEncoder:
 
     # -- forward -----------------------------------------------------------------------------
     def _position_ids(self, n: int):
+        from .extend import ape_offset, ape_position_ids, scale_factor
+
         s = self.settings
         if self.kind == "ape":
             if s.strategy in ("gp", "rp", "pi"):
