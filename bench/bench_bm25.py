@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("ldr-tantivy", "ldr-lucene", "pyserini", "bm25s")
+SYSTEMS = ("ldr-tantivy", "ldr-lucene", "pyserini", "bm25s", "bm25s-stem")
 
 
 def _corpus(data: Path):
@@ -51,10 +51,11 @@ def run_one(system: str, data: Path, depth: int) -> dict:
         indexer.close()
         searcher = LuceneSearcher(str(tmp / "lucene"))  # pyserini defaults: BM25 k1=0.9 b=0.4
         search = lambda q: [(h.docid, h.score) for h in searcher.search(q, k=depth)]
-    elif system == "bm25s":
+    elif system.startswith("bm25s"):
         import bm25s
         import Stemmer
-        stemmer = Stemmer.Stemmer("english")
+        # "bm25s": its README defaults (English stop words, no stemmer), as measured in DESIGN.md
+        stemmer = Stemmer.Stemmer("english") if system == "bm25s-stem" else None
         ids, texts = zip(*_corpus(data))
         retriever = bm25s.BM25()  # defaults: k1 1.5, b 0.75 (Robertson/Lucene idf)
         retriever.index(bm25s.tokenize(list(texts), stopwords="en", stemmer=stemmer, show_progress=False),

@@ -124,7 +124,9 @@ class Index:
 
     def search_defaults(self) -> dict:
         """Query-time defaults recorded at build time (fusion method and weights, reranker)."""
-        d = dict(self.manifest.get("search", {}))
+        from .index.build import DEFAULT_SEARCH
+
+        d = {**DEFAULT_SEARCH, **self.manifest.get("search", {})}
         names = self.retriever_names
         d.setdefault("mode", "hybrid" if len(names) > 1 else names[0])
         if d.get("rerank") == "passage" and not ({"dense", "sparse"} & set(names)):

@@ -44,3 +44,14 @@ def test_fuse_runs_and_weights_parsing():
         parse_weights("bm25")
     with pytest.raises(ValueError, match="unknown fusion"):
         fuse({"a": A}, "borda")
+
+
+def test_top_items_equals_a_full_sort_with_ties():
+    import random
+    from ldr.search.pipeline import top_items
+    rng = random.Random(0)
+    scores = {d: float(rng.randint(0, 20)) for d in range(500)}       # many ties
+    full = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    for k in (1, 7, 100, 500, 900):
+        assert top_items(scores, k) == full[:k]
+    assert top_items({}, 5) == []

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import ConfigError
 from .fusion import METHODS, fuse
 from .hits import Hit
@@ -79,21 +81,23 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
             raise ConfigError(f"this index has no {n!r} component (it has: {have}); rebuild with it or pick another --mode")
     ctx = QueryContext(query, retrievers, texts)
     depth = max(opts.depth, k, opts.rerank_depth if reranker else 0)
+    lists = {}
     for n in names:
         t = time.perf_counter()
-        ctx.first_stage[n] = dict(retrievers[n].search_rep(ctx.rep(n), depth))
+        lists[n] = retrievers[n].search_rep(ctx.rep(n), depth)
+        ctx.first_stage[n] = dict(lists[n])
         ctx.timings[n] = time.perf_counter() - t
+    limit = max(k, opts.rerank_depth if reranker is not None else 0)
     if len(names) == 1:
-        fused = ctx.first_stage[names[0]]
+        # a single retriever returns its results best first: no fusion, no re-sort
+        rows = [(d, sc, {names[0]: sc}) for d, sc in lists[names[0]][:limit]]
     else:
         t = time.perf_counter()
-        fused = fuse(ctx.first_stage, opts.fusion, opts.weights, opts.rrf_k)
+        ctx.fused = fuse(ctx.first_stage, opts.fusion, opts.weights, opts.rrf_k)
         ctx.timings["fusion"] = time.perf_counter() - t
-        ctx.fused = fused
-    ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
-    stage_name = "fused" if len(names) > 1 else names[0]
-    rows = [(d, s, {**{n: ctx.first_stage[n][d] for n in names if d in ctx.first_stage[n]}, stage_name: s})
-            for d, s in ranked]
+        stages = [(n, ctx.first_stage[n]) for n in names]
+        rows = [(d, sc, {**{n: r[d] for n, r in stages if d in r}, "fused": sc})
+                for d, sc in top_items(ctx.fused, limit)]
     if reranker is not None and rows:
         t = time.perf_counter()
         head, tail = rows[:opts.rerank_depth], rows[opts.rerank_depth:]
@@ -111,6 +115,22 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         rows = reranked + tail
         ctx.timings["rerank"] = time.perf_counter() - t
     return rows[:k], ctx
+
+
+def top_items(scores: dict, k: int) -> list[tuple[int, float]]:
+    """The k best (docno, score), by score then docno (deterministic ties), without sorting all."""
+    if not scores:
+        return []
+    docs = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
+    vals = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+    if len(docs) > k:
+        keep = np.argpartition(-vals, k - 1)[:k]
+        # ties at the cut-off are resolved by docno below, as for the full sort
+        cut = vals[keep].min()
+        keep = np.union1d(keep, np.flatnonzero(vals == cut))
+        docs, vals = docs[keep], vals[keep]
+    order = np.lexsort((docs, -vals))[:k]
+    return [(int(d), float(v)) for d, v in zip(docs[order], vals[order])]
 
 
 def to_hits(rows, ids: list[str], titles: list[str]) -> list[Hit]:
