@@ -176,6 +176,7 @@ class Index:
         rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text)
         self.last_timings = ctx.timings
         self.last_context = ctx
+        self.last_reranker = getattr(reranker, "name", None)
         hits = to_hits(rows, self.docstore.ids, self.docstore.titles)
         if with_text:
             for h in hits:

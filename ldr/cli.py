@@ -241,12 +241,15 @@ def search_cmd(query, index_path, k, mode, fusion, weights, no_rerank, rerank_mo
     stages = list(hits[0].scores) if hits else []
     if as_json:
         click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(), "stages": stages,
+                               "reranker": index.last_reranker,
                                "timings_ms": {n: round(1e3 * t, 2) for n, t in index.last_timings.items()},
                                "hits": [h.to_dict(with_text=with_text) for h in hits]}, ensure_ascii=False))
         return
     if not hits:
         click.echo("no hits")
         return
+    if index.last_reranker:
+        click.echo(f"reranked by: {index.last_reranker}", err=True)
     width = max(len(h.id) for h in hits)
     shown = [s for s in stages if "." not in s]
     click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title / snippet")

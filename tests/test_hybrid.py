@@ -54,6 +54,7 @@ def test_cli_full_pipeline(tmp_path, sample_corpus):
     data = json.loads(out.output)
     assert data["mode"] == "hybrid" and data["hits"][0]["id"] == "sourdough-guide"
     assert {"bm25", "dense", "sparse", "fused", "rerank"} <= set(data["stages"])
+    assert data["reranker"] == "passage"
     for mode in ("bm25", "dense", "sparse"):
         out = r.invoke(main, ["search", "corrosion of the bearing plates", "-i", str(tmp_path / "idx"),
                               "--mode", mode, "-k", "1", "--json"])
