@@ -248,8 +248,6 @@ def search_cmd(query, index_path, k, mode, fusion, weights, no_rerank, rerank_mo
     if not hits:
         click.echo("no hits")
         return
-    if index.last_reranker:
-        click.echo(f"reranked by: {index.last_reranker}", err=True)
     width = max(len(h.id) for h in hits)
     shown = [s for s in stages if "." not in s]
     click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title / snippet")
@@ -257,6 +255,8 @@ def search_cmd(query, index_path, k, mode, fusion, weights, no_rerank, rerank_mo
         label = h.title if h.title else h.snippet(60)
         cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
         click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{label}")
+    if index.last_reranker:
+        click.echo(f"(top {min(len(hits), 100)} reranked by {index.last_reranker})")
 
 
 @main.command("info")
