@@ -256,7 +256,7 @@ def search_cmd(query, index_path, k, mode, fusion, weights, no_rerank, rerank_mo
         cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
         click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{label}")
     if index.last_reranker:
-        click.echo(f"(top {min(len(hits), 100)} reranked by {index.last_reranker})")
+        click.echo(f"(second stage: {index.last_reranker})")
 
 
 @main.command("info")
