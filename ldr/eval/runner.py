@@ -6,7 +6,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -28,7 +28,6 @@ class EvalOptions:
     rerank_depth: int = 100
     cache: Path | None = None
     progress: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 def _config_key(config: BuildConfig) -> str:
