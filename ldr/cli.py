@@ -35,8 +35,8 @@ def main(verbose: int) -> None:
 
 
 INDEX_OPTIONS = [
-    click.option("--bm25", type=click.Choice(["tantivy", "lucene", "none"]), default="tantivy", show_default=True,
-                 help="BM25 backend (lucene needs `pip install 'ldr[lucene]'`)."),
+    click.option("--bm25", type=click.Choice(["tantivy", "lucene", "native", "none"]), default="tantivy",
+                 show_default=True, help="BM25 backend: tantivy; lucene (pyserini); native (ldr's own index, any k1/b)."),
     click.option("--language", default="en", show_default=True,
                  help="Analyzer language (ISO code such as en, de, fr, ru; cjk/zh/ja/ko for CJK bigrams; none)."),
     click.option("--no-stem", is_flag=True, help="Do not stem terms."),

@@ -22,11 +22,11 @@ class BM25Searcher(Protocol):
         ...
 
 
-BACKENDS = ("tantivy", "lucene")
+BACKENDS = ("tantivy", "lucene", "native")
 
 # Defaults per backend. tantivy's BM25 constants are fixed in its Rust scorer; Lucene defaults
 # follow pyserini so that its numbers are comparable with published BM25 baselines.
-DEFAULT_PARAMS = {"tantivy": (1.2, 0.75), "lucene": (0.9, 0.4)}
+DEFAULT_PARAMS = {"tantivy": (1.2, 0.75), "lucene": (0.9, 0.4), "native": (1.2, 0.75)}
 
 
 def resolve_params(backend: str, k1: float | None, b: float | None) -> tuple[float, float]:
@@ -40,7 +40,7 @@ def resolve_params(backend: str, k1: float | None, b: float | None) -> tuple[flo
     if backend == "tantivy" and (k1, b) != (dk1, db):
         raise ConfigError(
             f"the tantivy backend scores with its built-in BM25 (k1={dk1}, b={db}); for k1={k1}, b={b} "
-            "use --bm25 lucene, which takes any k1 and b")
+            "use --bm25 native (ldr's own index, tantivy's analysis) or --bm25 lucene, which take any k1 and b")
     return k1, b
 
 
@@ -48,6 +48,9 @@ def open_writer(backend: str, path: Path, analyzer: Analyzer, threads: int = 1) 
     if backend == "tantivy":
         from .tantivy_backend import TantivyWriter
         return TantivyWriter(path, analyzer, threads=threads)
+    if backend == "native":
+        from .native_backend import NativeWriter
+        return NativeWriter(path, analyzer)
     from .lucene_backend import LuceneWriter
     return LuceneWriter(path, analyzer, threads=threads)
 
@@ -59,6 +62,9 @@ def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: fl
     if backend == "lucene":
         from .lucene_backend import LuceneSearcher
         return LuceneSearcher(path, analyzer, k1, b)
+    if backend == "native":
+        from .native_backend import NativeSearcher
+        return NativeSearcher(path, analyzer, k1, b)
     raise ConfigError(f"unknown BM25 backend {backend!r} in manifest")
 
 

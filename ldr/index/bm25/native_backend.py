@@ -1,0 +1,114 @@
+"""BM25 on ldr's own inverted index: tantivy's analyzers, postings as memory-mapped .npy, and k1/b
+applied at query time (any values, per query), touching only the postings of the query terms.
+
+Lucene's BM25: idf = ln(1 + (N − n + 0.5)/(n + 0.5)); tf part = tf / (tf + k1·(1 − b + b·dl/avgdl)).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ...corpus import Doc
+from .analysis import Analyzer, cjk_pretokenize
+from .base import index_text
+
+
+def _analyzer(a: Analyzer):
+    from .tantivy_backend import _analyzer as tantivy_analyzer
+    return tantivy_analyzer(a)
+
+
+class NativeWriter:
+    def __init__(self, path: Path, analyzer: Analyzer, threads: int = 1):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._an = _analyzer(analyzer)
+        self._cjk = analyzer.is_cjk
+        self._vocab: dict[str, int] = {}
+        self._docs = open(self.path / "docs.i32", "wb")
+        self._tfs = open(self.path / "tfs.i32", "wb")
+        self._lengths: list[int] = []
+        self._counts: list[int] = []
+
+    def add(self, docno: int, doc: Doc) -> None:
+        text = index_text(doc)
+        tokens = self._an.analyze(cjk_pretokenize(text) if self._cjk else text)
+        tf = Counter(self._vocab.setdefault(t, len(self._vocab)) for t in tokens)
+        terms = np.fromiter(tf.keys(), dtype=np.int32, count=len(tf))
+        self._docs.write(terms.tobytes())
+        self._tfs.write(np.fromiter(tf.values(), dtype=np.int32, count=len(tf)).tobytes())
+        self._counts.append(len(tf))
+        self._lengths.append(len(tokens))
+
+    def close(self) -> None:
+        import scipy.sparse as sp
+
+        self._docs.close()
+        self._tfs.close()
+        terms = np.fromfile(self.path / "docs.i32", dtype=np.int32)
+        tfs = np.fromfile(self.path / "tfs.i32", dtype=np.int32)
+        indptr = np.zeros(len(self._counts) + 1, dtype=np.int64)
+        np.cumsum(self._counts, out=indptr[1:])
+        csc = sp.csr_matrix((tfs, terms, indptr), shape=(len(self._counts), max(len(self._vocab), 1))).tocsc()
+        np.save(self.path / "term_indptr.npy", csc.indptr.astype(np.int64))
+        np.save(self.path / "term_docs.npy", csc.indices.astype(np.int32))
+        np.save(self.path / "term_tfs.npy", csc.data.astype(np.float32))
+        np.save(self.path / "doc_lengths.npy", np.asarray(self._lengths, dtype=np.float32))
+        (self.path / "vocab.json").write_text(json.dumps(self._vocab, ensure_ascii=False))
+        (self.path / "docs.i32").unlink()
+        (self.path / "tfs.i32").unlink()
+
+    def abort(self) -> None:
+        self._docs.close()
+        self._tfs.close()
+
+
+class NativeSearcher:
+    name = "native"
+
+    def __init__(self, path: Path, analyzer: Analyzer, k1: float, b: float):
+        p = Path(path)
+        self.k1, self.b = k1, b
+        self._an = _analyzer(analyzer)
+        self._cjk = analyzer.is_cjk
+        self.vocab: dict[str, int] = json.loads((p / "vocab.json").read_text(encoding="utf-8"))
+        self.indptr = np.load(p / "term_indptr.npy", mmap_mode="r")
+        self.docs = np.load(p / "term_docs.npy", mmap_mode="r")
+        self.tfs = np.load(p / "term_tfs.npy", mmap_mode="r")
+        self.lengths = np.load(p / "doc_lengths.npy")
+        self.n = len(self.lengths)
+        self.avgdl = float(self.lengths.mean()) if self.n else 1.0
+
+    def encode(self, query: str) -> str:
+        return query
+
+    def search_rep(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search(query, k)
+
+    def scores(self, query: str, k1: float | None = None, b: float | None = None) -> np.ndarray:
+        k1 = self.k1 if k1 is None else k1
+        b = self.b if b is None else b
+        tokens = self._an.analyze(cjk_pretokenize(query) if self._cjk else query)
+        out = np.zeros(self.n, dtype=np.float32)
+        norm = k1 * (1 - b + b * self.lengths / self.avgdl)
+        for term, qtf in Counter(tokens).items():
+            t = self.vocab.get(term)
+            if t is None:
+                continue
+            s, e = self.indptr[t], self.indptr[t + 1]
+            docs, tf = self.docs[s:e], self.tfs[s:e]
+            idf = np.log1p((self.n - (e - s) + 0.5) / ((e - s) + 0.5))
+            out[docs] += qtf * idf * tf / (tf + norm[docs])
+        return out
+
+    def search(self, query: str, k: int, k1: float | None = None, b: float | None = None) -> list[tuple[int, float]]:
+        from ...search.pipeline import top_items
+
+        if k <= 0:
+            return []
+        scores = self.scores(query, k1, b)
+        hit = np.flatnonzero(scores)
+        return top_items(dict(zip(hit.tolist(), scores[hit].tolist())), k)
