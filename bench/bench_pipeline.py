@@ -4,7 +4,7 @@ cold start of `ldr search` from the shell.
 Real: the query encoders (MiniLM, SPLADE-tiny), tantivy BM25 over synthetic documents, FAISS
 flat search, ldr's sparse inverted index, fusion and the passage rescorer.
 Synthetic (for index-size scaling): document vectors (random unit vectors, 4 passages per
-document), sparse postings (Zipf terms, 128 per document) and BM25 documents (60 random words
+document up to 100k documents, 1 at 1M to fit in memory), sparse postings (Zipf terms, 128 per document) and BM25 documents (60 random words
 from a 50k-word vocabulary).
 
     python bench/bench_pipeline.py [--sizes 10000,100000,1000000] [--cold-index IDX]
@@ -56,7 +56,7 @@ def main():
     dense = DenseEncoder(DenseSettings(device="cpu"))
     sparse = SparseEncoder(SparseSettings(device="cpu"))
     rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(50000)]
+    words = np.array([f"w{i}" for i in range(50000)])
     p = 1 / np.arange(1, 50001) ** 1.0
     p /= p.sum()
     print("| docs | stage | p50 ms | p95 ms |")
@@ -64,16 +64,17 @@ def main():
     for n in [int(x) for x in args.sizes.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            vecs = rng.standard_normal((4 * n, 384), dtype=np.float32)
+            per = 4 if n <= 100_000 else 1      # 1M x 4 x 384 floats would not leave room for the rest
+            vecs = rng.standard_normal((per * n, 384), dtype=np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-            owner = np.repeat(np.arange(n), 4)
+            owner = np.repeat(np.arange(n), per)
             fi = faiss.IndexFlatIP(384)
             fi.add(vecs)
             build_sparse(n, rng, tmp / "sparse")
             sidx = SparseIndex(tmp / "sparse")
             w = TantivyWriter(tmp / "bm25", Analyzer(), threads=2)
             for i in range(n):
-                w.add(i, Doc(str(i), " ".join(np.array(words)[rng.choice(50000, 60, p=p)])))
+                w.add(i, Doc(str(i), " ".join(words[rng.choice(50000, 60, p=p)])))
             w.close()
             bm = TantivySearcher(tmp / "bm25", Analyzer())
             stages = {k: [] for k in ("encode dense", "encode sparse", "bm25", "dense", "sparse", "fusion",
@@ -84,10 +85,10 @@ def main():
                 t1 = time.perf_counter()
                 qs = sparse.encode_queries([q])
                 t2 = time.perf_counter()
-                q_bm = " ".join(np.array(words)[rng.choice(2000, 6)])
+                q_bm = " ".join(words[rng.choice(2000, 6)])
                 r_bm = dict(bm.search(q_bm, 1000))
                 t3 = time.perf_counter()
-                s, rows = fi.search(qv[None], 4000)
+                s, rows = fi.search(qv[None], 1000 * per)
                 r_de = {}
                 for r, sc in zip(rows[0], s[0]):
                     r_de.setdefault(int(owner[r]), float(sc))
@@ -98,8 +99,8 @@ def main():
                 top = sorted(fused, key=lambda d: -fused[d])[:100]
                 t6 = time.perf_counter()
                 # passage rescoring: best passage from FAISS, exact sparse, bm25 lookup
-                rows_ = np.concatenate([np.arange(4 * d, 4 * d + 4) for d in top])
-                best = (fi.reconstruct_batch(rows_) @ qv).reshape(-1, 4).max(1)
+                rows_ = np.concatenate([np.arange(per * d, per * d + per) for d in top])
+                best = (fi.reconstruct_batch(rows_) @ qv).reshape(-1, per).max(1)
                 qt, qw = qs.indices, qs.data
                 sp_scores = [sidx.doc_score(d, qt, qw) for d in top]
                 t7 = time.perf_counter()
