@@ -108,8 +108,10 @@ class SparseEncoder:
         ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
         if self.settings.kind == "splade":
             logits = self.model(input_ids=ids, attention_mask=mask).logits
-            act = torch.log1p(torch.relu(logits)) * mask.unsqueeze(-1)
-            return act.amax(dim=1).float()
+            # log1p∘relu is monotone, so max over tokens can come first: one pass over the
+            # (batch, tokens, vocab) tensor instead of four
+            logits = logits.masked_fill_(~mask.bool().unsqueeze(-1), float("-inf"))
+            return torch.log1p(torch.relu(logits.amax(dim=1))).float()
         hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         tok_w = torch.relu(self.head(hidden)).squeeze(-1).float() * mask
         for sid in self._special:
