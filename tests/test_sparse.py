@@ -105,3 +105,15 @@ def test_linear_head_style(tmp_path):
     assert got == pytest.approx({t: w for t, w in expected.items() if w > 0}, abs=1e-5)
     with pytest.raises(ConfigError):
         SparseSettings(kind="colbert")
+
+
+def test_splade_pooling_matches_the_formula(splade):
+    """w_t = max over (unpadded) tokens of log1p(relu(logit_t)), on a padded batch."""
+    from ldr.encode.batching import pad
+    pieces = [splade._head_ids + splade.tokenizer(t, add_special_tokens=False)["input_ids"] + splade._tail_ids
+              for t in ("short one", "a longer sentence about meetings, budgets and remote controls")]
+    ids, mask = pad(pieces, 0, "cpu")
+    with torch.inference_mode():
+        logits = splade.model(input_ids=ids, attention_mask=mask).logits
+        ref = (torch.log1p(torch.relu(logits)) * mask.unsqueeze(-1)).amax(dim=1)
+        assert torch.allclose(splade._weights(pieces), ref, atol=1e-6)
