@@ -137,9 +137,11 @@ def index_cmd(corpus, out, quiet, **options):
 @click.option("--out", "out_dir", type=click.Path(), default="eval-out", show_default=True)
 @click.option("--cache", type=click.Path(), default=None, help="Index cache folder (default OUT/cache).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic tasks.")
+@click.option("--rerank-model", default=None, help="Cross-encoder for the reranked stage (default: passage rescoring).")
 @index_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, out_dir, cache, seed, quiet, **options):
+def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, out_dir, cache, seed, rerank_model, quiet,
+             **options):
     """Evaluate every stage on a benchmark; writes TREC runs, metrics.json, report.md and plots."""
     from pathlib import Path
 
@@ -162,7 +164,9 @@ def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, o
                 "tasks": task_list, "depth": depth, "seed": seed, "partial": "; ".join(partial) or None,
                 "dense": options["dense_model"], "doc_strategy": options["doc_strategy"],
                 "sparse": options["sparse_model"], "bm25": options["bm25"]}
-    opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet)
+    opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
+                       rerank_model=rerank_model)
+    settings["reranker"] = rerank_model or "passage"
     metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings)
     stages = list(metrics["averages"])
     click.echo(f"{'task':<22}" + "".join(f"{s:>10}" for s in stages))
@@ -217,14 +221,16 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore"]), default=None,
               help="Fusion method (default: the index's).")
 @click.option("--weights", default=None, help="Fusion weights, e.g. bm25=1,dense=0.5,sparse=0.5.")
-@click.option("--no-rerank", is_flag=True, help="Skip the second stage.")
+@click.option("--rerank", "rerank", type=click.Choice(["passage", "none"]), default=None,
+              help="Second stage: passage-level rescoring or none (default: the index's).")
+@click.option("--no-rerank", is_flag=True, help="Skip the second stage (same as --rerank none).")
 @click.option("--rerank-model", default=None, help="Cross-encoder (any HF sequence-classification model).")
 @click.option("--depth", type=int, default=None, help="Candidates per retriever (default 1000).")
 @click.option("--rerank-depth", type=int, default=None, help="Candidates reranked (default 100).")
 @click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--text", "with_text", is_flag=True, help="With --json: include each hit's full text.")
-def search_cmd(query, index_path, k, mode, fusion, weights, no_rerank, rerank_model, depth, rerank_depth, device,
+def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, rerank_model, depth, rerank_depth, device,
                as_json, with_text):
     """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`)."""
     from . import api
@@ -236,7 +242,8 @@ def search_cmd(query, index_path, k, mode, fusion, weights, no_rerank, rerank_mo
         w = parse_weights(weights)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    hits = index.search(query, k=k, mode=mode, fusion=fusion, weights=w, rerank=False if no_rerank else None,
+    hits = index.search(query, k=k, mode=mode, fusion=fusion, weights=w,
+                        rerank=False if (no_rerank or rerank == "none") else rerank,
                         rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth)
     stages = list(hits[0].scores) if hits else []
     if as_json:

@@ -20,7 +20,9 @@ def test_rrf_by_hand():
 
 def test_minmax_and_zscore_by_hand():
     mm = weighted_sum({"a": A, "b": B}, norm="minmax")
-    assert mm == {"x": 1.0, "y": 1.0, "z": 0.0}      # a missing doc takes the run's floor (0)
+    assert mm == {"x": 1.0, "y": 1.0, "z": 0.0}      # a missing doc scores 0 in that run
+    # a run with a single result normalises it to 1; documents it did not return still get 0
+    assert weighted_sum({"a": {"x": 5.0}, "b": {"y": 2.0, "x": 1.0}}, norm="minmax") == {"x": 1.0, "y": 1.0}
     z = weighted_sum({"a": A, "b": B}, norm="zscore")
     assert z == pytest.approx({"x": 0.0, "y": 0.0, "z": -2.0})
     zw = weighted_sum({"a": A, "b": B}, {"a": 1.0, "b": 3.0}, norm="zscore")

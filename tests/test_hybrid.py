@@ -36,7 +36,9 @@ def test_fusion_finds_what_each_retriever_misses(hybrid):
 
 
 def test_every_hit_explains_its_rank(hybrid):
-    hits = hybrid.search(QUERY, k=3)
+    plain = hybrid.search(QUERY, k=3)
+    assert "rerank" not in plain[0].scores and plain[0].scores["fused"] == plain[0].score   # default: no rerank
+    hits = hybrid.search(QUERY, k=3, rerank="passage")
     assert hits[0].scores["rerank"] == hits[0].score
     assert {"fused", "rerank", "rerank.dense", "rerank.bm25"} <= set(hits[0].scores)
     assert set(hybrid.last_timings) >= {"bm25", "dense", "fusion", "rerank"}
@@ -53,8 +55,12 @@ def test_cli_full_pipeline(tmp_path, sample_corpus):
     out = r.invoke(main, ["search", "stretch and folds during bulk fermentation", "-i", str(tmp_path / "idx"), "--json"])
     data = json.loads(out.output)
     assert data["mode"] == "hybrid" and data["hits"][0]["id"] == "sourdough-guide"
-    assert {"bm25", "dense", "sparse", "fused", "rerank"} <= set(data["stages"])
-    assert data["reranker"] == "passage"
+    assert {"bm25", "dense", "sparse", "fused"} <= set(data["stages"]) and data["reranker"] is None
+    out = r.invoke(main, ["search", "stretch and folds during bulk fermentation", "-i", str(tmp_path / "idx"),
+                          "--json", "--rerank", "passage"])
+    data = json.loads(out.output)
+    assert data["reranker"] == "passage" and "rerank" in data["stages"]
+    assert data["hits"][0]["id"] == "sourdough-guide"
     for mode in ("bm25", "dense", "sparse"):
         out = r.invoke(main, ["search", "corrosion of the bearing plates", "-i", str(tmp_path / "idx"),
                               "--mode", mode, "-k", "1", "--json"])
@@ -62,4 +68,4 @@ def test_cli_full_pipeline(tmp_path, sample_corpus):
     out = r.invoke(main, ["search", "x", "-i", str(tmp_path / "idx"), "--weights", "bm25"])
     assert out.exit_code == 2 and "name=number" in out.output
     out = r.invoke(main, ["info", str(tmp_path / "idx")])
-    assert "sparse      splade-tiny" in out.output and "rerank=passage" in out.output
+    assert "sparse      splade-tiny" in out.output and "fusion=minmax" in out.output and "rerank=none" in out.output

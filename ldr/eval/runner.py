@@ -26,12 +26,16 @@ class EvalOptions:
     max_queries: int | None = None
     depth: int = 1000
     rerank_depth: int = 100
+    rerank: str | None = "passage"        # the reranked stage: passage rescoring ...
+    rerank_model: str | None = None       # ... or a cross-encoder
     cache: Path | None = None
     progress: bool = True
 
 
 def _config_key(config: BuildConfig) -> str:
+    """What the index content depends on; query-time settings (config.search) are not part of it."""
     d = asdict(config)
+    d.pop("search", None)
     for comp in ("dense", "sparse"):
         if d.get(comp):
             d[comp].pop("device", None)
@@ -68,7 +72,8 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     t1 = time.perf_counter()
     for qid in tqdm(qids, desc=task.name, unit="q", disable=not opts.progress, leave=False):
         index.search(task.queries[qid], k=opts.depth, depth=opts.depth, rerank_depth=opts.rerank_depth,
-                     with_text=False)
+                     fusion=config.search["fusion"], weights=config.search["weights"], rerank=opts.rerank,
+                     rerank_model=opts.rerank_model, with_text=False)
         ctx = index.last_context
         for name, scores in ctx.first_stage.items():
             runs.setdefault(name, {})[qid] = {ids[d]: s for d, s in scores.items()}

@@ -1,8 +1,9 @@
 """Score fusion: pure functions over {docid: score} (one query) or {qid: {docid: score}} (a run).
 
 - rrf: Σ_r w_r / (k + rank_r(d)); a document missing from a run contributes nothing.
-- minmax / zscore: Σ_r w_r · norm_r(score_r(d)); a document missing from a run gets that run's
-  lowest normalised score (it ranked below everything the run returned).
+- minmax / zscore: Σ_r w_r · norm_r(score_r(d)); a document missing from a run ranked below
+  everything the run returned: it gets 0 under min-max (the bottom of [0, 1]) and the run's
+  lowest z-score under zscore.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def weighted_sum(runs: Mapping[str, Scores], weights: Mapping[str, float] | None
         w = 1.0 if weights is None else weights.get(name, 0.0)
         if not w or not scores:
             continue
-        floor = min(scores.values())
+        floor = 0.0 if norm == "minmax" else min(scores.values())
         for d in docs:
             out[d] += w * scores.get(d, floor)
     return out

@@ -21,11 +21,11 @@ MODES = RETRIEVERS + ("hybrid",)
 @dataclass
 class SearchOptions:
     mode: str = "hybrid"
-    fusion: str = "rrf"
+    fusion: str = "minmax"
     weights: dict[str, float] | None = None
     rrf_k: int = 60
     depth: int = 1000              # per retriever
-    rerank: str | None = "passage"  # None | "passage" | "cross-encoder"
+    rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
     rerank_depth: int = 100
     rerank_weights: dict[str, float] | None = None
 
