@@ -52,7 +52,8 @@ def main():
     enc = DenseEncoder(DenseSettings(strategy="truncate", max_length=args.max_length, device="cpu"))
     st = enc.st
     st.max_seq_length = args.max_length
-    n_tokens = sum(min(len(x), args.max_length - 2) + 2 for x in enc.tokenizer(short, add_special_tokens=False)["input_ids"])
+    n_tokens = sum(min(len(x), args.max_length - 2) + 2
+                   for x in enc.tokenizer(short, add_special_tokens=False, verbose=False)["input_ids"])
     rows = []
     for name, fn in [("sentence-transformers", lambda: st.encode(short, batch_size=32, normalize_embeddings=True)),
                      ("ldr", lambda: enc.encode_documents(short)[0])]:
@@ -73,7 +74,7 @@ def main():
         if strat == "truncate":
             continue
         e = DenseEncoder(DenseSettings(strategy=strat, max_length=args.max_length, device="cpu"))
-        ntok = sum(len(x) for x in e.tokenizer(docs, add_special_tokens=False)["input_ids"])
+        ntok = sum(len(x) for x in e.tokenizer(docs, add_special_tokens=False, verbose=False)["input_ids"])
         t = time.perf_counter()
         e.encode_documents(docs)
         dt = time.perf_counter() - t

@@ -41,11 +41,41 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
+def real_index(path: str, queries_file: str, n: int = 300) -> None:
+    """Warm per-stage latency of the real pipeline (Index.search) on a real index."""
+    import json
+
+    import ldr
+
+    idx = ldr.open(path)
+    qs = [json.loads(line)["text"] for line in open(queries_file, encoding="utf-8")][:n]
+    for rerank in (None, "passage"):
+        idx.search(qs[0], k=10, rerank=rerank)  # warm: models loaded, caches filled
+        stages: dict[str, list[float]] = {}
+        for q in qs:
+            t = time.perf_counter()
+            idx.search(q, k=10, rerank=rerank, with_text=False)
+            total = time.perf_counter() - t
+            for k, v in idx.last_timings.items():
+                stages.setdefault(k, []).append(1e3 * v)
+            stages.setdefault("end to end", []).append(1e3 * total)
+        print(f"{path} ({len(idx)} docs), {len(qs)} queries, k=10, rerank={rerank or 'none'} "
+              "(bm25/dense/sparse include query encoding)")
+        print("| stage | p50 ms | p95 ms |\n|---|---|---|")
+        for k, v in stages.items():
+            print(f"| {k} | {statistics.median(v):.2f} | {pct(v, .95):.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--cold-index", default=None, help="an ldr index to time `ldr search` cold starts against")
+    ap.add_argument("--index", default=None, help="a real ldr index: per-stage warm latency over --queries")
+    ap.add_argument("--queries", default=None, help="BEIR queries.jsonl for --index")
     args = ap.parse_args()
+    if args.index:
+        real_index(args.index, args.queries)
+        return
     import faiss
     import tantivy
 
