@@ -49,7 +49,7 @@ def real_index(path: str, queries_file: str, n: int = 300) -> None:
 
     idx = ldr.open(path)
     qs = [json.loads(line)["text"] for line in open(queries_file, encoding="utf-8")][:n]
-    for rerank in (None, "passage"):
+    for rerank in (False, "passage"):
         idx.search(qs[0], k=10, rerank=rerank)  # warm: models loaded, caches filled
         stages: dict[str, list[float]] = {}
         for q in qs:

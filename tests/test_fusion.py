@@ -57,3 +57,25 @@ def test_top_items_equals_a_full_sort_with_ties():
     for k in (1, 7, 100, 500, 900):
         assert top_items(scores, k) == full[:k]
     assert top_items({}, 5) == []
+
+
+def test_multi_vector_search_is_max_over_passages(tmp_path):
+    """MaxP through FAISS equals brute force: document score = its best passage, top-k documents."""
+    import faiss
+    import numpy as np
+    from ldr.index.dense import DenseSearcher, FaissSettings, build_faiss
+    rng = np.random.default_rng(0)
+    owner = np.sort(rng.integers(0, 40, 300))
+    vecs = rng.standard_normal((300, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    faiss.write_index(build_faiss(vecs, FaissSettings()), str(tmp_path / "faiss.index"))
+    np.save(tmp_path / "owner.npy", owner)
+    s = DenseSearcher(tmp_path, {"faiss": FaissSettings().to_dict(), "multi_vector": True}, encoder=None)
+    q = rng.standard_normal(16).astype(np.float32)
+    sims = vecs @ q
+    best = {int(d): float(sims[owner == d].max()) for d in np.unique(owner)}
+    expected = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
+    for k in (1, 5, 40, 100):
+        got = s.search_vectors(q[None], k)[0]
+        assert [d for d, _ in got] == [d for d, _ in expected[:k]]
+        assert np.allclose([v for _, v in got], [v for _, v in expected[:k]], atol=1e-5)

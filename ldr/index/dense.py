@@ -131,7 +131,8 @@ class DenseSearcher:
             self.index.nprobe = fs["nprobe"]
         if faiss.get_num_gpus() > 0 and fs["index"] != "hnsw":  # FAISS has no GPU HNSW
             self.index = faiss.index_cpu_to_all_gpus(self.index)
-        self.owner = np.load(Path(path) / "owner.npy", mmap_mode="r")
+        # one int per passage: small enough to hold in memory (element access on a memmap is slow)
+        self.owner = np.load(Path(path) / "owner.npy")
         self.multi = comp.get("multi_vector", False)
 
     def search_vectors(self, qvecs: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
@@ -147,17 +148,15 @@ class DenseSearcher:
             depth = min(n, 4 * k)
             while True:
                 scores, rows = self.index.search(q[None].astype(np.float32), depth)
-                best: dict[int, float] = {}
-                for r, s in zip(rows[0], scores[0]):
-                    if r < 0:
-                        continue
-                    d = int(self.owner[r])
-                    if d not in best:           # rows come best first: first hit is the max
-                        best[d] = float(s)
-                if len(best) >= k or depth >= n:
+                valid = rows[0] >= 0
+                docs, sc = self.owner[rows[0][valid]], scores[0][valid]
+                # rows come best first, so a document's first row is its best passage
+                uniq, first = np.unique(docs, return_index=True)
+                if len(uniq) >= k or depth >= n:
                     break
                 depth = min(n, depth * 4)
-            results.append(sorted(best.items(), key=lambda kv: -kv[1])[:k])
+            order = np.lexsort((uniq, -sc[first]))[:k]
+            results.append([(int(uniq[i]), float(sc[first[i]])) for i in order])
         return results
 
     def encode(self, query: str) -> np.ndarray:
@@ -171,9 +170,8 @@ class DenseSearcher:
 
     def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
         """Exact best-passage cosine of each document (owner rows are in document order)."""
-        owner = np.asarray(self.owner)
-        lo = np.searchsorted(owner, docnos, side="left")
-        hi = np.searchsorted(owner, docnos, side="right")
+        lo = np.searchsorted(self.owner, docnos, side="left")
+        hi = np.searchsorted(self.owner, docnos, side="right")
         rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(docnos) else np.zeros(0, np.int64)
         vecs = self.index.reconstruct_batch(rows.astype(np.int64)) if len(rows) else np.zeros((0, len(qvec)))
         sims = vecs @ qvec
