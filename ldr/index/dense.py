@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..corpus import Doc
 from ..errors import ConfigError
+from .batched import BatchedWriter
 
 log = logging.getLogger(__name__)
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
@@ -35,10 +35,6 @@ class FaissSettings:
 
     def to_dict(self):
         return asdict(self)
-
-
-def doc_text(doc: Doc) -> str:
-    return f"{doc.title}\n{doc.text}" if doc.title else doc.text
 
 
 def build_faiss(vectors: np.ndarray, fs: FaissSettings):
@@ -64,34 +60,24 @@ def build_faiss(vectors: np.ndarray, fs: FaissSettings):
     return index
 
 
-class DenseWriter:
+class DenseWriter(BatchedWriter):
     """Encodes documents in batches as they stream past, appending vectors to disk."""
 
     def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32):
+        super().__init__(docs_per_batch)
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.encoder = encoder
         self.fs = faiss_settings or FaissSettings()
-        self._pending: list[tuple[int, str]] = []
-        self._per_batch = docs_per_batch
         self._raw = open(self.path / "vectors.f32", "wb")
         self._owners: list[np.ndarray] = []
         self.count = 0
 
-    def add(self, docno: int, doc: Doc) -> None:
-        self._pending.append((docno, doc_text(doc)))
-        if len(self._pending) >= self._per_batch:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        docnos = np.array([d for d, _ in self._pending], dtype=np.int64)
-        vecs, owner = self.encoder.encode_documents([t for _, t in self._pending])
+    def _write_batch(self, docnos: list[int], texts: list[str]) -> None:
+        vecs, owner = self.encoder.encode_documents(texts)
         self._raw.write(np.ascontiguousarray(vecs, dtype=np.float32).tobytes())
-        self._owners.append(docnos[owner])
+        self._owners.append(np.asarray(docnos, dtype=np.int64)[owner])
         self.count += len(vecs)
-        self._pending = []
 
     def abort(self) -> None:
         self._raw.close()

@@ -9,37 +9,27 @@ from pathlib import Path
 
 import numpy as np
 
-from ..corpus import Doc
-from .dense import doc_text
+from .batched import BatchedWriter
 
 FILES = ("doc_indptr", "doc_terms", "doc_weights", "term_indptr", "term_docs", "term_weights")
 
 
-class SparseWriter:
+class SparseWriter(BatchedWriter):
     def __init__(self, path: Path, encoder, docs_per_batch: int = 32):
+        super().__init__(docs_per_batch)
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.encoder = encoder
-        self._pending: list[tuple[int, str]] = []
-        self._per_batch = docs_per_batch
         self._terms = open(self.path / "terms.i32", "wb")
         self._weights = open(self.path / "weights.f32", "wb")
         self._lengths: list[int] = []
 
-    def add(self, docno: int, doc: Doc) -> None:
-        self._pending.append((docno, doc_text(doc)))
-        if len(self._pending) >= self._per_batch:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        mat = self.encoder.encode_documents([t for _, t in self._pending])
+    def _write_batch(self, docnos: list[int], texts: list[str]) -> None:
+        mat = self.encoder.encode_documents(texts)   # rows follow docnos, which arrive in order
         mat.sort_indices()
         self._terms.write(mat.indices.astype(np.int32).tobytes())
         self._weights.write(mat.data.astype(np.float32).tobytes())
         self._lengths.extend(np.diff(mat.indptr).tolist())
-        self._pending = []
 
     def abort(self) -> None:
         self._terms.close()

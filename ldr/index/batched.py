@@ -1,0 +1,28 @@
+"""Shared by the encoder-backed components: documents are buffered and encoded in batches."""
+from __future__ import annotations
+
+from ..corpus import Doc
+
+
+def doc_text(doc: Doc) -> str:
+    """What the encoders see of a document: title and body."""
+    return f"{doc.title}\n{doc.text}" if doc.title else doc.text
+
+
+class BatchedWriter:
+    def __init__(self, docs_per_batch: int = 32):
+        self._pending: list[tuple[int, str]] = []
+        self._per_batch = docs_per_batch
+
+    def add(self, docno: int, doc: Doc) -> None:
+        self._pending.append((docno, doc_text(doc)))
+        if len(self._pending) >= self._per_batch:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._write_batch([d for d, _ in self._pending], [t for _, t in self._pending])
+            self._pending = []
+
+    def _write_batch(self, docnos: list[int], texts: list[str]) -> None:
+        raise NotImplementedError
