@@ -14,6 +14,21 @@ from .batched import BatchedWriter
 FILES = ("doc_indptr", "doc_terms", "doc_weights", "term_indptr", "term_docs", "term_weights")
 
 
+def save_inverted(path: Path, terms: np.ndarray, values: np.ndarray, counts: list[int], n_terms: int,
+                  value_name: str) -> np.ndarray:
+    """Turn per-document postings (documents in order, `counts` terms each) into the term-major
+    layout: term_indptr.npy, term_docs.npy, term_<value_name>.npy. Returns the document indptr."""
+    import scipy.sparse as sp
+
+    indptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    csc = sp.csr_matrix((values, terms, indptr), shape=(len(counts), max(n_terms, 1))).tocsc()
+    np.save(path / "term_indptr.npy", csc.indptr.astype(np.int64))
+    np.save(path / "term_docs.npy", csc.indices.astype(np.int32))
+    np.save(path / f"term_{value_name}.npy", csc.data.astype(np.float32))
+    return indptr
+
+
 class SparseWriter(BatchedWriter):
     def __init__(self, path: Path, encoder, docs_per_batch: int = 32):
         super().__init__(docs_per_batch)
@@ -36,24 +51,16 @@ class SparseWriter(BatchedWriter):
         self._weights.close()
 
     def close(self) -> dict:
-        import scipy.sparse as sp
-
         self._flush()
         self._terms.close()
         self._weights.close()
         terms = np.fromfile(self.path / "terms.i32", dtype=np.int32)
         weights = np.fromfile(self.path / "weights.f32", dtype=np.float32)
-        indptr = np.zeros(len(self._lengths) + 1, dtype=np.int64)
-        np.cumsum(self._lengths, out=indptr[1:])
         n_docs, vocab = len(self._lengths), self.encoder.vocab_size
-        csr = sp.csr_matrix((weights, terms, indptr), shape=(n_docs, vocab))
-        csc = csr.tocsc()
+        indptr = save_inverted(self.path, terms, weights, self._lengths, vocab, "weights")
         np.save(self.path / "doc_indptr.npy", indptr)
         np.save(self.path / "doc_terms.npy", terms)
         np.save(self.path / "doc_weights.npy", weights)
-        np.save(self.path / "term_indptr.npy", csc.indptr.astype(np.int64))
-        np.save(self.path / "term_docs.npy", csc.indices.astype(np.int32))
-        np.save(self.path / "term_weights.npy", csc.data.astype(np.float32))
         (self.path / "terms.i32").unlink()
         (self.path / "weights.f32").unlink()
         return {"path": self.path.name, "documents": n_docs, "vocab_size": vocab, "postings": int(len(terms)),

@@ -44,18 +44,13 @@ class NativeWriter:
         self._lengths.append(len(tokens))
 
     def close(self) -> None:
-        import scipy.sparse as sp
+        from ..sparse import save_inverted
 
         self._docs.close()
         self._tfs.close()
         terms = np.fromfile(self.path / "docs.i32", dtype=np.int32)
         tfs = np.fromfile(self.path / "tfs.i32", dtype=np.int32)
-        indptr = np.zeros(len(self._counts) + 1, dtype=np.int64)
-        np.cumsum(self._counts, out=indptr[1:])
-        csc = sp.csr_matrix((tfs, terms, indptr), shape=(len(self._counts), max(len(self._vocab), 1))).tocsc()
-        np.save(self.path / "term_indptr.npy", csc.indptr.astype(np.int64))
-        np.save(self.path / "term_docs.npy", csc.indices.astype(np.int32))
-        np.save(self.path / "term_tfs.npy", csc.data.astype(np.float32))
+        save_inverted(self.path, terms, tfs, self._counts, len(self._vocab), "tfs")
         np.save(self.path / "doc_lengths.npy", np.asarray(self._lengths, dtype=np.float32))
         (self.path / "vocab.json").write_text(json.dumps(self._vocab, ensure_ascii=False))
         (self.path / "docs.i32").unlink()
