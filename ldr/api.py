@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Iterable
 
 from .corpus import Doc, IngestReport, iter_corpus
-from .errors import ConfigError, CorpusError
+from .errors import ConfigError, CorpusError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
 from .index.docstore import Docstore
-from .index.manifest import read_manifest, verify_files
+from .index.manifest import inside, read_manifest, verify_files
 from .search.hits import Hit
 from .search.pipeline import RETRIEVERS, SearchOptions, run_query, to_hits
+from .search.query import prepare
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,21 @@ def _quiet_blas() -> None:
 class Index:
     """An opened index directory. Components and models are loaded lazily on first use."""
 
-    def __init__(self, path: str | os.PathLike, verify: bool = True, device: str | None = None):
+    def __init__(self, path: str | os.PathLike, verify: bool = False, device: str | None = None,
+                 trust_remote_code: bool = False):
+        """Open an index. Always checked: the manifest's own checksum and shape, that every path
+        stays inside the directory, every file's size, and the SHA-256 of files under 1 MB;
+        `verify=True` hashes every file (as `ldr check` does, without its array checks).
+        `trust_remote_code=True` lets models that ship their own code run: an index's manifest
+        alone never grants that."""
         self.path = Path(path)
         _quiet_blas()
         self.manifest = read_manifest(self.path)
         verify_files(self.path, self.manifest, full=verify)
-        self.docstore = Docstore(self.path)
+        self.docstore = Docstore(inside(self.path, self.components["docstore"]["path"], "docstore path").parent,
+                                 expected_rows=self.manifest["doc_count"])
         self.device = device
+        self.trust_remote_code = trust_remote_code
         self._retrievers: dict = {}
         self._rerankers: dict = {}
         self.last_timings: dict = {}
@@ -76,7 +85,11 @@ class Index:
             raise ConfigError("give either config= or keyword options, not both")
         config = config or BuildConfig(**options)
         report = report if report is not None else IngestReport()
-        docs = iter_corpus(corpus, report) if isinstance(corpus, (str, os.PathLike)) else _as_docs(corpus)
+        if isinstance(corpus, (str, os.PathLike)):
+            # an output directory inside the corpus is not read as corpus
+            docs = iter_corpus(corpus, report, max_doc_mb=config.max_doc_mb, exclude=[path])
+        else:
+            docs = _as_docs(corpus)
         build_index(docs, path, config, report, progress=progress)
         index = cls(path, verify=False)
         index.report = report
@@ -99,6 +112,25 @@ class Index:
             raise KeyError(doc_id)
         return self.docstore.doc(self.docstore.row(doc_id))
 
+    def _model_settings(self, name: str, cls):
+        """The encoder settings a component was built with; trust_remote_code only from the user."""
+        comp = self.components[name]
+        settings = dict(comp["model"]["settings"])
+        wanted = bool(settings.pop("trust_remote_code", False))
+        if wanted and not self.trust_remote_code:
+            raise ConfigError(
+                f"this index's {name} model ({comp['model'].get('name', '?')}) runs code that ships with the model "
+                "(trust_remote_code). An index is data and cannot grant that by itself: if you trust that model, "
+                "search with --trust-remote-code (API: ldr.open(path, trust_remote_code=True))")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - fields)
+        if unknown:
+            raise IndexFormatError(f"{self.path / 'manifest.json'}: components.{name}.model.settings has unknown keys "
+                                   f"{unknown} (written by a newer ldr?); upgrade ldr or rebuild the index")
+        if "trust_remote_code" in fields:
+            settings["trust_remote_code"] = wanted
+        return cls(**settings, device=self.device)
+
     def retriever(self, name: str):
         """The loaded first-stage retriever `name` (bm25 | dense | sparse)."""
         if name not in self._retrievers:
@@ -106,21 +138,34 @@ class Index:
             if comp is None:
                 have = ", ".join(self.retriever_names) or "none"
                 raise ConfigError(f"this index has no {name!r} component (it has: {have})")
-            if name == "bm25":
-                from .index.bm25.analysis import Analyzer
-                from .index.bm25.base import open_searcher
-                self._retrievers[name] = open_searcher(comp["backend"], self.path / comp["path"],
-                                                       Analyzer.from_dict(comp["analyzer"]), comp["k1"], comp["b"])
-            elif name == "dense":
-                from .encode.dense import DenseEncoder, DenseSettings
-                from .index.dense import DenseSearcher
-                settings = DenseSettings(**comp["model"]["settings"], device=self.device)
-                self._retrievers[name] = DenseSearcher(self.path / comp["path"], comp, DenseEncoder(settings))
-            elif name == "sparse":
-                from .encode.sparse import SparseEncoder, SparseSettings
-                from .index.sparse import SparseSearcher
-                settings = SparseSettings(**comp["model"]["settings"], device=self.device)
-                self._retrievers[name] = SparseSearcher(self.path / comp["path"], SparseEncoder(settings))
+            where = inside(self.path, comp["path"], f"components.{name}.path")
+            n_docs = self.manifest["doc_count"]
+            try:
+                if name == "bm25":
+                    from .index.bm25.analysis import Analyzer
+                    from .index.bm25.base import open_searcher
+                    self._retrievers[name] = open_searcher(comp["backend"], where, Analyzer.from_dict(comp["analyzer"]),
+                                                           comp["k1"], comp["b"], n_docs)
+                elif name == "dense":
+                    from .encode.dense import DenseEncoder, DenseSettings
+                    from .index.dense import DenseSearcher
+                    settings = self._model_settings(name, DenseSettings)
+                    searcher = DenseSearcher(where, comp, None, n_docs)   # index files first: cheap checks
+                    searcher.encoder = DenseEncoder(settings)
+                    self._retrievers[name] = searcher
+                elif name == "sparse":
+                    from .encode.sparse import SparseEncoder, SparseSettings
+                    from .index.sparse import SparseSearcher
+                    settings = self._model_settings(name, SparseSettings)
+                    searcher = SparseSearcher(where, None, n_docs)
+                    searcher.encoder = SparseEncoder(settings)
+                    self._retrievers[name] = searcher
+            except LdrError:
+                raise
+            except Exception as e:  # a damaged file surfaces as whatever its reader raises
+                raise IndexFormatError(
+                    f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
+                    f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
         return self._retrievers[name]
 
     def reranker(self, name: str | None, model: str | None = None):
@@ -128,7 +173,8 @@ class Index:
         if model:
             if model not in self._rerankers:
                 from .rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
-                self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(model=model, device=self.device))
+                self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(
+                    model=model, device=self.device, trust_remote_code=self.trust_remote_code))
             return self._rerankers[model]
         if name in (None, "none"):
             return None
@@ -161,10 +207,10 @@ class Index:
         recorded in the manifest. `rerank=False` skips reranking; `rerank_model=` uses a
         cross-encoder.
         """
-        if not isinstance(query, str):
-            raise ConfigError("query must be a string")
-        if k < 1:
-            raise ConfigError(f"k must be at least 1 (got {k})")
+        query = prepare(query)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise QueryError(f"k must be a whole number of at least 1 (got {k!r})")
+        k = min(k, max(len(self), 1))  # more hits than documents cannot be returned
         d = self.search_defaults()
         fields = {f.name for f in dataclasses.fields(SearchOptions)}
         opts = SearchOptions(**{key: v for key, v in d.items() if key in fields})
@@ -180,6 +226,8 @@ class Index:
             opts.depth = depth
         if rerank_depth is not None:
             opts.rerank_depth = rerank_depth
+        opts.check()
+        opts.depth, opts.rerank_depth = min(opts.depth, max(len(self), 1)), min(opts.rerank_depth, max(len(self), 1))
         if rerank is False:
             opts.rerank = None
         elif isinstance(rerank, str):
@@ -188,7 +236,7 @@ class Index:
         names = [n for n in RETRIEVERS if n in self.components] if opts.mode == "hybrid" else [opts.mode]
         retrievers = {n: self.retriever(n) for n in names}
         reranker = self.reranker(opts.rerank, rerank_model) if (opts.rerank or rerank_model) else None
-        rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text)
+        rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text, self.docstore.id_rank)
         self.last_timings = ctx.timings
         self.last_context = ctx
         self.last_reranker = getattr(reranker, "name", None)
@@ -206,6 +254,7 @@ class Index:
                 "search": self.search_defaults(), "ingest": self.manifest.get("ingest", {})}
 
 
-def open(path: str | os.PathLike, verify: bool = True, device: str | None = None) -> Index:  # noqa: A001
-    """Open an index directory; `verify=False` checks sizes only (skips SHA-256 of every file)."""
-    return Index(path, verify=verify, device=device)
+def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001
+         trust_remote_code: bool = False) -> Index:
+    """Open an index directory (cheap checks; `verify=True` also hashes every file). See Index."""
+    return Index(path, verify=verify, device=device, trust_remote_code=trust_remote_code)

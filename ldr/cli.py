@@ -11,18 +11,52 @@ from .encode.chunking import STRATEGIES
 from .errors import LdrError
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that a build cleans up the same way."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
 class _Group(click.Group):
-    """Turns LdrError into `error: ...` on stderr with exit code 2, no traceback."""
+    """Turns every error into `error: ...` on stderr and an exit code, never a traceback:
+    LdrError and OS errors (disk full, permissions) exit 2, anything unexpected 1 (its traceback
+    with -vv), Ctrl-C 130 and SIGTERM 143, after the same cleanup."""
 
     def invoke(self, ctx):
+        import errno
+        import signal
+
+        try:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        except ValueError:  # not the main thread (embedded use): leave signals alone
+            pass
         try:
             return super().invoke(ctx)
         except LdrError as e:
             click.echo(f"error: {e}", err=True)
             ctx.exit(2)
+        except _Terminated:
+            click.echo("terminated", err=True)
+            ctx.exit(143)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                click.echo("error: no space left on device", err=True)
+            else:
+                where = f": {e.filename}" if e.filename else ""
+                click.echo(f"error: {e.strerror or e}{where}", err=True)
+            ctx.exit(2)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as e:  # a bug: say so plainly; the traceback is for -vv
+            logging.getLogger("ldr").debug("unexpected error", exc_info=True)
+            click.echo(f"error: unexpected {type(e).__name__}: {str(e)[:500]} "
+                       "(run with -vv for details; please report it)", err=True)
+            ctx.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,6 +78,8 @@ INDEX_OPTIONS = [
     click.option("--k1", type=float, default=None, help="BM25 k1 (default: the backend's)."),
     click.option("--b", "b", type=float, default=None, help="BM25 b (default: the backend's)."),
     click.option("--threads", type=int, default=0, help="Threads (0: all cores)."),
+    click.option("--max-doc-mb", type=float, default=64.0, show_default=True,
+                 help="Skip (and count) documents larger than this; raise it to index them (memory grows with it)."),
     click.option("--dense", "dense_model", default="all-MiniLM-L6-v2", show_default=True,
                  help="Dense model: a packaged name, a Hugging Face name or a local folder; `none` for no dense index."),
     click.option("--doc-strategy", type=click.Choice(STRATEGIES), default="maxp", show_default=True,
@@ -81,7 +117,7 @@ def index_options(f):
     return f
 
 
-def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, dense_model, doc_strategy, max_length,
+def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_doc_mb, dense_model, doc_strategy, max_length,
                  stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix, doc_prefix,
                  batch_tokens, trust_remote_code, device, faiss_index, sparse_model, sparse_kind, sparse_head,
                  sparse_top_k, sparse_threshold):
@@ -99,7 +135,8 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, dense_
         model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None,
         threshold=sparse_threshold, device=device)
     return BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
-                       stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, dense=dense, sparse=sparse,
+                       stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, max_doc_mb=max_doc_mb,
+                       dense=dense, sparse=sparse,
                        faiss=FaissSettings(index=faiss_index))
 
 
@@ -230,14 +267,19 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--text", "with_text", is_flag=True, help="With --json: include each hit's full text.")
+@click.option("--trust-remote-code", is_flag=True,
+              help="Allow the index's models to run code they ship (an index cannot grant this itself).")
 def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, rerank_model, depth, rerank_depth, device,
-               as_json, with_text):
+               as_json, with_text, trust_remote_code):
     """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`)."""
     from . import api
     from .errors import ConfigError
     from .search.fusion import parse_weights
 
-    index = api.open(index_path, verify=False, device=device)
+    from .corpus.text import replace_surrogates
+
+    query = replace_surrogates(query)   # undecodable argv bytes arrive as lone surrogates
+    index = api.open(index_path, device=device, trust_remote_code=trust_remote_code)
     try:
         w = parse_weights(weights)
     except ValueError as e:
@@ -273,7 +315,7 @@ def info_cmd(index_path, as_json):
     """Show what an index holds (components, models, counts, sizes)."""
     from . import api
 
-    info = api.open(index_path, verify=True).info()
+    info = api.open(index_path).info()
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -289,21 +331,47 @@ def info_cmd(index_path, as_json):
     click.echo(f"search      mode={sd.get('mode')}, fusion={sd.get('fusion')}, weights={sd.get('weights') or 'equal'}, "
                f"rerank={sd.get('rerank') or 'none'} (top {sd.get('rerank_depth')})")
     for name, comp in info["components"].items():
-        if name == "sparse":
+        if name in ("dense", "sparse"):
             m = comp["model"]
-            click.echo(f"{'sparse':<11} {m['name']} ({m['architecture']}, {m['settings']['kind']}), "
-                       f"{comp['postings']} postings, {comp['avg_terms_per_doc']} terms/doc")
-            continue
-        if name == "dense":
-            m = comp["model"]
-            ext = m.get("extension") or {}
-            click.echo(f"{'dense':<11} {m['name']} ({m['architecture']}, {m['positions']} positions, "
-                       f"trained {m['trained_length']} tokens), strategy={m['settings']['strategy']}"
-                       + (f" to {ext['target_length']}" if ext else "")
-                       + f", {comp['vectors']} vectors x {comp['dim']}, faiss={comp['faiss']['index']}")
+            st = m.get("settings", {})
+            if name == "sparse":
+                click.echo(f"{'sparse':<11} {m.get('name')} ({m.get('architecture')}, {st.get('kind')}), "
+                           f"{comp.get('postings')} postings, {comp.get('avg_terms_per_doc')} terms/doc")
+            else:
+                ext = m.get("extension") or {}
+                click.echo(f"{'dense':<11} {m.get('name')} ({m.get('architecture')}, {m.get('positions')} positions, "
+                           f"trained {m.get('trained_length')} tokens), strategy={st.get('strategy')}"
+                           + (f" to {ext.get('target_length')}" if ext else "")
+                           + f", {comp['vectors']} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}")
+            # where the model is loaded from: a manifest names it, the user decides whether to trust it
+            click.echo(f"{'':<11} model path {m.get('path') or st.get('model')}"
+                       + ("  [needs --trust-remote-code: the model ships its own code]"
+                          if st.get("trust_remote_code") else ""))
             continue
         desc = ", ".join(f"{k}={v}" for k, v in comp.items() if k != "path")
         click.echo(f"{name:<11} {desc or comp.get('path', '')}")
+
+
+@main.command("check")
+@click.argument("index_path", type=click.Path())
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def check_cmd(index_path, quiet):
+    """Verify an index in full: every file's SHA-256, array shapes and ranges, counts. Exit 1 on any problem."""
+    from tqdm.auto import tqdm
+
+    from .index.check import check_index
+
+    with tqdm(desc="checking", unit="file", disable=quiet, leave=False) as bar:
+        manifest, problems = check_index(index_path, progress=lambda _: bar.update(1))
+    if problems:
+        click.echo(f"{index_path}: {len(problems)} problem(s)", err=True)
+        for p in problems:
+            click.echo(f"  - {p}", err=True)
+        click.echo("rebuild the index with `ldr index` (or restore it from a backup)", err=True)
+        sys.exit(1)
+    n_files = len(manifest["files"])
+    click.echo(f"{index_path}: OK ({manifest['doc_count']} documents, {n_files} files verified, "
+               f"components: {', '.join(manifest['components'])})")
 
 
 if __name__ == "__main__":

@@ -27,3 +27,11 @@ class ModelError(LdrError):
 
 class DataError(LdrError):
     """Benchmark data is missing or not in the expected layout."""
+
+
+class IndexWriteError(LdrError):
+    """Writing an index failed for a reason outside ldr (disk full, permissions)."""
+
+
+class QueryError(ConfigError):
+    """A query that cannot be answered as given (empty, bad weights)."""

@@ -31,7 +31,7 @@ def test_build_open_search_and_manifest(tmp_path):
     assert hits[0].id == "doc17" and hits[0].rank == 1 and hits[0].title == "Title 17"
     assert "zebra17" in hits[0].text and hits[0].scores["bm25"] == hits[0].score
     m = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert m["format_version"] == 1 and m["doc_count"] == 50
+    assert m["format_version"] == 2 and m["doc_count"] == 50 and len(m["checksum"]) == 64
     assert m["components"]["bm25"]["backend"] == "tantivy"
     assert m["components"]["bm25"]["k1"] == 1.2 and m["components"]["bm25"]["b"] == 0.75
     assert "docstore.parquet" in m["files"] and all(len(f["sha256"]) == 64 for f in m["files"].values())

@@ -1,27 +1,60 @@
 """Corpus ingestion: a directory or file of txt/md/html/jsonl/json/parquet → streamed Docs."""
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import CorpusError
 from .doc import Doc
-from .readers import HTML_EXTS, JSON_EXTS, PARQUET_EXTS, SUPPORTED, TEXT_EXTS, read_html, read_jsonl, read_parquet, read_text
+from .readers import (DEFAULT_MAX_DOC_MB, HTML_EXTS, JSON_EXTS, PARQUET_EXTS, SUPPORTED, TEXT_EXTS, Limits, read_html,
+                      read_jsonl, read_parquet, read_text)
 from .report import IngestReport
+from .text import has_surrogates, replace_surrogates, utf8_len
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Doc", "IngestReport", "iter_corpus", "check_documents", "list_files", "SUPPORTED"]
 
 
-def list_files(root: Path, report: IngestReport) -> list[Path]:
-    """Files under root in a stable order; unsupported files are counted as skips."""
-    if root.is_file():
-        return [root]
+def _is_index_dir(path: Path) -> bool:
+    """An ldr index (its manifest says so): never ingested as corpus."""
+    m = path / "manifest.json"
+    try:
+        return m.is_file() and m.stat().st_size < (64 << 20) and '"ldr-index"' in m.read_text("utf-8", "replace")
+    except OSError:
+        return False
+
+
+def list_files(root: Path, report: IngestReport, exclude: Iterable[Path] = ()) -> list[Path]:
+    """Regular files under root in a stable order; everything else is a counted skip.
+
+    Hidden directories (.git, and ldr's own temporary build folders), ldr index directories and
+    `exclude` (the output directory of the running build) are not read. FIFOs, sockets and devices
+    (or links to them) are never opened: reading one would hang or never end.
+    """
+    excluded = {p.resolve() for p in exclude}
+    if root.is_file() or (root.exists() and not root.is_dir()):
+        return [root] if _regular(root, root.name, report) else []
     if not root.is_dir():
         raise CorpusError(f"corpus path {str(root)!r} does not exist (give a directory or a file)")
     files = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: report.skip("unreadable", str(e.filename))):
-        dirnames.sort()
+        keep = []
+        for d in sorted(dirnames):
+            p = Path(dirpath, d)
+            rel = p.relative_to(root).as_posix()
+            if d.startswith("."):
+                report.skip("hidden directory", rel + "/")
+            elif p.resolve() in excluded:
+                log.info("not reading %s: it is the index being written", rel)
+            elif _is_index_dir(p):
+                report.skip("ldr index directory", rel + "/")
+            else:
+                keep.append(d)
+        dirnames[:] = keep
         for name in sorted(filenames):
             p = Path(dirpath, name)
             rel = p.relative_to(root).as_posix()
@@ -29,43 +62,83 @@ def list_files(root: Path, report: IngestReport) -> list[Path]:
                 report.skip("hidden file", rel)
             elif p.suffix.lower() not in SUPPORTED:
                 report.skip(f"unsupported file type {p.suffix.lower() or '(none)'}", rel)
-            else:
+            elif _regular(p, rel, report):
                 files.append(p)
     return files
 
 
-def _read_file(path: Path, rel: str, report: IngestReport) -> Iterator[Doc]:
+def _regular(p: Path, rel: str, report: IngestReport) -> bool:
+    try:
+        st = p.stat()  # follows links: a link to /dev/zero is a device
+    except OSError as e:
+        report.skip("unreadable", f"{rel} ({e.strerror or e})")
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        report.skip("not a regular file", rel)
+        return False
+    return True
+
+
+def _read_file(path: Path, rel: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
     ext = path.suffix.lower()
     if ext in TEXT_EXTS:
-        return read_text(path, rel, report)
+        return read_text(path, rel, report, limits)
     if ext in HTML_EXTS:
-        return read_html(path, rel, report)
+        return read_html(path, rel, report, limits)
     if ext in JSON_EXTS:
-        return read_jsonl(path, rel, report)
+        return read_jsonl(path, rel, report, limits)
     if ext in PARQUET_EXTS:
-        return read_parquet(path, rel, report)
+        return read_parquet(path, rel, report, limits)
     raise CorpusError(f"{rel}: unsupported file type {ext!r}; supported: {', '.join(sorted(SUPPORTED))}")
 
 
-def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None) -> Iterator[Doc]:
-    """Stream the documents of a corpus directory or file (never all in memory)."""
+def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
+                max_doc_mb: float = DEFAULT_MAX_DOC_MB, exclude: Iterable[str | os.PathLike] = ()) -> Iterator[Doc]:
+    """Stream the documents of a corpus directory or file (never all in memory).
+
+    Documents over `max_doc_mb` are skipped and counted; `exclude` lists directories not to read
+    (the output directory when it lies inside the corpus).
+    """
     root = Path(path)
     report = report if report is not None else IngestReport()
-    files = list_files(root, report)
+    limits = Limits(max_doc_mb)
+    files = list_files(root, report, [Path(e) for e in exclude])
     base = root if root.is_dir() else root.parent
     for f in files:
-        yield from _read_file(f, f.relative_to(base).as_posix(), report)
+        yield from _read_file(f, f.relative_to(base).as_posix(), report, limits)
 
 
-def check_documents(docs: Iterable[Doc], report: IngestReport) -> Iterator[Doc]:
+def _clean(doc: Doc, report: IngestReport) -> Doc:
+    """Replace lone surrogates (JSON "\\ud800" escapes, API strings): they cannot be stored."""
+    fields = {"id": doc.id, "text": doc.text, "title": doc.title}
+    bad = [k for k, v in fields.items() if isinstance(v, str) and has_surrogates(v)]
+    meta_bad = [k for k, v in (doc.meta or {}).items() if isinstance(v, str) and has_surrogates(v)]
+    if not bad and not meta_bad:
+        return doc
+    where = (doc.meta or {}).get("source") or doc.id
+    report.warn("lone surrogates replaced", str(replace_surrogates(str(where))))
+    fields = {k: replace_surrogates(v) if k in bad else v for k, v in fields.items()}
+    meta = {k: replace_surrogates(v) if k in meta_bad else v for k, v in (doc.meta or {}).items()}
+    return Doc(fields["id"], fields["text"], fields["title"], meta)
+
+
+def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float = DEFAULT_MAX_DOC_MB) -> Iterator[Doc]:
     """Enforce corpus-wide rules while streaming: unique non-empty ids, at least one document.
 
     Counts `report.indexed`. Raises CorpusError naming the offending ids and where they came from.
     """
     seen: dict[str, str] = {}
+    limit = int(max_doc_mb * (1 << 20))
     for doc in docs:
         if not isinstance(doc, Doc):
             raise CorpusError(f"expected ldr.Doc objects (or dicts with id/text), got {type(doc).__name__}")
+        if not isinstance(doc.id, str) or not isinstance(doc.text, str) or not isinstance(doc.title, str):
+            raise CorpusError(f"document {doc.id!r}: id, text and title must be strings")
+        doc = _clean(doc, report)
+        if len(doc.text) * 4 > limit and utf8_len(doc.text) > limit:
+            report.skip(f"larger than --max-doc-mb {max_doc_mb:g}",
+                        f"{doc.meta.get('source') or doc.id} ({utf8_len(doc.text) / (1 << 20):.1f} MB; raise --max-doc-mb)")
+            continue
         where = doc.meta.get("source", "") if doc.meta else ""
         if not doc.id:
             raise CorpusError(f"a document has an empty id{f' ({where})' if where else ''}")

@@ -6,14 +6,16 @@ broken file does not stop a 100k-document build. Structural problems of the whol
 """
 from __future__ import annotations
 
-import html
+import io
 import json
+import os
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Iterator
 
 from .doc import Doc
 from .report import IngestReport
+from .text import sniff_bom
 
 ID_KEYS = ("_id", "id", "docid", "doc_id", "pid")
 TEXT_KEYS = ("text", "contents", "passage", "body")
@@ -24,36 +26,66 @@ PARQUET_EXTS = {".parquet"}
 SUPPORTED = TEXT_EXTS | HTML_EXTS | JSON_EXTS | PARQUET_EXTS
 
 _BINARY_SNIFF = 8192
+DEFAULT_MAX_DOC_MB = 64.0
+
+
+class Limits:
+    """Per-corpus reading limits: documents above `max_doc_bytes` are skipped and counted."""
+
+    def __init__(self, max_doc_mb: float = DEFAULT_MAX_DOC_MB):
+        self.max_doc_mb = float(max_doc_mb)
+        self.max_doc_bytes = int(self.max_doc_mb * (1 << 20))
+
+    def too_big(self, n_bytes: int, where: str, report: IngestReport) -> bool:
+        if n_bytes > self.max_doc_bytes:
+            report.skip(f"larger than --max-doc-mb {self.max_doc_mb:g}",
+                        f"{where} ({n_bytes / (1 << 20):.1f} MB; raise --max-doc-mb to index it)")
+            return True
+        return False
 
 
 def _decode(raw: bytes, where: str, report: IngestReport) -> str:
+    enc, skip = sniff_bom(raw[:4])
+    if enc and enc != "utf-8":
+        try:
+            return raw[skip:].decode(enc)
+        except UnicodeDecodeError:
+            report.warn(f"invalid {enc.upper()} replaced", where)
+            return raw[skip:].decode(enc, errors="replace")
     try:
-        return raw.decode("utf-8")
+        return raw[skip:].decode("utf-8")
     except UnicodeDecodeError:
         report.warn("invalid UTF-8 replaced", where)
-        return raw.decode("utf-8", errors="replace")
+        return raw[skip:].decode("utf-8", errors="replace")
 
 
-def _read_bytes(path: Path, where: str, report: IngestReport) -> bytes | None:
+def _read_bytes(path: Path, where: str, report: IngestReport, limits: Limits) -> bytes | None:
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if limits.too_big(size, where, report):
+                return None
+            raw = fh.read(limits.max_doc_bytes + 1)
     except OSError as e:
         report.skip("unreadable", f"{where} ({e.strerror or e})")
         return None
-    if b"\x00" in raw[:_BINARY_SNIFF]:
+    if limits.too_big(len(raw), where, report):  # grew while we read it
+        return None
+    if sniff_bom(raw[:4])[0] is None and b"\x00" in raw[:_BINARY_SNIFF]:
         report.skip("binary file", where)
         return None
     return raw
 
 
-def read_text(path: Path, doc_id: str, report: IngestReport) -> Iterator[Doc]:
-    raw = _read_bytes(path, doc_id, report)
+def read_text(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
+    raw = _read_bytes(path, doc_id, report, limits)
     if raw is None:
         return
-    text = _decode(raw, doc_id, report).lstrip("\ufeff")
+    text = _decode(raw, doc_id, report)
+    del raw
     title = path.stem
     if path.suffix.lower() in {".md", ".markdown"}:
-        first = text.lstrip().split("\n", 1)[0]
+        first = text[:4096].lstrip().split("\n", 1)[0]
         if first.startswith("#"):
             title = first.lstrip("#").strip() or title
     if not text.strip():
@@ -105,11 +137,13 @@ def html_to_text(markup: str) -> tuple[str, str]:
     p.close()
     lines = (" ".join(line.split()) for line in "".join(p.parts).split("\n"))
     text = "\n".join(line for line in lines if line)
-    return " ".join("".join(p.title_parts).split()), html.unescape(text) if "&" in text else text
+    # entities were already decoded by the parser (convert_charrefs): decoding again would turn a
+    # literal "&amp;amp;" into "&"
+    return " ".join("".join(p.title_parts).split()), text
 
 
-def read_html(path: Path, doc_id: str, report: IngestReport) -> Iterator[Doc]:
-    raw = _read_bytes(path, doc_id, report)
+def read_html(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
+    raw = _read_bytes(path, doc_id, report, limits)
     if raw is None:
         return
     title, text = html_to_text(_decode(raw, doc_id, report))
@@ -140,10 +174,32 @@ def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport) -> D
     meta = {k: v for k, v in rec.items() if k not in ID_KEYS and k not in TEXT_KEYS and k != "title"
             and isinstance(v, (str, int, float, bool))}
     meta["source"] = where
-    return Doc(str(doc_id) if doc_id is not None else fallback_id, text, title, meta)
+    if doc_id is None:
+        report.warn("records without an id (assigned FILE#LINE ids)", fallback_id)
+        return Doc(fallback_id, text, title, meta)
+    return Doc(str(doc_id), text, title, meta)
 
 
-def read_jsonl(path: Path, rel: str, report: IngestReport) -> Iterator[Doc]:
+def _lines(fh, limit: int):
+    """(line number, line or None when longer than `limit`) without ever holding more than
+    `limit` characters of one line: an over-long line is read past in pieces."""
+    lineno = 0
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > limit and not line.endswith(("\n", b"\n")):
+            while True:  # drain the rest of this line
+                rest = fh.readline(1 << 20)
+                if not rest or rest.endswith(("\n", b"\n")):
+                    break
+            yield lineno, None
+        else:
+            yield lineno, line
+
+
+def read_jsonl(path: Path, rel: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
     """JSON Lines, streamed line by line; a `.json` file holding one array is also accepted."""
     try:
         fh = path.open("rb")
@@ -152,44 +208,58 @@ def read_jsonl(path: Path, rel: str, report: IngestReport) -> Iterator[Doc]:
         return
     with fh:
         head = fh.read(_BINARY_SNIFF)
-        if b"\x00" in head:
+        enc, bom = sniff_bom(head[:4])
+        if enc is None and b"\x00" in head:
             report.skip("binary file", rel)
             return
-        fh.seek(0)
-        if path.suffix.lower() == ".json" and head.lstrip().startswith(b"["):
-            # A JSON array cannot be streamed with the standard library; it is read whole.
-            try:
-                records = json.loads(_decode(fh.read(), rel, report))
-            except json.JSONDecodeError as e:
-                report.skip("malformed JSON", f"{rel} line {e.lineno}: {e.msg}")
+        fh.seek(bom)
+        first = head[bom:].decode(enc or "utf-8", errors="replace").lstrip()
+        if path.suffix.lower() == ".json" and first.startswith("["):
+            # A JSON array cannot be streamed with the standard library: it is read whole, so the
+            # whole file is held to the per-document limit.
+            if limits.too_big(os.fstat(fh.fileno()).st_size, f"{rel} (a JSON array; convert it to JSONL)", report):
                 return
+            try:
+                records = json.loads(_decode(head[:bom] + fh.read(), rel, report))
+            except (json.JSONDecodeError, RecursionError) as e:
+                report.skip("malformed JSON", f"{rel} line {getattr(e, 'lineno', '?')}: {getattr(e, 'msg', e)}")
+                return
+            if not isinstance(records, list):
+                records = [records]
             for i, rec in enumerate(records):
                 doc = _record_to_doc(rec, f"{rel} item {i}", f"{rel}#{i}", report)
                 if doc:
                     yield doc
             return
-        for lineno, raw in enumerate(fh, 1):
+        # UTF-16/32 files are read as text; UTF-8 as bytes, so that a bad byte costs one line
+        src = io.TextIOWrapper(fh, encoding=enc, errors="replace", newline="\n") if enc and enc != "utf-8" else fh
+        for lineno, raw in _lines(src, limits.max_doc_bytes):
+            where = f"{rel} line {lineno}"
+            if raw is None:
+                report.skip(f"larger than --max-doc-mb {limits.max_doc_mb:g}", f"{where} (raise --max-doc-mb)")
+                continue
             if not raw.strip():
                 continue
-            where = f"{rel} line {lineno}"
             try:
-                rec = json.loads(_decode(raw, where, report))
-            except json.JSONDecodeError as e:
-                report.skip("malformed JSON line", f"{where}: {e.msg}")
+                rec = json.loads(raw if isinstance(raw, str) else _decode(raw, where, report))
+            except (json.JSONDecodeError, RecursionError) as e:
+                report.skip("malformed JSON line", f"{where}: {getattr(e, 'msg', 'nested too deeply')}")
                 continue
             doc = _record_to_doc(rec, where, f"{rel}#{lineno}", report)
             if doc:
                 yield doc
 
 
-def read_parquet(path: Path, rel: str, report: IngestReport, batch_size: int = 256) -> Iterator[Doc]:
-    """Parquet with an id column and a text column, streamed in record batches."""
+def read_parquet(path: Path, rel: str, report: IngestReport, limits: Limits, batch_size: int = 64) -> Iterator[Doc]:
+    """Parquet with an id column and a text column, streamed row group by row group; a corrupt
+    row group is skipped and its remaining rows counted, and the next one is read."""
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+        md = pf.metadata
     except Exception as e:  # pyarrow raises several unrelated types for bad files
-        report.skip("unreadable parquet", f"{rel} ({e})")
+        report.skip("unreadable parquet", f"{rel} ({str(e)[:200]})")
         return
     names = pf.schema_arrow.names
     id_col = next((c for c in ID_KEYS if c in names), None)
@@ -199,11 +269,23 @@ def read_parquet(path: Path, rel: str, report: IngestReport, batch_size: int = 2
         return
     cols = [c for c in (id_col, text_col, "title" if "title" in names else None) if c]
     row = 0
-    for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
-        d = batch.to_pydict()
-        for i in range(batch.num_rows):
-            rec = {c: d[c][i] for c in cols}
-            doc = _record_to_doc(rec, f"{rel} row {row}", f"{rel}#{row}", report)
-            row += 1
-            if doc:
-                yield doc
+    for g in range(md.num_row_groups):
+        group_end = row + md.row_group(g).num_rows
+        try:
+            for batch in pf.iter_batches(batch_size=batch_size, columns=cols, row_groups=[g]):
+                d = batch.to_pydict()
+                for i in range(batch.num_rows):
+                    rec = {c: d[c][i] for c in cols}
+                    where = f"{rel} row {row}"
+                    row += 1
+                    text = rec.get(text_col)
+                    if isinstance(text, str) and len(text) > limits.max_doc_bytes // 4 and \
+                            limits.too_big(len(text.encode("utf-8", "surrogatepass")), where, report):
+                        continue
+                    doc = _record_to_doc(rec, where, f"{rel}#{row - 1}", report)
+                    if doc:
+                        yield doc
+        except Exception as e:  # a corrupt page: pyarrow raises OSError/ArrowException
+            lost = group_end - row
+            report.skip("corrupt parquet data", f"{rel} rows {row}-{group_end - 1} ({str(e)[:160]})", n=lost)
+            row = group_end

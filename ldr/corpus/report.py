@@ -19,8 +19,9 @@ class IngestReport:
     warnings: Counter = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
-    def skip(self, reason: str, where: str) -> None:
-        self.skipped[reason] += 1
+    def skip(self, reason: str, where: str, n: int = 1) -> None:
+        """Count `n` documents lost for `reason` (n > 1: e.g. the rows of a corrupt row group)."""
+        self.skipped[reason] += n
         self._example(reason, where)
         log.warning("skipped %s: %s", where, reason)
 

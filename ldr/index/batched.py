@@ -10,19 +10,21 @@ def doc_text(doc: Doc) -> str:
 
 
 class BatchedWriter:
-    def __init__(self, docs_per_batch: int = 32):
+    def __init__(self, docs_per_batch: int = 32, chars_per_batch: int = 4 << 20):
         self._pending: list[tuple[int, str]] = []
-        self._per_batch = docs_per_batch
+        self._per_batch, self._chars, self._max_chars = docs_per_batch, 0, chars_per_batch
 
     def add(self, docno: int, doc: Doc) -> None:
         self._pending.append((docno, doc_text(doc)))
-        if len(self._pending) >= self._per_batch:
+        self._chars += len(doc.text)
+        # a batch is bounded in characters too: 32 long documents would hold GBs of tokens
+        if len(self._pending) >= self._per_batch or self._chars >= self._max_chars:
             self._flush()
 
     def _flush(self) -> None:
         if self._pending:
             self._write_batch([d for d, _ in self._pending], [t for _, t in self._pending])
-            self._pending = []
+            self._pending, self._chars = [], 0
 
     def _write_batch(self, docnos: list[int], texts: list[str]) -> None:
         raise NotImplementedError

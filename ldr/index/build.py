@@ -8,6 +8,7 @@ complete. Leftover temporaries of dead builds are removed by the next build.
 from __future__ import annotations
 
 import copy
+import errno
 import logging
 import os
 import shutil
@@ -20,14 +21,15 @@ from typing import Iterable
 from tqdm.auto import tqdm
 
 from ..corpus import Doc, IngestReport, check_documents
-from ..errors import ConfigError
+from ..corpus.text import utf8_len
+from ..errors import ConfigError, IndexFormatError, IndexWriteError
 from ..encode.dense import DenseSettings
 from ..encode.sparse import SparseSettings
 from .bm25.analysis import Analyzer
 from .bm25.base import open_writer, resolve_params
 from .dense import DenseWriter, FaissSettings
 from .docstore import FILE as DOCSTORE_FILE, DocstoreWriter
-from .manifest import MANIFEST, new_manifest, write_manifest
+from .manifest import MANIFEST, new_manifest, read_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 _TMP, _OLD = ".ldr-tmp-", ".ldr-old-"
@@ -50,6 +52,7 @@ class BuildConfig:
     k1: float | None = None               # None: the backend's default
     b: float | None = None
     threads: int = 0                      # 0: all cores
+    max_doc_mb: float = 64.0              # larger documents are skipped and counted (memory bound)
     # the packaged MiniLM with MaxP by default; None: no dense component
     dense: DenseSettings | None = field(default_factory=DenseSettings)
     # the packaged SPLADE-tiny by default; None: no learned-sparse component
@@ -92,11 +95,37 @@ def _clean_stale(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+# what a build writes at the top of an index directory (besides the files its manifest lists)
+OWN_NAMES = {MANIFEST, MANIFEST + ".part", DOCSTORE_FILE, "bm25", "dense", "sparse"}
+
+
 def _check_target(out: Path) -> None:
-    if out.is_file():
-        raise ConfigError(f"{out} is a file; give a directory path for the index")
-    if out.is_dir() and not (out / MANIFEST).is_file() and any(out.iterdir()):
+    """Refuse to replace anything but an ldr index holding only what ldr wrote there.
+
+    A directory is an index only if its manifest parses as an ldr manifest; then its entries must
+    all be ones that manifest lists (or ldr's own component folders). Anything else (a web
+    project's manifest.json, a corpus inside the output directory) is a refusal naming the files.
+    """
+    if out.is_symlink() or out.is_file():
+        raise ConfigError(f"{out} is a file or a link; give a directory path for the index")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / MANIFEST).is_file():
         raise ConfigError(f"{out} exists and is not an ldr index; refusing to replace it (choose another -o)")
+    try:
+        manifest = read_manifest(out)
+    except IndexFormatError as e:
+        raise ConfigError(f"{out} holds a manifest.json that is not a readable ldr index manifest ({e}); "
+                          "ldr cannot tell which files there are its own, so it will not replace the directory: "
+                          "choose another -o, or delete it yourself if it is an old index") from None
+    own = set(OWN_NAMES)
+    own.update(Path(rel).parts[0] for rel in manifest.get("files", {}))
+    own.update(Path(c["path"]).parts[0] for c in manifest["components"].values())
+    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name not in own)
+    if foreign:
+        shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+        raise ConfigError(f"{out} is an ldr index but also holds files ldr did not write ({shown}); refusing to "
+                          "replace it, since that would delete them: move them out or choose another -o")
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
@@ -107,6 +136,25 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, out)
+
+
+def _no_space(e: BaseException) -> bool:
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    # tantivy, pyarrow and faiss report a full disk in their own exception types
+    msg = str(e).lower()
+    return "no space left" in msg or "disk quota exceeded" in msg or "(os error 28)" in msg
+
+
+def _fsync_tree(root: Path) -> None:
+    """Make every file of the new index durable before the rename publishes it."""
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig | None = None,
@@ -139,13 +187,13 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
             writers["sparse"] = SparseWriter(tmp / "sparse", SparseEncoder(config.sparse))
         n_bytes = 0
         with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
-            for doc in check_documents(docs, report):
+            for doc in check_documents(docs, report, config.max_doc_mb):
                 docno = store.add(doc)
                 if bm25:
                     bm25.add(docno, doc)
                 for w in writers.values():
                     w.add(docno, doc)
-                n_bytes += len(doc.text.encode("utf-8", "surrogatepass"))
+                n_bytes += utf8_len(doc.text)
                 bar.update(1)
         store.close()
         if bm25:
@@ -163,9 +211,10 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
         manifest = new_manifest(components, store.count, report.to_dict(), settings)
         retrievers = [n for n in ("bm25", "dense", "sparse") if n in components]
         manifest["search"] = {"mode": "hybrid" if len(retrievers) > 1 else retrievers[0], **config.search}
-        write_manifest(tmp, manifest)
+        manifest = write_manifest(tmp, manifest)
+        _fsync_tree(tmp)
         _swap_into_place(tmp, out)
-    except BaseException:
+    except BaseException as e:
         for w in [store, bm25, *writers.values()]:
             if w is not None:
                 try:
@@ -173,6 +222,10 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
                 except Exception as e:  # keep the original error; this is cleanup
                     log.debug("abort failed: %s", e)
         shutil.rmtree(tmp, ignore_errors=True)
+        if _no_space(e):
+            raise IndexWriteError(f"no space left on device while writing the index for {out}; nothing was "
+                                  "changed there (the previous index, if any, is intact): free space and "
+                                  "run the build again") from None
         raise
     log.info("built %s in %.1fs: %s", out, seconds, report.summary())
     return manifest

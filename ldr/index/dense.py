@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, IndexFormatError
 from .batched import BatchedWriter
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,22 @@ class DenseWriter(BatchedWriter):
                 "faiss": self.fs.to_dict(), "model": self.encoder.describe()}
 
 
+def check_dense(path: Path, index, owner: np.ndarray, comp: dict, n_docs: int | None) -> None:
+    """Cheap structure checks at open (O(vectors) integer work, no vector reads)."""
+    problems = []
+    vectors, dim = comp.get("vectors", index.ntotal), comp.get("dim", index.d)
+    if index.ntotal != vectors or index.d != dim:
+        problems.append(f"faiss.index holds {index.ntotal} x {index.d}, the manifest says {vectors} x {dim}")
+    if owner.ndim != 1 or owner.dtype.kind not in "iu" or len(owner) != index.ntotal:
+        problems.append(f"owner.npy has shape {owner.shape} ({owner.dtype}), expected ({index.ntotal},) integers")
+    elif len(owner) and (owner[0] < 0 or (n_docs is not None and owner[-1] >= n_docs) or np.any(np.diff(owner) < 0)):
+        problems.append("owner.npy maps vectors to documents out of range or out of order")
+    if problems:
+        raise IndexFormatError(f"the dense index {path} is damaged: {'; '.join(problems)}. Rebuild it with `ldr index`")
+
+
 class DenseSearcher:
-    def __init__(self, path: Path, comp: dict, encoder):
+    def __init__(self, path: Path, comp: dict, encoder, n_docs: int | None = None):
         import faiss
 
         self.encoder = encoder
@@ -118,8 +132,9 @@ class DenseSearcher:
         if faiss.get_num_gpus() > 0 and fs["index"] != "hnsw":  # FAISS has no GPU HNSW
             self.index = faiss.index_cpu_to_all_gpus(self.index)
         # one int per passage: small enough to hold in memory (element access on a memmap is slow)
-        self.owner = np.load(Path(path) / "owner.npy")
+        self.owner = np.load(Path(path) / "owner.npy", allow_pickle=False)
         self.multi = comp.get("multi_vector", False)
+        check_dense(Path(path), self.index, self.owner, comp, n_docs)
 
     def search_vectors(self, qvecs: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
         """Top-k documents per query vector; multi-vector scores a document by its best passage."""

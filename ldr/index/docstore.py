@@ -9,6 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..corpus import Doc
+from ..corpus.text import count_words
+from ..errors import IndexFormatError
 
 FILE = "docstore.parquet"
 SCHEMA = pa.schema([
@@ -23,17 +25,20 @@ SCHEMA = pa.schema([
 class DocstoreWriter:
     """Streams documents to Parquet in row groups so memory stays bounded."""
 
-    def __init__(self, root: Path, rows_per_group: int = 512):
+    def __init__(self, root: Path, rows_per_group: int = 512, bytes_per_group: int = 32 << 20):
         self.path = Path(root) / FILE
-        self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+        # page checksums: a flipped byte in a text page is an error on read, not different text
+        self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd", write_page_checksum=True)
         self._rows: list[Doc] = []
-        self._group = rows_per_group
+        self._group, self._group_bytes, self._pending = rows_per_group, bytes_per_group, 0
         self.count = 0
 
     def add(self, doc: Doc) -> int:
         self._rows.append(doc)
         self.count += 1
-        if len(self._rows) >= self._group:
+        self._pending += len(doc.text)
+        # a row group holds at most ~32 MB of text, so memory does not grow with 512 long documents
+        if len(self._rows) >= self._group or self._pending >= self._group_bytes:
             self._flush()
         return self.count - 1
 
@@ -45,11 +50,11 @@ class DocstoreWriter:
             "id": [d.id for d in rows],
             "title": [d.title for d in rows],
             "text": [d.text for d in rows],
-            "length": [len(d.text.split()) for d in rows],
+            "length": [count_words(d.text) for d in rows],
             "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for d in rows],
         }, schema=SCHEMA)
         self._writer.write_table(table)
-        self._rows = []
+        self._rows, self._pending = [], 0
 
     def close(self) -> None:
         self._flush()
@@ -59,24 +64,53 @@ class DocstoreWriter:
         self._writer.close()
 
 
+def _damaged(path: Path, e: Exception) -> IndexFormatError:
+    return IndexFormatError(f"{path} is damaged ({type(e).__name__}: {str(e)[:200]}); run `ldr check` on the index "
+                            "and rebuild it with `ldr index`")
+
+
 class Docstore:
     """Read side: ids and lengths in memory, text fetched per row group on demand."""
 
-    def __init__(self, root: Path):
-        self._pf = pq.ParquetFile(Path(root) / FILE)
-        small = self._pf.read(columns=["id", "title", "length"])
-        self.ids: list[str] = small.column("id").to_pylist()
-        self.titles: list[str] = small.column("title").to_pylist()
-        self.lengths = small.column("length").to_numpy()
+    def __init__(self, root: Path, expected_rows: int | None = None):
+        self.path = Path(root) / FILE
+        try:
+            self._pf = pq.ParquetFile(self.path, page_checksum_verification=True)
+            small = self._pf.read(columns=["id", "title", "length"])
+            self.ids: list[str] = small.column("id").to_pylist()
+            self.titles: list[str] = small.column("title").to_pylist()
+            self.lengths = small.column("length").to_numpy()
+            md = self._pf.metadata
+        except Exception as e:  # pyarrow raises OSError, ArrowInvalid, KeyError... for damaged files
+            raise _damaged(self.path, e) from None
+        if expected_rows is not None and len(self.ids) != expected_rows:
+            raise IndexFormatError(f"{self.path} has {len(self.ids)} documents, the manifest says {expected_rows}; "
+                                   "rebuild the index with `ldr index`")
+        if any(i is None for i in self.ids):
+            raise IndexFormatError(f"{self.path} has documents without an id; rebuild the index with `ldr index`")
         self._row_of = {d: i for i, d in enumerate(self.ids)}
-        md = self._pf.metadata
+        if len(self._row_of) != len(self.ids):
+            raise IndexFormatError(f"{self.path} has duplicate document ids; rebuild the index with `ldr index`")
         self._starts = [0]
         for g in range(md.num_row_groups):
             self._starts.append(self._starts[-1] + md.row_group(g).num_rows)
         self._cache: tuple[int, list] | None = None
+        self._id_rank = None
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def id_rank(self):
+        """Rank of each document's id in sorted order: ties in score are broken by id, so a
+        ranking does not depend on the order documents were indexed in."""
+        if self._id_rank is None:
+            import numpy as np
+            order = np.argsort(np.asarray(self.ids, dtype=object), kind="stable")
+            rank = np.empty(len(order), dtype=np.int64)
+            rank[order] = np.arange(len(order))
+            self._id_rank = rank
+        return self._id_rank
 
     def row(self, doc_id: str) -> int:
         return self._row_of[doc_id]
@@ -84,15 +118,24 @@ class Docstore:
     def __contains__(self, doc_id: str) -> bool:
         return doc_id in self._row_of
 
+    def _column(self, g: int, name: str) -> list:
+        try:
+            return self._pf.read_row_group(g, columns=[name]).column(name).to_pylist()
+        except Exception as e:
+            raise _damaged(self.path, e) from None
+
     def text(self, row: int) -> str:
         g = bisect.bisect_right(self._starts, row) - 1
         if self._cache is None or self._cache[0] != g:
-            self._cache = (g, self._pf.read_row_group(g, columns=["text"]).column("text").to_pylist())
+            self._cache = (g, self._column(g, "text"))
         return self._cache[1][row - self._starts[g]]
 
     def meta(self, row: int) -> dict:
         g = bisect.bisect_right(self._starts, row) - 1
-        return json.loads(self._pf.read_row_group(g, columns=["meta"]).column("meta")[row - self._starts[g]].as_py())
+        try:
+            return json.loads(self._column(g, "meta")[row - self._starts[g]])
+        except (TypeError, ValueError) as e:
+            raise _damaged(self.path, e) from None
 
     def doc(self, row: int) -> Doc:
         return Doc(self.ids[row], self.text(row), self.titles[row], self.meta(row))
@@ -100,8 +143,11 @@ class Docstore:
     def iter_docs(self, batch_size: int = 256):
         """Stream all documents in row order (used to re-encode an index)."""
         row = 0
-        for batch in self._pf.iter_batches(batch_size=batch_size, columns=["id", "title", "text"]):
-            d = batch.to_pydict()
-            for i in range(batch.num_rows):
-                yield row, Doc(d["id"][i], d["text"][i], d["title"][i])
-                row += 1
+        try:
+            for batch in self._pf.iter_batches(batch_size=batch_size, columns=["id", "title", "text"]):
+                d = batch.to_pydict()
+                for i in range(batch.num_rows):
+                    yield row, Doc(d["id"][i], d["text"][i], d["title"][i])
+                    row += 1
+        except Exception as e:
+            raise _damaged(self.path, e) from None

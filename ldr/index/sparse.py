@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import IndexFormatError
 from .batched import BatchedWriter
 
 FILES = ("doc_indptr", "doc_terms", "doc_weights", "term_indptr", "term_docs", "term_weights")
@@ -67,13 +68,45 @@ class SparseWriter(BatchedWriter):
                 "avg_terms_per_doc": round(len(terms) / max(n_docs, 1), 1), "model": self.encoder.describe()}
 
 
+def structure_problems(a: dict, n_docs: int | None, full: bool = False) -> list[str]:
+    """Offsets consistent with the postings (cheap: O(documents + terms)); with `full`, every
+    term id and document number in range and every weight finite (O(postings): `ldr check`)."""
+    out = []
+    if any(a[f].ndim != 1 for f in FILES):
+        return ["an array is not one-dimensional"]
+    dip, tip = a["doc_indptr"], a["term_indptr"]
+    if n_docs is not None and len(dip) != n_docs + 1:
+        out.append(f"doc_indptr.npy covers {len(dip) - 1} documents, the docstore {n_docs}")
+    for name, ip, data in (("doc", dip, ("doc_terms", "doc_weights")), ("term", tip, ("term_docs", "term_weights"))):
+        n = len(a[data[0]])
+        if len(a[data[1]]) != n:
+            out.append(f"{data[0]}.npy and {data[1]}.npy differ in length")
+        if len(ip) == 0 or ip[0] != 0 or ip[-1] != n or np.any(np.diff(ip) < 0):
+            out.append(f"{name}_indptr.npy does not match its {n} postings")
+    if len(a["doc_terms"]) != len(a["term_docs"]):
+        out.append("the document-major and term-major postings differ in count")
+    if full and not out:
+        vocab = len(tip) - 1
+        if len(a["doc_terms"]) and (a["doc_terms"].min() < 0 or a["doc_terms"].max() >= vocab):
+            out.append("doc_terms.npy holds term ids outside the vocabulary")
+        if len(a["term_docs"]) and (a["term_docs"].min() < 0 or a["term_docs"].max() >= len(dip) - 1):
+            out.append("term_docs.npy holds document numbers out of range")
+        for f in ("doc_weights", "term_weights"):
+            if len(a[f]) and not np.isfinite(a[f]).all():
+                out.append(f"{f}.npy holds non-finite weights")
+    return out
+
+
 class SparseIndex:
     """Memory-mapped inverted index over learned term weights."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, n_docs: int | None = None):
         p = Path(path)
-        self.arrays = {f: np.load(p / f"{f}.npy", mmap_mode="r") for f in FILES}
+        self.arrays = {f: np.load(p / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
         self.n_docs = len(self.arrays["doc_indptr"]) - 1
+        problems = structure_problems(self.arrays, n_docs)
+        if problems:
+            raise IndexFormatError(f"the sparse index {p} is damaged: {'; '.join(problems)}. Rebuild it with `ldr index`")
 
     def score(self, q_terms: np.ndarray, q_weights: np.ndarray) -> np.ndarray:
         """Exact Σ_t w_q(t)·w_d(t) for every document (zeros where no term is shared)."""
@@ -107,8 +140,8 @@ class SparseIndex:
 
 
 class SparseSearcher:
-    def __init__(self, path: Path, encoder):
-        self.index = SparseIndex(path)
+    def __init__(self, path: Path, encoder, n_docs: int | None = None):
+        self.index = SparseIndex(path, n_docs)
         self.encoder = encoder
 
     def encode(self, query: str) -> tuple[np.ndarray, np.ndarray]:

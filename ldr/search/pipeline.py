@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, IndexFormatError, QueryError
 from .fusion import METHODS, fuse
 from .hits import Hit
+from .query import check_weights
 
 RETRIEVERS = ("bm25", "dense", "sparse")
 MODES = RETRIEVERS + ("hybrid",)
@@ -38,6 +39,12 @@ class SearchOptions:
             bad = set(self.weights) - set(RETRIEVERS)
             if bad:
                 raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(RETRIEVERS)}")
+        check_weights(self.weights)
+        check_weights(self.rerank_weights)
+        for name in ("depth", "rerank_depth", "rrf_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise QueryError(f"{name} must be a positive whole number (got {v!r})")
 
 
 @dataclass
@@ -71,8 +78,12 @@ class QueryContext:
         return self.texts(docno)
 
 
-def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranker=None, texts=None) -> tuple[list, QueryContext]:
-    """Ranked [(docno, score, {stage: score})] for one query, and its context (timings, reps)."""
+def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranker=None, texts=None,
+              tiebreak=None) -> tuple[list, QueryContext]:
+    """Ranked [(docno, score, {stage: score})] for one query, and its context (timings, reps).
+
+    `tiebreak[docno]` orders equal scores (the rank of the document's id, so that rankings do not
+    depend on the order documents were indexed in); default: by docno."""
     opts.check()
     names = [n for n in RETRIEVERS if n in retrievers] if opts.mode == "hybrid" else [opts.mode]
     for n in names:
@@ -90,14 +101,17 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
     limit = max(k, opts.rerank_depth if reranker is not None else 0)
     if len(names) == 1:
         # a single retriever returns its results best first: no fusion, no re-sort
-        rows = [(d, sc, {names[0]: sc}) for d, sc in lists[names[0]][:limit]]
+        ranked = lists[names[0]]
+        if tiebreak is not None:
+            ranked = sorted(ranked, key=lambda r: (-r[1], tiebreak[r[0]]))
+        rows = [(d, sc, {names[0]: sc}) for d, sc in ranked[:limit]]
     else:
         t = time.perf_counter()
         ctx.fused = fuse(ctx.first_stage, opts.fusion, opts.weights, opts.rrf_k)
         ctx.timings["fusion"] = time.perf_counter() - t
         stages = [(n, ctx.first_stage[n]) for n in names]
         rows = [(d, sc, {**{n: r[d] for n, r in stages if d in r}, "fused": sc})
-                for d, sc in top_items(ctx.fused, limit)]
+                for d, sc in top_items(ctx.fused, limit, tiebreak)]
     if reranker is not None and rows:
         t = time.perf_counter()
         head, tail = rows[:opts.rerank_depth], rows[opts.rerank_depth:]
@@ -109,7 +123,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
                 st[f"rerank.{f}"] = float(vals[i])
             ctx.rerank_features[d] = {f: float(vals[i]) for f, vals in feats.items()}
             reranked.append((d, float(scores[i]), st))
-        reranked.sort(key=lambda r: (-r[1], r[0]))
+        reranked.sort(key=lambda r: (-r[1], r[0] if tiebreak is None else tiebreak[r[0]]))
         ctx.reranked = {d: s for d, s, _ in reranked}
         # documents past the rerank depth keep their order, below every reranked one
         rows = reranked + tail
@@ -117,8 +131,8 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
     return rows[:k], ctx
 
 
-def top_items(scores: dict, k: int) -> list[tuple[int, float]]:
-    """The k best (docno, score), by score then docno (deterministic ties), without sorting all."""
+def top_items(scores: dict, k: int, tiebreak=None) -> list[tuple[int, float]]:
+    """The k best (docno, score), by score then `tiebreak[docno]` (default docno), without sorting all."""
     if not scores:
         return []
     docs = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
@@ -129,10 +143,14 @@ def top_items(scores: dict, k: int) -> list[tuple[int, float]]:
         cut = vals[keep].min()
         keep = np.union1d(keep, np.flatnonzero(vals == cut))
         docs, vals = docs[keep], vals[keep]
-    order = np.lexsort((docs, -vals))[:k]
+    order = np.lexsort((docs if tiebreak is None else np.asarray(tiebreak)[docs], -vals))[:k]
     return [(int(d), float(v)) for d, v in zip(docs[order], vals[order])]
 
 
 def to_hits(rows, ids: list[str], titles: list[str]) -> list[Hit]:
+    bad = [d for d, _, _ in rows if not 0 <= d < len(ids)]
+    if bad:
+        raise IndexFormatError(f"a retriever returned document number {bad[0]}, but the index has {len(ids)} "
+                               "documents: a component is damaged; run `ldr check` and rebuild the index")
     return [Hit(id=ids[d], score=s, rank=r, title=titles[d], docno=d, scores=st)
             for r, (d, s, st) in enumerate(rows, 1)]

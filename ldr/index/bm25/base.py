@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ...corpus import Doc
-from ...errors import ConfigError
+from ...errors import ConfigError, IndexFormatError
 from .analysis import Analyzer
 
 
@@ -55,17 +55,30 @@ def open_writer(backend: str, path: Path, analyzer: Analyzer, threads: int = 1) 
     return LuceneWriter(path, analyzer, threads=threads)
 
 
-def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: float) -> BM25Searcher:
+def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: float,
+                  n_docs: int | None = None) -> BM25Searcher:
+    """Open a BM25 index; `n_docs` (the docstore's count) must match what the index holds."""
     if backend == "tantivy":
         from .tantivy_backend import TantivySearcher
-        return TantivySearcher(path, analyzer)
-    if backend == "lucene":
+        searcher = TantivySearcher(path, analyzer)
+    elif backend == "lucene":
         from .lucene_backend import LuceneSearcher
-        return LuceneSearcher(path, analyzer, k1, b)
-    if backend == "native":
+        searcher = LuceneSearcher(path, analyzer, k1, b)
+    elif backend == "native":
         from .native_backend import NativeSearcher
-        return NativeSearcher(path, analyzer, k1, b)
-    raise ConfigError(f"unknown BM25 backend {backend!r} in manifest")
+        searcher = NativeSearcher(path, analyzer, k1, b)
+    else:
+        raise IndexFormatError(f"unknown BM25 backend {backend!r} in the manifest of {path.parent}")
+    if n_docs is not None and searcher.num_docs != n_docs:
+        raise IndexFormatError(f"the BM25 index {path} holds {searcher.num_docs} documents, the docstore "
+                               f"{n_docs}; the index is damaged: rebuild it with `ldr index`")
+    return searcher
+
+
+def first_terms(tokens: list[str]) -> list[str]:
+    """A query's BM25 terms, bounded (see ldr/search/query.py)."""
+    from ...search.query import MAX_QUERY_TERMS
+    return tokens[:MAX_QUERY_TERMS]
 
 
 def index_text(doc: Doc) -> str:

@@ -75,7 +75,9 @@ class LuceneWriter:
 
     def add(self, docno: int, doc: Doc) -> None:
         self._batch.append({"id": str(docno), "contents": index_text(doc)})
-        if len(self._batch) >= 256:
+        self._pending = getattr(self, "_pending", 0) + len(doc.text)
+        if len(self._batch) >= 256 or self._pending >= (32 << 20):   # bounded by bytes too
+            self._pending = 0
             self._flush()
 
     def _flush(self) -> None:
@@ -103,6 +105,7 @@ class LuceneSearcher:
         from pyserini.search.lucene import LuceneSearcher as _Searcher
 
         self._searcher = _Searcher(str(path))
+        self.num_docs = int(self._searcher.num_docs)
         self._searcher.set_bm25(k1, b)
         self._searcher.set_analyzer(get_lucene_analyzer(
             language=_lucene_language(analyzer), stemming=analyzer.stemming, stopwords=analyzer.stopwords))
@@ -116,6 +119,10 @@ class LuceneSearcher:
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         if not query.strip() or k <= 0:
             return []
+        from ...search.query import MAX_QUERY_TERMS
+        words = query.split()
+        if len(words) > MAX_QUERY_TERMS:  # Lucene refuses more than 1,024 clauses
+            query = " ".join(words[:MAX_QUERY_TERMS])
         try:
             hits = self._searcher.search(query, k)
         except Exception as e:  # Java exceptions arrive as jnius.JavaException

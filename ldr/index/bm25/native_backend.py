@@ -13,7 +13,9 @@ import numpy as np
 
 from ...corpus import Doc
 from .analysis import Analyzer, cjk_pretokenize
-from .base import index_text
+from .base import first_terms
+from ...corpus.text import text_chunks
+from ...errors import IndexFormatError
 
 
 def _analyzer(a: Analyzer):
@@ -34,14 +36,18 @@ class NativeWriter:
         self._counts: list[int] = []
 
     def add(self, docno: int, doc: Doc) -> None:
-        text = index_text(doc)
-        tokens = self._an.analyze(cjk_pretokenize(text) if self._cjk else text)
-        tf = Counter(self._vocab.setdefault(t, len(self._vocab)) for t in tokens)
+        # analysed a megabyte at a time: a list of every token of a 100 MB text would take GBs
+        tf, n_tokens = Counter(), 0
+        for part in ([doc.title] if doc.title else []) + [doc.text]:
+            for chunk in text_chunks(part):
+                tokens = self._an.analyze(cjk_pretokenize(chunk) if self._cjk else chunk)
+                n_tokens += len(tokens)
+                tf.update(self._vocab.setdefault(t, len(self._vocab)) for t in tokens)
         terms = np.fromiter(tf.keys(), dtype=np.int32, count=len(tf))
         self._docs.write(terms.tobytes())
         self._tfs.write(np.fromiter(tf.values(), dtype=np.int32, count=len(tf)).tobytes())
         self._counts.append(len(tf))
-        self._lengths.append(len(tokens))
+        self._lengths.append(n_tokens)
 
     def close(self) -> None:
         from ..sparse import save_inverted
@@ -70,11 +76,16 @@ class NativeSearcher:
         self._an = _analyzer(analyzer)
         self._cjk = analyzer.is_cjk
         self.vocab: dict[str, int] = json.loads((p / "vocab.json").read_text(encoding="utf-8"))
-        self.indptr = np.load(p / "term_indptr.npy", mmap_mode="r")
-        self.docs = np.load(p / "term_docs.npy", mmap_mode="r")
-        self.tfs = np.load(p / "term_tfs.npy", mmap_mode="r")
-        self.lengths = np.load(p / "doc_lengths.npy")
-        self.n = len(self.lengths)
+        self.indptr = np.load(p / "term_indptr.npy", mmap_mode="r", allow_pickle=False)
+        self.docs = np.load(p / "term_docs.npy", mmap_mode="r", allow_pickle=False)
+        self.tfs = np.load(p / "term_tfs.npy", mmap_mode="r", allow_pickle=False)
+        self.lengths = np.load(p / "doc_lengths.npy", allow_pickle=False)
+        self.n = self.num_docs = len(self.lengths)
+        ip = self.indptr
+        if (not isinstance(self.vocab, dict) or ip.ndim != 1 or len(ip) != len(self.vocab) + 1 or ip[0] != 0
+                or ip[-1] != len(self.docs) or len(self.docs) != len(self.tfs) or np.any(np.diff(ip) < 0)):
+            raise IndexFormatError(f"the native BM25 index {p} is inconsistent (offsets do not match the postings); "
+                                   "run `ldr check` and rebuild the index")
         self.avgdl = float(self.lengths.mean()) if self.n else 1.0
 
     def encode(self, query: str) -> str:
@@ -89,7 +100,7 @@ class NativeSearcher:
         tokens = self._an.analyze(cjk_pretokenize(query) if self._cjk else query)
         out = np.zeros(self.n, dtype=np.float32)
         norm = k1 * (1 - b + b * self.lengths / self.avgdl)
-        for term, qtf in Counter(tokens).items():
+        for term, qtf in Counter(first_terms(tokens)).items():
             t = self.vocab.get(term)
             if t is None:
                 continue

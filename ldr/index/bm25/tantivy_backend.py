@@ -8,7 +8,7 @@ import tantivy
 
 from ...corpus import Doc
 from .analysis import SNOWBALL, STOPWORD_LISTS, Analyzer, cjk_pretokenize
-from .base import index_text
+from .base import first_terms
 
 TOKENIZER = "ldr"
 FIELD = "body"
@@ -44,12 +44,12 @@ class TantivyWriter:
         self._writer = self._index.writer(heap_size=heap_mb * 1_000_000 * max(threads, 1), num_threads=max(threads, 1))
 
     def add(self, docno: int, doc: Doc) -> None:
-        text = index_text(doc)
-        if self._cjk:
-            text = cjk_pretokenize(text)
         d = tantivy.Document()
         d.add_unsigned("docno", docno)
-        d.add_text(FIELD, text)
+        # title and body as two values of one field: same terms and length as "title\nbody",
+        # without copying a long body into a new string
+        for text in (doc.title, doc.text) if doc.title else (doc.text,):
+            d.add_text(FIELD, cjk_pretokenize(text) if self._cjk else text)
         self._writer.add_document(d)
 
     def close(self) -> None:
@@ -75,6 +75,7 @@ class TantivySearcher:
         self._cjk = analyzer.is_cjk
         self._schema = self._index.schema
         self._searcher = self._index.searcher()
+        self.num_docs = self._searcher.num_docs
 
     def analyze(self, text: str) -> list[str]:
         return self._analyzer.analyze(cjk_pretokenize(text) if self._cjk else text)
@@ -88,7 +89,7 @@ class TantivySearcher:
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         # Bag of words: each distinct query term once, boosted by its count (as Lucene/pyserini do).
         # Building the query from analysed terms avoids query-syntax errors on user text.
-        terms = Counter(self.analyze(query))
+        terms = Counter(first_terms(self.analyze(query)))
         if not terms or k <= 0:
             return []
         clauses = []
