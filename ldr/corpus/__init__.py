@@ -46,10 +46,10 @@ def list_files(root: Path, report: IngestReport, exclude: Iterable[Path] = ()) -
         for d in sorted(dirnames):
             p = Path(dirpath, d)
             rel = p.relative_to(root).as_posix()
-            if d.startswith("."):
+            if p.resolve() in excluded or ".ldr-tmp-" in d or ".ldr-old-" in d:
+                log.info("not reading %s: it is the index being written (or ldr's temporary copy)", rel)
+            elif d.startswith("."):
                 report.skip("hidden directory", rel + "/")
-            elif p.resolve() in excluded:
-                log.info("not reading %s: it is the index being written", rel)
             elif _is_index_dir(p):
                 report.skip("ldr index directory", rel + "/")
             else:

@@ -39,7 +39,7 @@ class Limits:
     def too_big(self, n_bytes: int, where: str, report: IngestReport) -> bool:
         if n_bytes > self.max_doc_bytes:
             report.skip(f"larger than --max-doc-mb {self.max_doc_mb:g}",
-                        f"{where} ({n_bytes / (1 << 20):.1f} MB; raise --max-doc-mb to index it)")
+                        f"{where} ({n_bytes / (1 << 20):.2f} MB; raise --max-doc-mb to index it)")
             return True
         return False
 
@@ -183,16 +183,17 @@ def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport) -> D
 def _lines(fh, limit: int):
     """(line number, line or None when longer than `limit`) without ever holding more than
     `limit` characters of one line: an over-long line is read past in pieces."""
-    lineno = 0
+    lineno, nl = 0, None
     while True:
         line = fh.readline(limit + 1)
         if not line:
             return
+        nl = nl or ("\n" if isinstance(line, str) else b"\n")
         lineno += 1
-        if len(line) > limit and not line.endswith(("\n", b"\n")):
+        if len(line) > limit and not line.endswith(nl):
             while True:  # drain the rest of this line
                 rest = fh.readline(1 << 20)
-                if not rest or rest.endswith(("\n", b"\n")):
+                if not rest or rest.endswith(nl):
                     break
             yield lineno, None
         else:
