@@ -119,7 +119,7 @@ class SparseEncoder:
         out = torch.zeros(len(batch), self.vocab_size, device=tok_w.device)
         return out.scatter_reduce(1, ids, tok_w, reduce="amax", include_self=True)
 
-    def _encode(self, texts: list[str], prune: bool):
+    def _encode(self, texts: list[str], prune: bool, first_window_only: bool = False):
         import scipy.sparse as sp
         import torch
 
@@ -128,6 +128,8 @@ class SparseEncoder:
         all_ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
         pieces, owner = [], []
         for d, ids in enumerate(all_ids):
+            if first_window_only:
+                ids = ids[:room]
             for i in range(0, max(len(ids), 1), room):
                 pieces.append(self._head_ids + ids[i:i + room] + self._tail_ids)
                 owner.append(d)
@@ -149,4 +151,6 @@ class SparseEncoder:
         return self._encode(texts, prune=True)
 
     def encode_queries(self, texts: list[str]):
-        return self._encode(texts, prune=False)
+        """Queries: the first window only (as the dense encoder truncates), so a pasted book
+        costs one forward pass, not hundreds."""
+        return self._encode(texts, prune=False, first_window_only=True)
