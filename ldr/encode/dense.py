@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError
 from . import chunking
-from .batching import budget_batches, pad, special_tokens
+from .batching import budget_batches, pad, special_tokens, token_ids, with_specials
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, resolve
 
@@ -121,8 +121,8 @@ class DenseEncoder:
                 "extension": self.ext_info, "settings": self.settings.to_dict()}
 
     # -- tokenisation ------------------------------------------------------------------------
-    def _ids(self, texts: list[str], prefix: str) -> tuple[list[list[int]], list[int]]:
-        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    def _ids(self, texts: list[str], prefix: str) -> tuple[list[np.ndarray], list[int]]:
+        enc = token_ids(self.tokenizer, list(texts))
         pre = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
         return enc, pre
 
@@ -136,7 +136,7 @@ class DenseEncoder:
         pieces, owner = [], []
         for d, doc_ids in enumerate(ids):
             for piece in chunking.split(strategy, doc_ids, room, self._stride(room), target):
-                pieces.append(self._head + pre + piece + self._tail)
+                pieces.append(with_specials(self._head + pre, piece, self._tail))
                 owner.append(d)
         return pieces, np.asarray(owner, dtype=np.int64)
 
@@ -192,7 +192,8 @@ class DenseEncoder:
     # -- public protocol ---------------------------------------------------------------------
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         """(n, d) float32, L2-normalised. Queries are short: always the plain model, truncated."""
-        pieces, _ = self._pieces(texts, self.query_prefix, "truncate")
+        # a query never needs more characters than its window of tokens could hold
+        pieces, _ = self._pieces([t[:self.window * 64] for t in texts], self.query_prefix, "truncate")
         return self._encode_pieces(pieces)
 
     def encode_documents(self, texts: list[str], progress=None) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .batching import budget_batches, pad, special_tokens
+from .batching import budget_batches, pad, special_tokens, token_ids, with_specials
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, resolve
 
 KINDS = ("splade", "head")
@@ -125,13 +125,15 @@ class SparseEncoder:
 
         s = self.settings
         room = self.window - len(self._head_ids) - len(self._tail_ids)
-        all_ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        if first_window_only:  # a query: never tokenise more than the window could hold
+            texts = [t[:room * 64] for t in texts]
+        all_ids = token_ids(self.tokenizer, list(texts))
         pieces, owner = [], []
         for d, ids in enumerate(all_ids):
             if first_window_only:
                 ids = ids[:room]
             for i in range(0, max(len(ids), 1), room):
-                pieces.append(self._head_ids + ids[i:i + room] + self._tail_ids)
+                pieces.append(with_specials(self._head_ids, ids[i:i + room], self._tail_ids))
                 owner.append(d)
         owner = np.asarray(owner)
         mat = np.zeros((len(texts), self.vocab_size), dtype=np.float32)

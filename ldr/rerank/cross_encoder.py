@@ -71,8 +71,11 @@ class CrossEncoderReranker:
         self.max_length = min(s.max_length or limit, limit, 8192)
 
     def _windows(self, query: str, text: str):
-        q_len = len(self.tokenizer(query, add_special_tokens=False)["input_ids"])
-        room = self.max_length - q_len - 4  # pair special tokens
+        q_ids = self.tokenizer(query, add_special_tokens=False)["input_ids"]
+        if len(q_ids) > self.max_length // 2:  # a pasted page as query: keep its start, leave room for text
+            query = self.tokenizer.decode(q_ids[:self.max_length // 2])
+            q_ids = self.tokenizer(query, add_special_tokens=False)["input_ids"]
+        room = self.max_length - len(q_ids) - 4  # pair special tokens
         if room < 8:
             raise ConfigError(f"the query is too long for a {self.max_length}-token cross-encoder window")
         enc = self.tokenizer(query, text, truncation="only_second", max_length=self.max_length,
