@@ -23,11 +23,18 @@ from pathlib import Path
 import numpy as np
 
 
+VOCAB = np.array([f"w{i:x}" for i in range(50_000)])
+
+
 def words(n_bytes: int, rng: np.random.Generator) -> str:
-    vocab = np.array([f"w{i:x}" for i in range(50_000)])
-    ranks = np.minimum(rng.zipf(1.2, size=n_bytes // 5), len(vocab)) - 1
-    text = " ".join(vocab[ranks].tolist())
-    return text[:n_bytes]
+    ranks = np.minimum(rng.zipf(1.2, size=n_bytes // 3 + 1), len(VOCAB)) - 1
+    return " ".join(VOCAB[ranks].tolist())[:n_bytes]
+
+
+def write_words(path: Path, n_bytes: int, rng: np.random.Generator, chunk: int = 8 << 20) -> None:
+    with open(path, "w") as fh:
+        for start in range(0, n_bytes, chunk):
+            fh.write(words(min(chunk, n_bytes - start), rng) + " ")
 
 
 def make_corpora(root: Path, mb: int, files: int) -> tuple[Path, Path]:
@@ -35,7 +42,7 @@ def make_corpora(root: Path, mb: int, files: int) -> tuple[Path, Path]:
     single, many = root / "single", root / "many"
     single.mkdir()
     many.mkdir()
-    (single / "big.txt").write_text(words(mb << 20, rng))
+    write_words(single / "big.txt", mb << 20, rng)
     per = (mb << 20) // files
     for i in range(files):
         sub = many / f"{i // 1000:03d}"
@@ -46,20 +53,24 @@ def make_corpora(root: Path, mb: int, files: int) -> tuple[Path, Path]:
 
 def peak_rss(cmd: list[str], limit_s: float) -> dict:
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    partial = False
-    while p.poll() is None:
-        if time.perf_counter() - t0 > limit_s:
-            p.send_signal(signal.SIGTERM)   # ldr cleans up on SIGTERM
-            partial = True
-            break
-        time.sleep(0.2)
-    _, status, usage = os.wait4(p.pid, 0)
-    out = p.stdout.read().decode(errors="replace")
-    err = p.stderr.read().decode(errors="replace")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        partial, sent = False, False
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)   # reaps it with its rusage
+            if pid:
+                break
+            if not sent and time.perf_counter() - t0 > limit_s:
+                p.send_signal(signal.SIGTERM)   # ldr cleans up on SIGTERM
+                partial = sent = True
+            time.sleep(0.2)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     return {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "seconds": round(time.perf_counter() - t0, 1),
-            "partial": partial, "exit": os.waitstatus_to_exitcode(status),
-            "summary": (out.strip().splitlines() or [""])[0], "stderr_tail": err.strip()[-300:]}
+            "partial": partial, "exit": p.returncode,
+            "summary": (stdout.strip().splitlines() or [""])[0], "stderr_tail": stderr.strip()[-300:]}
 
 
 def main() -> None:

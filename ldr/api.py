@@ -248,9 +248,10 @@ class Index:
 
     def info(self) -> dict:
         size = sum(f["size"] for f in self.manifest.get("files", {}).values())
-        return {"path": str(self.path), "documents": self.manifest["doc_count"], "bytes": size,
-                "created": self.manifest["created"], "ldr_version": self.manifest["ldr_version"],
-                "format_version": self.manifest["format_version"], "components": self.components,
+        m = self.manifest
+        return {"path": str(self.path), "documents": m["doc_count"], "bytes": size,
+                "created": m.get("created", "?"), "ldr_version": m.get("ldr_version", "?"),
+                "format_version": m["format_version"], "components": self.components,
                 "search": self.search_defaults(), "ingest": self.manifest.get("ingest", {})}
 
 
