@@ -80,8 +80,14 @@ def main() -> None:
     ap.add_argument("--limit-s", type=float, default=300)
     ap.add_argument("--pipelines", default="tantivy,native,full")
     ap.add_argument("--out", default="bench/results/memory.json")
+    ap.add_argument("--ldr-src", default=None,
+                    help="Measure another checkout of ldr (e.g. a `git worktree` of an older commit) in the same run.")
     args = ap.parse_args()
     ldr = [sys.executable, "-m", "ldr.cli", "index", "-q"]
+    limit_flag = True
+    if args.ldr_src:
+        os.environ["PYTHONPATH"] = args.ldr_src
+        limit_flag = "max-doc-mb" in subprocess.run(ldr[:-2] + ["index", "--help"], capture_output=True, text=True).stdout
     pipelines = {"tantivy": ["--dense", "none", "--sparse", "none"],
                  "native": ["--bm25", "native", "--dense", "none", "--sparse", "none"],
                  "full": []}
@@ -90,8 +96,9 @@ def main() -> None:
         single, many = make_corpora(Path(tmp), args.mb, args.files)
         for name in args.pipelines.split(","):
             for label, corpus in ((f"1 file x {args.mb} MB", single), (f"{args.files} files, {args.mb} MB", many)):
-                cmd = ldr + [str(corpus), "-o", str(Path(tmp) / f"idx-{name}"), "--max-doc-mb",
-                             str(args.mb + 64)] + pipelines[name]
+                cmd = ldr + [str(corpus), "-o", str(Path(tmp) / f"idx-{name}")] + pipelines[name]
+                if limit_flag:
+                    cmd += ["--max-doc-mb", str(args.mb + 64)]
                 r = {"pipeline": name, "corpus": label, **peak_rss(cmd, args.limit_s)}
                 print(json.dumps(r), flush=True)
                 results.append(r)

@@ -55,6 +55,10 @@ class DocstoreWriter:
         }, schema=SCHEMA)
         self._writer.write_table(table)
         self._rows, self._pending = [], 0
+        del table
+        # Parquet encoding holds several copies of a long text; hand them back before the next
+        # component copies the same document (arrow's allocator would keep them otherwise)
+        pa.default_memory_pool().release_unused()
 
     def close(self) -> None:
         self._flush()
