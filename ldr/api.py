@@ -221,7 +221,10 @@ class Index:
         if fusion is not None:
             opts.fusion = fusion
         if weights is not None:
-            opts.weights = weights
+            # partial weights change only the retrievers they name; the others keep the index's
+            # defaults (equal weights when the index has none)
+            base = opts.weights or {n: 1.0 for n in RETRIEVERS}
+            opts.weights = {**base, **weights}
         if depth is not None:
             opts.depth = depth
         if rerank_depth is not None:

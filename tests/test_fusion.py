@@ -79,3 +79,14 @@ def test_multi_vector_search_is_max_over_passages(tmp_path):
         got = s.search_vectors(q[None], k)[0]
         assert [d for d, _ in got] == [d for d, _ in expected[:k]]
         assert np.allclose([v for _, v in got], [v for _, v in expected[:k]], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_partial_weights_merge_with_the_defaults(tmp_path):
+    import ldr
+    docs = [{"id": f"d{i}", "text": f"text {i} about gannets and {'kittiwakes ' * i}"} for i in range(6)]
+    idx = ldr.Index.build(docs, tmp_path / "i", dense=None, sparse="splade-tiny")
+    partial = idx.search("gannets kittiwakes", k=6, weights={"sparse": 0.5})
+    full = idx.search("gannets kittiwakes", k=6, weights={"bm25": 1.0, "dense": 0.25, "sparse": 0.5})
+    assert [(h.id, h.score) for h in partial] == [(h.id, h.score) for h in full]
+    assert any(h.scores.get("bm25", 0) > 0 for h in partial) and partial[0].score > 0.5
