@@ -54,9 +54,9 @@ def real_index(path: str, queries_file: str, n: int = 300) -> None:
         stages: dict[str, list[float]] = {}
         for q in qs:
             t = time.perf_counter()
-            idx.search(q, k=10, rerank=rerank, with_text=False)
+            result = idx.search(q, k=10, rerank=rerank, with_text=False)
             total = time.perf_counter() - t
-            for k, v in idx.last_timings.items():
+            for k, v in result.timings.items():
                 stages.setdefault(k, []).append(1e3 * v)
             stages.setdefault("end to end", []).append(1e3 * total)
         print(f"{path} ({len(idx)} docs), {len(qs)} queries, k=10, rerank={rerank or 'none'} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -17,7 +18,7 @@ from .errors import ConfigError, CorpusError, IndexFormatError, LdrError, QueryE
 from .index.build import BuildConfig, build_index
 from .index.docstore import Docstore
 from .index.manifest import inside, read_manifest, verify_files
-from .search.hits import Hit
+from .search.hits import Hit, SearchResult
 from .search.pipeline import RETRIEVERS, SearchOptions, run_query, to_hits
 from .search.query import prepare
 
@@ -38,17 +39,6 @@ def _as_docs(items: Iterable) -> Iterable[Doc]:
             raise CorpusError(f"document #{i} is a {type(item).__name__}; give ldr.Doc objects or dicts")
 
 
-def _quiet_blas() -> None:
-    """One BLAS thread at query time. numpy's OpenBLAS threads spin after each small product (the
-    passage rescorer's) and took the second core from torch's encoder threads: measured 5x slower
-    query encoding on 2 cores. Query-time numpy work is small; torch keeps all cores."""
-    try:
-        from threadpoolctl import threadpool_limits
-        threadpool_limits(1, user_api="blas")
-    except Exception as e:  # threadpoolctl missing or an unknown BLAS: only slower, never wrong
-        log.debug("could not limit BLAS threads: %s", e)
-
-
 class Index:
     """An opened index directory. Components and models are loaded lazily on first use."""
 
@@ -60,7 +50,6 @@ class Index:
         `trust_remote_code=True` lets models that ship their own code run: an index's manifest
         alone never grants that."""
         self.path = Path(path)
-        _quiet_blas()
         self.manifest = read_manifest(self.path)
         verify_files(self.path, self.manifest, full=verify)
         self.docstore = Docstore(inside(self.path, self.components["docstore"]["path"], "docstore path").parent,
@@ -69,7 +58,7 @@ class Index:
         self.trust_remote_code = trust_remote_code
         self._retrievers: dict = {}
         self._rerankers: dict = {}
-        self.last_timings: dict = {}
+        self._load_lock = threading.RLock()   # components load once, whichever thread asks first
 
     # -- building -------------------------------------------------------------------------
     @classmethod
@@ -133,6 +122,12 @@ class Index:
 
     def retriever(self, name: str):
         """The loaded first-stage retriever `name` (bm25 | dense | sparse)."""
+        if name in self._retrievers:
+            return self._retrievers[name]
+        with self._load_lock:
+            return self._load_retriever(name)
+
+    def _load_retriever(self, name: str):
         if name not in self._retrievers:
             comp = self.components.get(name)
             if comp is None:
@@ -171,10 +166,11 @@ class Index:
     def reranker(self, name: str | None, model: str | None = None):
         """None, the offline passage rescorer, or a cross-encoder (`model`: any HF classifier)."""
         if model:
-            if model not in self._rerankers:
-                from .rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
-                self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(
-                    model=model, device=self.device, trust_remote_code=self.trust_remote_code))
+            with self._load_lock:
+                if model not in self._rerankers:
+                    from .rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
+                    self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(
+                        model=model, device=self.device, trust_remote_code=self.trust_remote_code))
             return self._rerankers[model]
         if name in (None, "none"):
             return None
@@ -200,7 +196,7 @@ class Index:
     def search(self, query: str, k: int = 10, *, mode: str | None = None, fusion: str | None = None,
                weights: dict[str, float] | None = None, rerank: bool | str | None = None,
                rerank_model: str | None = None, depth: int | None = None, rerank_depth: int | None = None,
-               with_text: bool = True) -> list[Hit]:
+               with_text: bool = True) -> SearchResult:
         """Top-k documents for `query`, best first; every hit carries each stage's score.
 
         By default: every retriever of the index, fused, then the top candidates reranked, as
@@ -240,14 +236,11 @@ class Index:
         retrievers = {n: self.retriever(n) for n in names}
         reranker = self.reranker(opts.rerank, rerank_model) if (opts.rerank or rerank_model) else None
         rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text, self.docstore.id_rank)
-        self.last_timings = ctx.timings
-        self.last_context = ctx
-        self.last_reranker = getattr(reranker, "name", None)
         hits = to_hits(rows, self.docstore.ids, self.docstore.titles)
         if with_text:
             for h in hits:
                 h.text = self.docstore.text(h.docno)
-        return hits
+        return SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
 
     def info(self) -> dict:
         size = sum(f["size"] for f in self.manifest.get("files", {}).values())

@@ -290,8 +290,8 @@ def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, r
     stages = list(hits[0].scores) if hits else []
     if as_json:
         click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(), "stages": stages,
-                               "reranker": index.last_reranker,
-                               "timings_ms": {n: round(1e3 * t, 2) for n, t in index.last_timings.items()},
+                               "reranker": hits.reranker,
+                               "timings_ms": {n: round(1e3 * t, 2) for n, t in hits.timings.items()},
                                "hits": [h.to_dict(with_text=with_text) for h in hits]}, ensure_ascii=False))
         return
     if not hits:
@@ -304,8 +304,8 @@ def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, r
         label = h.title if h.title else h.snippet(60)
         cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
         click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{label}")
-    if index.last_reranker:
-        click.echo(f"(second stage: {index.last_reranker})")
+    if hits.reranker:
+        click.echo(f"(second stage: {hits.reranker})")
 
 
 @main.command("info")

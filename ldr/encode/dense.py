@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -64,9 +65,8 @@ class DenseEncoder:
         from .extend import Extension, apply_extension, position_kind, trained_length  # imports torch
 
         self.settings = s = settings or DenseSettings()
+        self._lock = threading.Lock()
         self.device = _pick_device(s.device)
-        if self.device == "cpu":
-            torch.set_num_threads(os.cpu_count() or 1)
         path, _ = resolve(s.model)
         if os.path.isdir(s.model):  # record an absolute path: search may run from another directory
             s.model = path
@@ -190,13 +190,13 @@ class DenseEncoder:
         return out
 
     # -- public protocol ---------------------------------------------------------------------
-    def encode_queries(self, texts: list[str]) -> np.ndarray:
+    def _encode_queries(self, texts: list[str]) -> np.ndarray:
         """(n, d) float32, L2-normalised. Queries are short: always the plain model, truncated."""
         # a query never needs more characters than its window of tokens could hold
         pieces, _ = self._pieces([t[:self.window * 64] for t in texts], self.query_prefix, "truncate")
         return self._encode_pieces(pieces)
 
-    def encode_documents(self, texts: list[str], progress=None) -> tuple[np.ndarray, np.ndarray]:
+    def _encode_documents(self, texts: list[str], progress=None) -> tuple[np.ndarray, np.ndarray]:
         """(vectors (m, d), owner (m,)): one vector per document, or per passage for maxp."""
         strategy = self.settings.strategy
         pieces, owner = self._pieces(texts, self.doc_prefix, strategy)
@@ -207,3 +207,13 @@ class DenseEncoder:
             vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
             owner = np.arange(len(texts), dtype=np.int64)
         return vecs, owner
+
+    # HF fast tokenizers fail ("Already borrowed") when one instance is used from two threads,
+    # so an encoder serves one call at a time; torch uses every core within that call
+    def encode_queries(self, texts: list[str]):
+        with self._lock:
+            return self._encode_queries(texts)
+
+    def encode_documents(self, texts: list[str], *args, **kwargs):
+        with self._lock:
+            return self._encode_documents(texts, *args, **kwargs)

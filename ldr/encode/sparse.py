@@ -10,6 +10,7 @@ over all windows.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,6 +71,7 @@ class SparseEncoder:
 
         hf_logging.disable_progress_bar()
         self.settings = s = settings or SparseSettings()
+        self._lock = threading.Lock()
         self.device = s.device or ("cuda" if torch.cuda.is_available() else "cpu")
         path, _ = resolve(s.model)
         if os.path.isdir(s.model):
@@ -149,10 +151,20 @@ class SparseEncoder:
                 mat[mat < cut] = 0
         return sp.csr_matrix(mat, dtype=np.float32)
 
-    def encode_documents(self, texts: list[str]):
+    def _encode_documents(self, texts: list[str]):
         return self._encode(texts, prune=True)
 
-    def encode_queries(self, texts: list[str]):
+    def _encode_queries(self, texts: list[str]):
         """Queries: the first window only (as the dense encoder truncates), so a pasted book
         costs one forward pass, not hundreds."""
         return self._encode(texts, prune=False, first_window_only=True)
+
+    # HF fast tokenizers fail ("Already borrowed") when one instance is used from two threads,
+    # so an encoder serves one call at a time; torch uses every core within that call
+    def encode_queries(self, texts: list[str]):
+        with self._lock:
+            return self._encode_queries(texts)
+
+    def encode_documents(self, texts: list[str], *args, **kwargs):
+        with self._lock:
+            return self._encode_documents(texts, *args, **kwargs)

@@ -71,10 +71,10 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     features: dict[str, dict] = {}
     t1 = time.perf_counter()
     for qid in tqdm(qids, desc=task.name, unit="q", disable=not opts.progress, leave=False):
-        index.search(task.queries[qid], k=opts.depth, depth=opts.depth, rerank_depth=opts.rerank_depth,
+        result = index.search(task.queries[qid], k=opts.depth, depth=opts.depth, rerank_depth=opts.rerank_depth,
                      fusion=config.search["fusion"], weights=config.search["weights"], rerank=opts.rerank,
                      rerank_model=opts.rerank_model, with_text=False)
-        ctx = index.last_context
+        ctx = result.context
         for name, scores in ctx.first_stage.items():
             runs.setdefault(name, {})[qid] = {ids[d]: s for d, s in scores.items()}
         if ctx.fused:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -103,6 +104,8 @@ class Docstore:
             self._starts.append(self._starts[-1] + md.row_group(g).num_rows)
         self._cache: tuple[int, list] | None = None
         self._id_rank = None
+        # one reader at a time: a ParquetFile and the row-group cache are not thread-safe
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -133,14 +136,17 @@ class Docstore:
 
     def text(self, row: int) -> str:
         g = bisect.bisect_right(self._starts, row) - 1
-        if self._cache is None or self._cache[0] != g:
-            self._cache = (g, self._column(g, "text"))
-        return self._cache[1][row - self._starts[g]]
+        with self._lock:
+            if self._cache is None or self._cache[0] != g:
+                self._cache = (g, self._column(g, "text"))
+            return self._cache[1][row - self._starts[g]]
 
     def meta(self, row: int) -> dict:
         g = bisect.bisect_right(self._starts, row) - 1
         try:
-            return json.loads(self._column(g, "meta")[row - self._starts[g]])
+            with self._lock:
+                values = self._column(g, "meta")
+            return json.loads(values[row - self._starts[g]])
         except (TypeError, ValueError) as e:
             raise _damaged(self.path, e) from None
 

@@ -131,7 +131,7 @@ class SparseIndex:
     def doc_score(self, docno: int, q_terms: np.ndarray, q_weights: np.ndarray) -> float:
         terms, weights = self.doc_vector(docno)
         common, qi, di = np.intersect1d(q_terms, terms, assume_unique=True, return_indices=True)
-        return float(np.dot(q_weights[qi], weights[di])) if len(common) else 0.0
+        return float(np.einsum("i,i->", q_weights[qi], weights[di])) if len(common) else 0.0
 
     def doc_vector(self, docno: int) -> tuple[np.ndarray, np.ndarray]:
         ip = self.arrays["doc_indptr"]

@@ -8,6 +8,7 @@ Window scores are aggregated by max (default) or the mean of the first k.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -57,6 +58,7 @@ class CrossEncoderReranker:
         hf_logging.disable_progress_bar()
         self.settings = s = settings
         self.name = f"cross-encoder:{s.model}"
+        self._lock = threading.Lock()
         self.device = s.device or ("cuda" if torch.cuda.is_available() else "cpu")
         path, _ = resolve(s.model)
         try:
@@ -113,4 +115,6 @@ class CrossEncoderReranker:
         return np.array([aggregate(p, self.settings.aggregate, self.settings.first_k) for p in per_doc])
 
     def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
-        return self.score(ctx.query, [ctx.text(d) for d in docnos]), {}
+        texts = [ctx.text(d) for d in docnos]
+        with self._lock:   # one tokenizer instance: one thread at a time (see encode/dense.py)
+            return self.score(ctx.query, texts), {}

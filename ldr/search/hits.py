@@ -24,3 +24,16 @@ class Hit:
     def snippet(self, width: int = 120) -> str:
         text = " ".join((self.text or "").split())
         return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class SearchResult(list):
+    """The hits of one search, best first (a plain list of Hit), with what produced them: each
+    search returns its own, so one Index can serve many threads."""
+
+    def __init__(self, hits, query: str = "", timings: dict | None = None, reranker: str | None = None,
+                 context=None):
+        super().__init__(hits)
+        self.query = query
+        self.timings = timings or {}
+        self.reranker = reranker
+        self.context = context        # per-stage scores of every candidate (QueryContext)

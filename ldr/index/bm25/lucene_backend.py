@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from ...corpus import Doc
@@ -105,6 +106,7 @@ class LuceneSearcher:
         from pyserini.search.lucene import LuceneSearcher as _Searcher
 
         self._searcher = _Searcher(str(path))
+        self._lock = threading.Lock()   # one JVM searcher object: one query at a time
         self.num_docs = int(self._searcher.num_docs)
         self._searcher.set_bm25(k1, b)
         self._searcher.set_analyzer(get_lucene_analyzer(
@@ -124,7 +126,8 @@ class LuceneSearcher:
         if len(words) > MAX_QUERY_TERMS:  # Lucene refuses more than 1,024 clauses
             query = " ".join(words[:MAX_QUERY_TERMS])
         try:
-            hits = self._searcher.search(query, k)
+            with self._lock:
+                hits = self._searcher.search(query, k)
         except Exception as e:  # Java exceptions arrive as jnius.JavaException
             log.warning("Lucene rejected query %r: %s", query, e)
             return []

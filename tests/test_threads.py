@@ -1,0 +1,45 @@
+"""One Index searched from many threads answers exactly as it does sequentially."""
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import ldr
+
+
+def _run(index, queries, **kw):
+    return [[(h.id, h.score, h.text[:20]) for h in index.search(q, k=5, **kw)] for q in queries]
+
+
+def _threads(index, queries, n=8, **kw):
+    with ThreadPoolExecutor(n) as pool:
+        chunks = [queries[i::n] for i in range(n)]
+        parts = list(pool.map(lambda c: _run(index, c, **kw), chunks))
+    out = [None] * len(queries)
+    for i, part in enumerate(parts):
+        for j, r in enumerate(part):
+            out[i + j * n] = r
+    return out
+
+
+def test_eight_threads_bm25_and_texts(tmp_path, sample_corpus):
+    # many row groups so threads read different ones at once
+    docs = [{"id": f"d{i}", "text": f"record {i} about topic{i % 13} with extra words {'lamp ' * (i % 5)}"}
+            for i in range(3000)]
+    ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None, bm25="native")
+    queries = [f"topic{i % 13} lamp record {i}" for i in range(1600)]     # 8 threads x 200 queries
+    seq = _run(ldr.open(tmp_path / "idx"), queries)
+    index = ldr.open(tmp_path / "idx")      # fresh: components load lazily under concurrency
+    assert _threads(index, queries) == seq
+
+
+@pytest.mark.slow
+def test_eight_threads_hybrid_with_models(tmp_path, sample_corpus):
+    ldr.Index.build(sample_corpus, tmp_path / "idx")
+    queries = [w for w in ("lamp keeper", "bearing corrosion", "sourdough starter", "river flood", "contract term",
+                           "bridge inspection", "meeting notes", "storm")] * 5
+    seq = _run(ldr.open(tmp_path / "idx"), queries, rerank="passage")
+    index = ldr.open(tmp_path / "idx")
+    results = _threads(index, queries, rerank="passage")
+    assert [[h[0] for h in r] for r in results] == [[h[0] for h in r] for r in seq]
+    for r, s in zip(results, seq):
+        assert [h[1] for h in r] == pytest.approx([h[1] for h in s], abs=1e-5)
