@@ -207,3 +207,13 @@ def test_probe_position(tmp_path, sample_corpus):
     assert "moved needle" in r.output and (out / "probe.png").stat().st_size > 1000
     r = CliRunner().invoke(main, ["probe", "position", str(sample_corpus), "--strategies", "bogus"])
     assert r.exit_code == 2 and "unknown strategies" in r.output
+
+
+def test_queries_without_relevant_documents_do_not_count():
+    """As trec_eval: a query whose judgments are all non-relevant (or empty) is left out of the mean."""
+    from ldr.eval.metrics import evaluate
+
+    run = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"a": 1.0}, "q3": {"b": 1.0}}
+    qrels = {"q1": {"a": 1}, "q2": {"b": 0}, "q3": {}}
+    m = evaluate(qrels, run, metrics=("ndcg@10", "acc@1"))
+    assert m == {"ndcg@10": 1.0, "acc@1": 1.0}

@@ -18,20 +18,22 @@ def _cut(run: dict[str, dict[str, float]], k: int) -> dict[str, dict[str, float]
 
 def evaluate(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]],
              metrics=("ndcg@10", "recall@100", "acc@1", "mrr@10")) -> dict[str, float]:
-    """Mean of each metric over the queries of `qrels` (a query with no results scores 0).
+    """Mean of each metric over the queries of `qrels` that have a relevant document (a query
+    with no results scores 0; one with no relevant document does not count, as in trec_eval).
 
     acc@1 is nDCG@1 (the LongEmbed definition for single-relevant tasks); mrr@10 is trec_eval's
     reciprocal rank on the run cut at 10.
     """
     per_query = evaluate_per_query(qrels, run, metrics)
-    n = len(qrels)
+    n = len(per_query)
     return {m: (sum(q[m] for q in per_query.values()) / n if n else math.nan) for m in metrics}
 
 
 def evaluate_per_query(qrels, run, metrics=("ndcg@10",)) -> dict[str, dict[str, float]]:
     import pytrec_eval
 
-    qrels = {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items() if docs}
+    qrels = {q: {d: int(r) for d, r in docs.items()} for q, docs in qrels.items()
+             if any(int(r) > 0 for r in docs.values())}
     run = {q: {d: float(s) for d, s in run.get(q, {}).items()} for q in qrels}
     out = {q: {} for q in qrels}
     groups: dict[str, list[str]] = {}
