@@ -158,3 +158,16 @@ def test_native_agrees_with_lucene(tmp_path):
     lu = build(docs, tmp_path / "l", bm25="lucene", k1=0.9, b=0.4)
     top1 = sum(nat.search(q, k=1)[0].id == lu.search(q, k=1)[0].id for q in queries)
     assert top1 >= 0.9 * len(queries)   # Lucene quantises document lengths: near-ties can flip
+
+
+@pytest.mark.parametrize("backend", ["tantivy", "native", pytest.param("lucene", marks=pytest.mark.lucene)])
+def test_language_none_means_the_same_analysis_in_every_backend(tmp_path, backend):
+    if backend == "lucene":
+        pytest.importorskip("pyserini")
+    docs = [{"id": "a", "text": "running every morning"}, {"id": "b", "text": "the cat sat"}]
+    plain = ldr.Index.build(docs, tmp_path / "none", bm25=backend, language="none", dense=None, sparse=None)
+    assert plain.search("run", k=2) == []                       # no stemming
+    assert [h.id for h in plain.search("the", k=2)] == ["b"]    # stop words kept
+    english = ldr.Index.build(docs, tmp_path / "en", bm25=backend, language="en", dense=None, sparse=None)
+    assert [h.id for h in english.search("run", k=2)] == ["a"]  # stemmed
+    assert english.search("the", k=2) == []                     # stop word dropped

@@ -39,6 +39,15 @@ class Analyzer:
             raise ConfigError(f"unknown analyzer language {self.language!r}; choose one of {', '.join(LANGUAGES)}")
 
     @property
+    def stems(self) -> bool:
+        """Stemming happens only for a language that has a stemmer: `none` never stems."""
+        return self.stemming and self.language in SNOWBALL
+
+    @property
+    def drops_stopwords(self) -> bool:
+        return self.stopwords and SNOWBALL.get(self.language) in STOPWORD_LISTS
+
+    @property
     def is_cjk(self) -> bool:
         return self.language in CJK_ALIASES
 

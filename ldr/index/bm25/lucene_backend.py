@@ -66,9 +66,10 @@ class LuceneWriter:
 
         path.mkdir(parents=True, exist_ok=True)
         args = ["-index", str(path), "-language", _lucene_language(analyzer)]
-        if not analyzer.stemming:
+        # the same analysis as the other backends: `none` neither stems nor drops stop words
+        if not analyzer.stems:
             args += ["-stemmer", "none"]
-        if not analyzer.stopwords:
+        if not analyzer.drops_stopwords:
             args += ["-keepStopwords"]
         self._cjk = analyzer.is_cjk and analyzer.language == "cjk"
         self._indexer = LuceneIndexer(args=args, threads=max(threads, 1))
@@ -110,7 +111,7 @@ class LuceneSearcher:
         self.num_docs = int(self._searcher.num_docs)
         self._searcher.set_bm25(k1, b)
         self._searcher.set_analyzer(get_lucene_analyzer(
-            language=_lucene_language(analyzer), stemming=analyzer.stemming, stopwords=analyzer.stopwords))
+            language=_lucene_language(analyzer), stemming=analyzer.stems, stopwords=analyzer.drops_stopwords))
 
     def encode(self, query: str) -> str:
         return query
