@@ -150,3 +150,35 @@ def test_attention_scaling_is_identity_within_the_window(models):
     assert np.allclose(scaled.encode_documents([TEXT])[0], base.encode_documents([TEXT])[0], atol=1e-5)
     assert not np.allclose(scaled.encode_documents([LONG])[0], base.encode_documents([LONG])[0], atol=1e-5)
     assert plain.shape == (1, 64)
+
+
+# -- batch independence and the target-length guard -----------------------------------------
+BATCH_CASES = [("bert", "truncate", {}), ("bert", "gp", {}), ("bert", "rp", {}), ("bert", "pi", {}),
+               ("bert", "pi", {"attn_scaling": True}), ("bert", "maxp", {}), ("bert", "pcw", {}),
+               ("modernbert", "pi", {}), ("modernbert", "ntk", {}), ("modernbert", "selfextend", {"group": 4, "window": 8}),
+               ("qwen3", "pi", {}), ("qwen3", "ntk", {"attn_scaling": True}),
+               ("qwen3", "selfextend", {"group": 4, "window": 8, "attn_scaling": True})]
+
+
+@pytest.mark.parametrize("arch, strategy, kw", BATCH_CASES, ids=lambda x: str(x))
+def test_a_documents_vector_does_not_depend_on_its_batch(models, arch, strategy, kw):
+    """Positions and attention scaling come from each row's own length, not the padded batch."""
+    extra = {"target_length": 256} if strategy not in ("truncate", "maxp", "pcw") else {}
+    e = enc(models[arch], strategy, **extra, **kw)
+    alone = e.encode_documents([TEXT])[0]
+    batched, owner = e.encode_documents([TEXT, LONG, "short"])
+    assert np.allclose(alone, batched[owner == 0], atol=1e-5), (arch, strategy)
+
+
+@pytest.mark.parametrize("arch, method", [("bert", "pi"), ("bert", "gp"), ("qwen3", "pi"), ("qwen3", "ntk"),
+                                          ("modernbert", "selfextend")])
+def test_target_within_the_trained_window_leaves_the_model_unpatched(models, arch, method, caplog):
+    plain = enc(models[arch])
+    at_window = enc(models[arch], method, target_length=64)       # the tiny models are trained on 64
+    assert at_window.ext_info["applied"] is False and "left unpatched" in caplog.text
+    assert np.allclose(plain.encode_documents([TEXT])[0], at_window.encode_documents([TEXT])[0], atol=1e-6)
+
+
+def test_default_target_follows_the_model(models):
+    e = enc(models["qwen3"], "ntk")
+    assert e.target == 4 * 64 and e.ext_info["target_length"] == 256 and e.ext_info["applied"]

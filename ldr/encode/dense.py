@@ -28,7 +28,7 @@ class DenseSettings:
     strategy: str = "maxp"
     max_length: int | None = None         # tokens per pass (truncate/pcw/maxp); default: the model's
     stride: int | None = None             # maxp passage stride (default: max_length, no overlap)
-    target_length: int = 4096             # extension methods: tokens encoded in one pass
+    target_length: int | None = None      # extension methods: tokens in one pass (default 4x the model's window)
     ntk_lambda: float | None = None
     group: int | None = None
     window: int | None = None
@@ -104,8 +104,9 @@ class DenseEncoder:
         self.doc_prefix = s.doc_prefix if s.doc_prefix is not None else (
             prompts.get("document") or prompts.get("passage") or "")
         self.ext_info = None
+        self.target = s.target_length or 4 * self.trained
         if s.strategy in EXTENSION_STRATEGIES:
-            self.ext_info = apply_extension(self.hf, Extension(s.strategy, s.target_length, s.ntk_lambda, s.group,
+            self.ext_info = apply_extension(self.hf, Extension(s.strategy, self.target, s.ntk_lambda, s.group,
                                                                s.window, s.attn_scaling))
         self._head, self._tail = special_tokens(self.tokenizer)
         self.specials = len(self._head) + len(self._tail)
@@ -130,7 +131,7 @@ class DenseEncoder:
         """All model inputs (with special tokens and prefix) and the document each belongs to."""
         ids, pre = self._ids(texts, prefix)
         room = self.window - self.specials - len(pre)
-        target = (self.settings.target_length - self.specials - len(pre)) if strategy in EXTENSION_STRATEGIES else None
+        target = (self.target - self.specials - len(pre)) if strategy in EXTENSION_STRATEGIES else None
         if room < 1:
             raise ConfigError(f"window {self.window} leaves no room for text after the prefix and special tokens")
         pieces, owner = [], []
@@ -145,18 +146,19 @@ class DenseEncoder:
         return min(st, room) if st else room
 
     # -- forward -----------------------------------------------------------------------------
-    def _position_ids(self, n: int):
-        from .extend import ape_offset, ape_position_ids, scale_factor
+    def _position_ids(self, lengths: list[int], n: int):
+        """(rows, n) position ids for APE models, each row from its own length; None for others."""
+        from .extend import ape_offset, ape_position_ids_batch, scale_factor
 
         s = self.settings
-        if self.kind == "ape":
-            if s.strategy in ("gp", "rp", "pi"):
-                pid = ape_position_ids(s.strategy, n, self.trained, scale_factor(s.target_length, self.trained))
-            else:
-                import torch
-                pid = torch.arange(n)
-            return pid + ape_offset(self.hf)
-        return None
+        if self.kind != "ape":
+            return None
+        import torch
+        if s.strategy in ("gp", "rp", "pi") and self.ext_info and self.ext_info.get("applied", True):
+            pid = ape_position_ids_batch(s.strategy, lengths, n, self.trained, scale_factor(self.target, self.trained))
+        else:
+            pid = torch.arange(n).unsqueeze(0).expand(len(lengths), -1)
+        return pid + ape_offset(self.hf)
 
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
         import torch
@@ -166,9 +168,9 @@ class DenseEncoder:
         kwargs = {"input_ids": ids, "attention_mask": mask}
         if self._accepts_tti:
             kwargs["token_type_ids"] = torch.zeros_like(kwargs["input_ids"])
-        pid = self._position_ids(n)
+        pid = self._position_ids([len(b) for b in batch], n)
         if pid is not None:
-            kwargs["position_ids"] = pid.unsqueeze(0).expand(len(batch), -1).to(self.device)
+            kwargs["position_ids"] = pid.to(self.device)
         out = self.hf(**kwargs)
         features = {"token_embeddings": out.last_hidden_state, "attention_mask": kwargs["attention_mask"]}
         for p in self.pool:

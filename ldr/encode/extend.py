@@ -11,12 +11,15 @@ through a registered attention function, so no model code is forked.
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass
 
 import torch
 
 from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 APE_METHODS = ("gp", "rp", "pi")
 ROPE_METHODS = ("pi", "ntk", "selfextend")
@@ -70,15 +73,26 @@ def scale_factor(target: int, trained: int) -> int:
     return max(1, math.ceil(target / trained))
 
 
-def ape_position_ids(method: str, n: int, trained: int, s: int) -> torch.Tensor:
-    """Position ids (0-based, before any table offset) for an input of n tokens."""
+def ape_position_ids_batch(method: str, lengths: list[int], n: int, trained: int, s: int) -> torch.Tensor:
+    """(rows, n) position ids for a right-padded batch: each row's from its own length, so a
+    document's vector does not depend on what else is in its batch."""
+    return torch.stack([ape_position_ids(method, n, trained, s, length=L) for L in lengths])
+
+
+def ape_position_ids(method: str, n: int, trained: int, s: int, length: int | None = None) -> torch.Tensor:
+    """Position ids (0-based, before any table offset) for n slots of an input of `length`
+    tokens (default n; slots past the length are padding)."""
+    length = n if length is None else length
     pid = torch.arange(n)
     if method == "gp":
         return pid // s
     if method == "rp":
         return pid % trained
     if method == "pi":
-        return pid * s if n <= trained else pid
+        if length > trained:
+            return pid
+        # a short row keeps its exact original rows; its padding slots (masked) take row 0
+        return torch.where(pid < length, pid * s, torch.zeros_like(pid))
     raise ConfigError(f"{method!r} is not an absolute-position extension method ({', '.join(APE_METHODS)})")
 
 
@@ -157,9 +171,13 @@ def _extended_attention(module, query, key, value, attention_mask, scaling=None,
         rep = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if cfg.get("attn_scaling") and n_k > cfg["trained"]:
-        scaling = scaling * math.log(n_k) / math.log(cfg["trained"])
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if cfg.get("attn_scaling") and n_k > cfg["trained"]:
+        # log(n)/log(L_o) from each row's own length (its unmasked keys), not the padded width
+        lengths = _row_lengths(attention_mask, scores.shape[0], n_k, query.device)
+        factor = torch.where(lengths > cfg["trained"], lengths.clamp(min=2).log() / math.log(cfg["trained"]),
+                             torch.ones_like(lengths))
+        scores = scores * factor.to(scores.dtype)[:, None, None, None]
     g, w = cfg.get("group"), cfg.get("window")
     if g and w and n_k > w:
         inv_freq = cfg["inv_freq"]()
@@ -185,6 +203,19 @@ def _extended_attention(module, query, key, value, attention_mask, scaling=None,
     weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return out, weights
+
+
+def _row_lengths(attention_mask, rows: int, n_k: int, device) -> torch.Tensor:
+    """Tokens per row of a padded batch: the most keys any query of the row may attend to
+    (the last query for causal models, any real one for bidirectional ones)."""
+    if attention_mask is None:
+        return torch.full((rows,), float(n_k), device=device)
+    m = attention_mask[..., :n_k]
+    if m.dim() == 2:
+        m = m[:, None, None, :]
+    allowed = m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
+    lengths = allowed.sum(-1).amax(dim=(1, 2)).to(torch.float32)
+    return lengths.expand(rows) if lengths.shape[0] == 1 else lengths
 
 
 def _register_attention() -> None:
@@ -239,7 +270,13 @@ def apply_extension(model, ext: Extension) -> dict:
     trained = trained_length(model)
     s = scale_factor(ext.target_length, trained)
     info = {"method": ext.method, "target_length": ext.target_length, "trained_length": trained, "scale": s,
-            "positions": kind, "attn_scaling": ext.attn_scaling}
+            "positions": kind, "attn_scaling": ext.attn_scaling, "applied": True}
+    if ext.target_length <= trained:
+        # nothing to extend: PI would divide by a ratio <= 1 and NTK would still move the base
+        log.warning("target length %d is within the model's trained window of %d tokens: the model is left "
+                    "unpatched (%s not applied); give a larger --target-length to extend it",
+                    ext.target_length, trained, ext.method)
+        return dict(info, applied=False, scale=1)
     if kind == "ape":
         if ext.method not in APE_METHODS:
             raise ConfigError(f"{ext.method!r} applies to rotary (RoPE) models; this model has absolute position "
