@@ -182,3 +182,20 @@ def test_target_within_the_trained_window_leaves_the_model_unpatched(models, arc
 def test_default_target_follows_the_model(models):
     e = enc(models["qwen3"], "ntk")
     assert e.target == 4 * 64 and e.ext_info["target_length"] == 256 and e.ext_info["applied"]
+
+
+@pytest.mark.parametrize("method", ["gp", "rp", "pi"])
+def test_queries_encode_as_longembed_does_ape(models, method):
+    """LongEmbed: grouping factor ceil(n / L_o), recurrence mod L_o, and PI's original rows leave an
+    input within the window (a query) at its plain positions: the query vector is the plain one."""
+    plain = enc(models["bert"]).encode_queries([TEXT])
+    ext = enc(models["bert"], method, target_length=256).encode_queries([TEXT])
+    assert np.allclose(plain, ext, atol=1e-6)
+
+
+def test_queries_use_the_extended_rotary_base_like_documents(models):
+    """LongEmbed changes rope_theta for the whole model: queries and documents alike."""
+    ntk = enc(models["qwen3"], "ntk", target_length=256)
+    q = ntk.encode_queries([TEXT])
+    assert not np.allclose(q, enc(models["qwen3"]).encode_queries([TEXT]), atol=1e-4)
+    assert np.allclose(q, ntk.encode_documents([TEXT])[0], atol=1e-5)

@@ -81,19 +81,22 @@ def ape_position_ids_batch(method: str, lengths: list[int], n: int, trained: int
 
 def ape_position_ids(method: str, n: int, trained: int, s: int, length: int | None = None) -> torch.Tensor:
     """Position ids (0-based, before any table offset) for n slots of an input of `length`
-    tokens (default n; slots past the length are padding)."""
+    tokens (default n). Padding slots past the length (masked out) take position 0, so that they
+    never index past the table."""
     length = n if length is None else length
     pid = torch.arange(n)
     if method == "gp":
-        return pid // s
-    if method == "rp":
-        return pid % trained
-    if method == "pi":
-        if length > trained:
-            return pid
-        # a short row keeps its exact original rows; its padding slots (masked) take row 0
-        return torch.where(pid < length, pid * s, torch.zeros_like(pid))
-    raise ConfigError(f"{method!r} is not an absolute-position extension method ({', '.join(APE_METHODS)})")
+        # LongEmbed's grouping factor comes from the input's own length: ceil(length / L_o), so
+        # an input within the window (a query) keeps its plain positions
+        out = pid // max(1, math.ceil(length / trained))
+    elif method == "rp":
+        out = pid % trained
+    elif method == "pi":
+        # an input within the window keeps its exact original rows of the interpolated table
+        out = pid if length > trained else pid * s
+    else:
+        raise ConfigError(f"{method!r} is not an absolute-position extension method ({', '.join(APE_METHODS)})")
+    return torch.where(pid < length, out, torch.zeros_like(out))
 
 
 def interpolate_table(weight: torch.Tensor, s: int) -> torch.Tensor:
