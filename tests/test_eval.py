@@ -217,3 +217,23 @@ def test_queries_without_relevant_documents_do_not_count():
     qrels = {"q1": {"a": 1}, "q2": {"b": 0}, "q3": {}}
     m = evaluate(qrels, run, metrics=("ndcg@10", "acc@1"))
     assert m == {"ndcg@10": 1.0, "acc@1": 1.0}
+
+
+def test_mldr_languages_get_their_own_analyzer(tmp_path):
+    """German MLDR is analysed as German (stemmed "Häuser" → "haus"), Hindi plainly; the report says so."""
+    from ldr.eval.runner import EvalOptions, run_benchmark
+    from ldr.index.build import BuildConfig
+
+    for lang, docs, query in (("de", ["die Häuser sind alt", "der Hund schläft"], "Haus"),
+                              ("hi", ["यह एक किताब है", "बिल्ली सो रही है"], "किताब")):
+        q = [{"query_id": f"q-{lang}", "query": query, "positive_passages": [{"docid": f"{lang}-0", "text": ""}]}]
+        _jsonl(tmp_path / f"mldr-v1.0-{lang}/test.jsonl", q)
+        _jsonl(tmp_path / f"mldr-v1.0-{lang}/corpus.jsonl", [{"docid": f"{lang}-{i}", "text": t} for i, t in enumerate(docs)])
+    tasks = benchmarks.load("mldr", ["de", "hi"], tmp_path)
+    metrics = run_benchmark("mldr", tasks, BuildConfig(dense=None, sparse=None), EvalOptions(progress=False),
+                            tmp_path / "out", {})
+    assert metrics["tasks"]["de"]["analyzer"]["language"] == "de"
+    assert metrics["tasks"]["hi"]["analyzer"]["language"] == "none"
+    assert metrics["tasks"]["de"]["stages"]["bm25"]["ndcg@10"] == 100.0      # English analysis misses "Häuser"
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "BM25 analyzer per task" in report and "| de | de |" in report

@@ -1,6 +1,8 @@
 """metrics.json aggregation (benchmark definitions), report.md and PNG plots."""
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +22,10 @@ def aggregate(bench: str, per_task: dict) -> dict:
     for name, r in per_task.items():
         group = r.get("group")
         if group:
-            g = tasks.setdefault(group, {"per_length": {}, "stages": {}})
+            g = tasks.setdefault(group, {"per_length": {}, "stages": {}, "analyzer": r.get("analyzer")})
             g["per_length"][str(r["length"])] = r["stages"]
         else:
-            tasks[name] = {"stages": r["stages"]}
+            tasks[name] = {"stages": r["stages"], "analyzer": r.get("analyzer")}
     for name, t in tasks.items():
         if "per_length" in t:
             stages = set().union(*[set(s) for s in t["per_length"].values()])
@@ -82,6 +84,11 @@ def write_report(metrics: dict, out: Path) -> None:
             lines.append(f"| {st} | " + " | ".join(cells) + f" | {t['stages'].get(st, {}).get('acc@1', float('nan')):.1f} |")
         lines.append("")
         lines.append(f"![{name} heatmap]({name}_heatmap.png)")
+    analyzers = {name: t.get("analyzer") for name, t in tasks.items() if t.get("analyzer")}
+    if len({json.dumps(a, sort_keys=True) for a in analyzers.values()}) > 1 or bench == "mldr":
+        lines += ["", "## BM25 analyzer per task", "", "| task | language | stemming | stop words |", "|---|---|---|---|"]
+        for name, a in analyzers.items():
+            lines.append(f"| {name} | {a['language']} | {a['stemming']} | {a['stopwords']} |")
     lines += ["", "![nDCG@10 per task and stage](tasks.png)", ""]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     plot(metrics, out)

@@ -105,6 +105,25 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     return result
 
 
+# MLDR languages → BM25 analyzer: Snowball where there is one, CJK bigrams for zh/ja/ko, plain
+# lowercased words for Hindi and Thai (no stemmer in tantivy; Lucene's Thai segmenter is not used)
+def task_language(task: Task) -> str | None:
+    from ..index.bm25.analysis import LANGUAGES
+
+    lang = task.meta.get("language")
+    if lang is None:
+        return None
+    return lang if lang in LANGUAGES else "none"
+
+
+def task_config(task: Task, config: BuildConfig) -> BuildConfig:
+    """The build settings for one task: a multilingual task analyses its own language."""
+    import dataclasses
+
+    lang = task_language(task)
+    return config if lang is None or lang == config.language else dataclasses.replace(config, language=lang)
+
+
 def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: EvalOptions, out: Path,
                   settings: dict) -> dict:
     from .report import aggregate, write_report
@@ -114,8 +133,10 @@ def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: Eval
     t0 = time.perf_counter()
     for task in tasks:
         log.info("task %s: %d queries", task.name, len(task.queries))
-        per_task[task.name] = evaluate_task(task, config, opts, out)
-        per_task[task.name].update({"group": task.group, "length": task.length})
+        cfg = task_config(task, config)
+        per_task[task.name] = evaluate_task(task, cfg, opts, out)
+        per_task[task.name].update({"group": task.group, "length": task.length,
+                                    "analyzer": cfg.analyzer().to_dict() if cfg.bm25 else None})
     metrics = aggregate(bench, per_task)
     metrics["settings"] = settings
     metrics["seconds"] = round(time.perf_counter() - t0, 1)
