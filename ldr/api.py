@@ -113,9 +113,10 @@ class Index:
                 "search with --trust-remote-code (API: ldr.open(path, trust_remote_code=True))")
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(settings) - fields)
-        if unknown:
-            raise IndexFormatError(f"{self.path / 'manifest.json'}: components.{name}.model.settings has unknown keys "
-                                   f"{unknown} (written by a newer ldr?); upgrade ldr or rebuild the index")
+        if unknown:  # settings schema: newer keys are ignored with a note, older indexes keep defaults
+            log.warning("%s: ignoring unknown %s settings %s (written by a newer ldr?)",
+                        self.path / "manifest.json", name, unknown)
+            settings = {k: v for k, v in settings.items() if k in fields}
         if "trust_remote_code" in fields:
             settings["trust_remote_code"] = wanted
         return cls(**settings, device=self.device)

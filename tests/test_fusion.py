@@ -90,3 +90,24 @@ def test_partial_weights_merge_with_the_defaults(tmp_path):
     full = idx.search("gannets kittiwakes", k=6, weights={"bm25": 1.0, "dense": 0.25, "sparse": 0.5})
     assert [(h.id, h.score) for h in partial] == [(h.id, h.score) for h in full]
     assert any(h.scores.get("bm25", 0) > 0 for h in partial) and partial[0].score > 0.5
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq"])
+def test_every_faiss_type_serves_search_and_passage_rescoring(tmp_path, kind):
+    """best_passage (the passage rescorer's dense feature) reconstructs vectors: IVF-PQ needs its direct map."""
+    import faiss
+    import numpy as np
+    from ldr.index.dense import DenseSearcher, FaissSettings, build_faiss
+    rng = np.random.default_rng(1)
+    owner = np.sort(rng.integers(0, 300, 2048))
+    vecs = rng.standard_normal((2048, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    fs = FaissSettings(index=kind)
+    faiss.write_index(build_faiss(vecs, fs), str(tmp_path / "faiss.index"))
+    np.save(tmp_path / "owner.npy", owner)
+    s = DenseSearcher(tmp_path, {"faiss": fs.to_dict(), "multi_vector": True}, encoder=None)
+    q = vecs[7]
+    hits = s.search_vectors(q[None], 5)[0]
+    assert len(hits) == 5 and (kind == "ivfpq" or hits[0][0] == owner[7])   # IVF-PQ is approximate
+    best = s.best_passage(q, [int(owner[7]), int(owner[100])])
+    assert np.isfinite(best).all() and best[0] > (0.3 if kind == "ivfpq" else 0.99)

@@ -225,3 +225,12 @@ def test_cli_never_prints_a_traceback_for_unexpected_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "x", "-i", str(tmp_path / "nope")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_unknown_model_settings_are_ignored_with_a_note(tmp_path, caplog):
+    idx = tmp_path / "idx"
+    build(docs(4), idx, sparse="splade-tiny")
+    rewrite_manifest(idx, lambda m: m["components"]["sparse"]["model"]["settings"].update(future_option=3))
+    assert ldr.open(idx).search("zebra2", k=1, mode="sparse")[0].id == "doc2"
+    assert "ignoring unknown sparse settings ['future_option']" in caplog.text

@@ -129,6 +129,8 @@ class DenseSearcher:
             self.index.hnsw.efSearch = fs["ef_search"]
         elif fs["index"] == "ivfpq":
             self.index.nprobe = fs["nprobe"]
+            # passage rescoring reconstructs vectors by id: IVF needs its direct map for that
+            self.index.make_direct_map()
         if faiss.get_num_gpus() > 0 and fs["index"] != "hnsw":  # FAISS has no GPU HNSW
             self.index = faiss.index_cpu_to_all_gpus(self.index)
         # one int per passage: small enough to hold in memory (element access on a memmap is slow)
