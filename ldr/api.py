@@ -164,7 +164,7 @@ class Index:
                     f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
         return self._retrievers[name]
 
-    def reranker(self, name: str | None, model: str | None = None):
+    def reranker(self, name: str | None, model: str | None = None, weights: dict | None = None):
         """None, the offline passage rescorer, or a cross-encoder (`model`: any HF classifier)."""
         if model:
             with self._load_lock:
@@ -177,12 +177,12 @@ class Index:
             return None
         if name == "passage":
             from .rerank.passage import PassageRescorer
-            return PassageRescorer(self.search_defaults().get("rerank_weights"))
+            return PassageRescorer(weights or self.search_defaults().get("weights"))
         raise ConfigError(f"unknown reranker {name!r}; use passage, none, or --rerank-model MODEL")
 
     def search_defaults(self) -> dict:
         """Query-time defaults recorded at build time (fusion method and weights, reranker)."""
-        from .index.build import DEFAULT_SEARCH
+        from .search.defaults import DEFAULT_SEARCH
 
         d = {**DEFAULT_SEARCH, **self.manifest.get("search", {})}
         names = self.retriever_names
@@ -235,7 +235,7 @@ class Index:
         opts.check()
         names = [n for n in RETRIEVERS if n in self.components] if opts.mode == "hybrid" else [opts.mode]
         retrievers = {n: self.retriever(n) for n in names}
-        reranker = self.reranker(opts.rerank, rerank_model) if (opts.rerank or rerank_model) else None
+        reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None
         rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text, self.docstore.id_rank)
         hits = to_hits(rows, self.docstore.ids, self.docstore.titles)
         if with_text:

@@ -111,3 +111,15 @@ def test_every_faiss_type_serves_search_and_passage_rescoring(tmp_path, kind):
     assert len(hits) == 5 and (kind == "ivfpq" or hits[0][0] == owner[7])   # IVF-PQ is approximate
     best = s.best_passage(q, [int(owner[7]), int(owner[100])])
     assert np.isfinite(best).all() and best[0] > (0.3 if kind == "ivfpq" else 0.99)
+
+
+def test_one_top_k_rule_across_stages():
+    """BM25 (native), learned sparse and fusion cut and order ties the same way: score, then docno."""
+    import numpy as np
+    from ldr.index.topk import top_k_dense, top_k_dict
+    scores = np.array([0.0, 2.0, 1.0, 2.0, 1.0, 0.0, 1.0])
+    expected = [(1, 2.0), (3, 2.0), (2, 1.0), (4, 1.0)]
+    assert top_k_dense(scores, 4) == expected
+    assert top_k_dict({d: float(s) for d, s in enumerate(scores) if s}, 4) == expected
+    rank = np.array([0, 6, 5, 4, 3, 2, 1])      # ids sorted in reverse docno order
+    assert top_k_dense(scores, 3, rank) == [(3, 2.0), (1, 2.0), (6, 1.0)]

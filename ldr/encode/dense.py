@@ -17,7 +17,7 @@ from ..errors import ConfigError, ModelError
 from . import chunking
 from .batching import budget_batches, pad, special_tokens, token_ids, with_specials
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
-from .models import DEFAULT_DENSE, model_revision, offline_hint, resolve
+from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,6 @@ class DenseSettings:
         return d
 
 
-def _pick_device(device: str | None) -> str:
-    import torch
-
-    if device:
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class DenseEncoder:
     def __init__(self, settings: DenseSettings | None = None):
         import torch
@@ -66,7 +58,7 @@ class DenseEncoder:
 
         self.settings = s = settings or DenseSettings()
         self._lock = threading.Lock()
-        self.device = _pick_device(s.device)
+        self.device = pick_device(s.device)
         path, _ = resolve(s.model)
         if os.path.isdir(s.model):  # record an absolute path: search may run from another directory
             s.model = path

@@ -1,4 +1,4 @@
-"""Context-window extension by patching a loaded model (LongEmbed, DESIGN.md).
+"""Context-window extension by patching a loaded model (LongEmbed).
 
 Absolute positions (BERT-style learned table): GP (pid → floor(pid/s)), RP (pid → pid mod L_o)
 and PI (an interpolated table E_t with E_t[i·s] = E_o[i]; inputs within L_o keep their exact

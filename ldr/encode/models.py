@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
@@ -65,16 +64,12 @@ def offline_hint(name: str) -> str:
             f"model: {', '.join(have) or 'none installed'}")
 
 
-@dataclass
-class ModelInfo:
-    """What an index records about the model it was built with."""
-
-    name: str
-    path: str
-    revision: str | None
-    architecture: str
-    max_length: int            # trained window L_o, in tokens
-    dim: int
+def pick_device(device: str | None) -> str:
+    """The device to run a model on: the one asked for, else CUDA when torch sees one."""
+    if device:
+        return device
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def model_revision(path: str) -> str | None:

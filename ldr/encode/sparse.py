@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError
 from .batching import budget_batches, pad, special_tokens, token_ids, with_specials
-from .models import DEFAULT_SPARSE, model_revision, offline_hint, resolve
+from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
 
 KINDS = ("splade", "head")
 
@@ -72,7 +72,7 @@ class SparseEncoder:
         hf_logging.disable_progress_bar()
         self.settings = s = settings or SparseSettings()
         self._lock = threading.Lock()
-        self.device = s.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = pick_device(s.device)
         path, _ = resolve(s.model)
         if os.path.isdir(s.model):
             s.model = path

@@ -1,4 +1,4 @@
-"""Benchmark loaders reading the official formats (DESIGN.md, "Benchmarks").
+"""Benchmark loaders reading the official formats (LongEmbed, LoCoV1, MLDR as published on the Hugging Face hub).
 
 Data comes from `--data DIR` (the dataset repository as downloaded from Hugging Face, e.g.
 `huggingface-cli download --repo-type dataset dwzhu/LongEmbed --local-dir DIR`) or, when the

@@ -1,4 +1,4 @@
-"""Published numbers to print beside ldr's (DESIGN.md; nDCG@10 unless noted, Acc@1 for passkey/needle)."""
+"""Published numbers to print beside ldr's (the seed papers; nDCG@10 unless noted, Acc@1 for passkey/needle)."""
 
 PUBLISHED = {
     "longembed": {
@@ -17,7 +17,7 @@ PUBLISHED = {
                     "Lucene BM25": 64.1},
     },
     "beir": {
-        # shared/data/qmsum-train, measured with each peer used as its users use it (DESIGN.md)
+        # shared/data/qmsum-train, measured with each peer used as its users use it
         "qmsum-train": {"Lucene BM25 (pyserini defaults)": 81.7, "bm25s defaults": 87.0,
                         "MiniLM truncate 256": 18.5, "MiniLM PCW": 38.6, "MiniLM MaxP": 55.6},
     },

@@ -29,18 +29,11 @@ from .bm25.analysis import Analyzer
 from .bm25.base import open_writer, resolve_params
 from .dense import DenseWriter, FaissSettings
 from .docstore import FILE as DOCSTORE_FILE, DocstoreWriter
+from ..search.defaults import DEFAULT_SEARCH
 from .manifest import MANIFEST, new_manifest, read_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 _TMP, _OLD = ".ldr-tmp-", ".ldr-old-"
-
-
-# Chosen by bench/fusion_sweep.py on qmsum-train, synthetic passkey and needle (bench/README.md):
-# min-max fusion with BM25 weighted 4:1:1 was best on all three (held-out halves agree); the
-# offline passage rescorer did not beat it, so it is available (`--rerank passage`) but off.
-DEFAULT_SEARCH = {"fusion": "minmax", "weights": {"bm25": 1.0, "dense": 0.25, "sparse": 0.25}, "rrf_k": 60,
-                  "depth": 1000, "rerank": None, "rerank_depth": 100,
-                  "rerank_weights": {"bm25": 1.0, "dense": 0.25, "sparse": 0.25}}
 
 
 @dataclass

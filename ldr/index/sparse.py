@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import IndexFormatError
 from .batched import BatchedWriter
+from .topk import top_k_dense
 
 FILES = ("doc_indptr", "doc_terms", "doc_weights", "term_indptr", "term_docs", "term_weights")
 
@@ -119,14 +120,7 @@ class SparseIndex:
         return scores
 
     def top_k(self, q_terms, q_weights, k: int) -> list[tuple[int, float]]:
-        scores = self.score(q_terms, q_weights)
-        hit = np.flatnonzero(scores)
-        if not len(hit):
-            return []
-        if len(hit) > k:
-            hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
-        hit = hit[np.lexsort((hit, -scores[hit]))]
-        return [(int(d), float(scores[d])) for d in hit]
+        return top_k_dense(self.score(q_terms, q_weights), k)
 
     def doc_score(self, docno: int, q_terms: np.ndarray, q_weights: np.ndarray) -> float:
         terms, weights = self.doc_vector(docno)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from ..encode.models import offline_hint, resolve
+from ..encode.models import offline_hint, pick_device, resolve
 
 AGGREGATES = ("max", "firstk")
 
@@ -59,7 +59,7 @@ class CrossEncoderReranker:
         self.settings = s = settings
         self.name = f"cross-encoder:{s.model}"
         self._lock = threading.Lock()
-        self.device = s.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = pick_device(s.device)
         path, _ = resolve(s.model)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code)

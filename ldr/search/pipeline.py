@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ConfigError, IndexFormatError, QueryError
 from .fusion import METHODS, fuse
+from ..index.topk import top_k_dict
 from .hits import Hit
 from .query import check_weights
 
@@ -28,7 +29,6 @@ class SearchOptions:
     depth: int = 1000              # per retriever
     rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
     rerank_depth: int = 100
-    rerank_weights: dict[str, float] | None = None
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -40,7 +40,6 @@ class SearchOptions:
             if bad:
                 raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(RETRIEVERS)}")
         check_weights(self.weights)
-        check_weights(self.rerank_weights)
         for name in ("depth", "rerank_depth", "rrf_k"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -132,19 +131,8 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
 
 
 def top_items(scores: dict, k: int, tiebreak=None) -> list[tuple[int, float]]:
-    """The k best (docno, score), by score then `tiebreak[docno]` (default docno), without sorting all."""
-    if not scores:
-        return []
-    docs = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
-    vals = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
-    if len(docs) > k:
-        keep = np.argpartition(-vals, k - 1)[:k]
-        # ties at the cut-off are resolved by docno below, as for the full sort
-        cut = vals[keep].min()
-        keep = np.union1d(keep, np.flatnonzero(vals == cut))
-        docs, vals = docs[keep], vals[keep]
-    order = np.lexsort((docs if tiebreak is None else np.asarray(tiebreak)[docs], -vals))[:k]
-    return [(int(d), float(v)) for d, v in zip(docs[order], vals[order])]
+    """The k best (docno, score) of {docno: score} (ldr/index/topk.py's rule)."""
+    return top_k_dict(scores, k, tiebreak)
 
 
 def to_hits(rows, ids: list[str], titles: list[str]) -> list[Hit]:

