@@ -199,3 +199,48 @@ def test_queries_use_the_extended_rotary_base_like_documents(models):
     q = ntk.encode_queries([TEXT])
     assert not np.allclose(q, enc(models["qwen3"]).encode_queries([TEXT]), atol=1e-4)
     assert np.allclose(q, ntk.encode_documents([TEXT])[0], atol=1e-5)
+
+
+def _complex_rope_scores(q_raw, k_raw, rel, inv_freq):
+    """RoPE written as complex rotation (independent of ldr's rotate-half code): the score of
+    query i and key j is Re(Σ_f q_f · conj(k_f) · e^{i·rel_ij·θ_f}), a function of rel_ij alone."""
+    h = q_raw.shape[-1] // 2
+    qc = torch.complex(q_raw[..., :h].double(), q_raw[..., h:].double())
+    kc = torch.complex(k_raw[..., :h].double(), k_raw[..., h:].double())
+    phase = torch.exp(1j * rel.double()[..., None] * inv_freq.double())          # (n, n, h)
+    return torch.einsum("bhif,bhjf,ijf->bhij", qc, kc.conj(), phase).real
+
+
+@pytest.mark.parametrize("n, block", [(12, 256), (40, 8)])
+def test_selfextend_matches_its_definition(monkeypatch, n, block):
+    """SelfExtend (Jin et al.): inside the neighbour window the normal relative position i - j;
+    beyond it the grouped one, i//g - j//g shifted by w - w//g so the two meet at |i - j| = w;
+    the two merged into one attention. Checked against outputs (softmax(S)·V) built from that
+    relative-position matrix, blockwise or not."""
+    monkeypatch.setattr(extend, "_BLOCK", block)
+    torch.manual_seed(0)
+    d, g, w = 8, 3, 4
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    q_raw, k_raw, v = torch.randn(1, 2, n, d), torch.randn(1, 2, n, d), torch.randn(1, 2, n, d)
+    pos = torch.arange(n)
+    q, k = extend._rotate(q_raw, pos, inv_freq), extend._rotate(k_raw, pos, inv_freq)
+    i, j = pos[:, None], pos[None, :]
+    shift = w - w // g
+    grouped = torch.where(i > j, i // g + shift - j // g, i // g - shift - j // g)
+    rel = torch.where((i - j).abs() < w, i - j, grouped)
+    assert rel[w, 0] == w and rel[w - 1, 0] == w - 1          # continuous at the window edge
+
+    class Layer(torch.nn.Module):
+        _ldr_ext = {"trained": 64, "group": g, "window": w, "attn_scaling": False, "inv_freq": lambda: inv_freq}
+
+    out, _ = extend._extended_attention(Layer(), q, k, v, None, scaling=1.0)
+    weights = torch.softmax(_complex_rope_scores(q_raw, k_raw, rel, inv_freq), dim=-1)
+    expected = torch.matmul(weights, v.double()).transpose(1, 2)
+    assert torch.allclose(out.double(), expected, atol=1e-5)
+
+
+def test_blockwise_attention_equals_one_block(models, monkeypatch):
+    full = enc(models["qwen3"], "selfextend", target_length=256, group=4, window=8, attn_scaling=True)
+    ref = full.encode_documents([LONG, TEXT])[0]
+    monkeypatch.setattr(extend, "_BLOCK", 16)
+    assert np.allclose(full.encode_documents([LONG, TEXT])[0], ref, atol=1e-5)

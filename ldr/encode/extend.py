@@ -166,46 +166,67 @@ def _rotate(x, pos, inv_freq, sign=1.0):
     return torch.cat((out, rest), dim=-1) if rest.numel() else out
 
 
+_BLOCK = 256   # query rows per block: memory grows with block x n, not n x n
+
+
 def _extended_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Attention with SelfExtend position grouping and/or log-length scaling (eager math)."""
+    """Attention with SelfExtend position grouping and/or log-length scaling (eager math),
+    computed a block of query rows at a time so that 16k-token inputs fit in a few GB.
+
+    Returns the attention weights only when the input fits one block (they would be n x n)."""
     cfg = getattr(module, "_ldr_ext", None) or {}
     n_q, n_k = query.shape[-2], key.shape[-2]
     if key.shape[1] != query.shape[1]:  # grouped-query attention: repeat key/value heads
         rep = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    factor = None
     if cfg.get("attn_scaling") and n_k > cfg["trained"]:
         # log(n)/log(L_o) from each row's own length (its unmasked keys), not the padded width
-        lengths = _row_lengths(attention_mask, scores.shape[0], n_k, query.device)
+        lengths = _row_lengths(attention_mask, query.shape[0], n_k, query.device)
         factor = torch.where(lengths > cfg["trained"], lengths.clamp(min=2).log() / math.log(cfg["trained"]),
-                             torch.ones_like(lengths))
-        scores = scores * factor.to(scores.dtype)[:, None, None, None]
+                             torch.ones_like(lengths)).to(query.dtype)[:, None, None, None]
     g, w = cfg.get("group"), cfg.get("window")
-    if g and w and n_k > w:
+    grouped = bool(g and w and n_k > w)
+    pos_k = torch.arange(n_k, device=query.device)
+    if grouped:
         inv_freq = cfg["inv_freq"]()
-        pos = torch.arange(n_q, device=query.device)
-        q_raw = _rotate(query, pos, inv_freq, sign=-1.0)
-        k_raw = _rotate(key, pos, inv_freq, sign=-1.0)
         # Grouped positions; the shift w - floor(w/g) keeps relative distances continuous at |i-j| = w.
         shift = w - w // g
-        kg = _rotate(k_raw, pos // g, inv_freq)
-        below = torch.matmul(_rotate(q_raw, pos // g + shift, inv_freq), kg.transpose(2, 3)) * scaling  # keys j < i
-        above = torch.matmul(_rotate(q_raw, pos // g - shift, inv_freq), kg.transpose(2, 3)) * scaling  # keys j > i
-        rel = pos[:, None] - pos[None, :]
-        scores = torch.where(rel.abs() < w, scores, torch.where(rel > 0, below, above))
-    if attention_mask is None and getattr(module, "is_causal", False) and n_q > 1:
-        # as in transformers' sdpa path: no mask + a causal layer means "causal, no padding"
-        causal = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril(n_k - n_q)
-        scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
-    elif attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask[..., :n_k]
-    weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    out = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    return out, weights
+        kg = _rotate(_rotate(key, pos_k, inv_freq, sign=-1.0), pos_k // g, inv_freq).transpose(2, 3)
+    causal = attention_mask is None and getattr(module, "is_causal", False) and n_q > 1
+    outs, all_weights = [], []
+    for start in range(0, n_q, _BLOCK):
+        rows = slice(start, min(n_q, start + _BLOCK))
+        q = query[:, :, rows]
+        pos_q = torch.arange(rows.start, rows.stop, device=query.device)
+        scores = torch.matmul(q, key.transpose(2, 3)) * scaling
+        if grouped:
+            q_raw = _rotate(q, pos_q, inv_freq, sign=-1.0)
+            below = torch.matmul(_rotate(q_raw, pos_q // g + shift, inv_freq), kg) * scaling  # keys j < i
+            above = torch.matmul(_rotate(q_raw, pos_q // g - shift, inv_freq), kg) * scaling  # keys j > i
+            rel = pos_q[:, None] - pos_k[None, :]
+            scores = torch.where(rel.abs() < w, scores, torch.where(rel > 0, below, above))
+            del below, above, q_raw
+        if factor is not None:
+            scores = scores * factor
+        if causal:
+            # as in transformers' sdpa path: no mask + a causal layer means "causal, no padding"
+            allowed = pos_k[None, :] <= pos_q[:, None] + (n_k - n_q)
+            scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        elif attention_mask is not None:
+            m = attention_mask[..., rows, :n_k] if attention_mask.shape[-2] > 1 else attention_mask[..., :n_k]
+            if m.dtype == torch.bool:
+                scores = scores.masked_fill(~m, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores + m
+        weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        del scores
+        outs.append(torch.matmul(weights, value))
+        if n_q <= _BLOCK:
+            all_weights.append(weights)
+    out = torch.cat(outs, dim=2).transpose(1, 2).contiguous()
+    return out, (all_weights[0] if all_weights else None)
 
 
 def _row_lengths(attention_mask, rows: int, n_k: int, device) -> torch.Tensor:
