@@ -286,7 +286,8 @@ def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, r
         raise ConfigError(str(e)) from None
     hits = index.search(query, k=k, mode=mode, fusion=fusion, weights=w,
                         rerank=False if (no_rerank or rerank == "none") else rerank,
-                        rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth)
+                        rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth,
+                        with_text=as_json and with_text)   # texts are read only when shown
     stages = list(hits[0].scores) if hits else []
     if as_json:
         click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(), "stages": stages,
@@ -301,6 +302,8 @@ def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, r
     shown = [s for s in stages if "." not in s]
     click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title / snippet")
     for h in hits:
+        if not h.title:
+            h.text = index.docstore.text(h.docno)
         label = h.title if h.title else h.snippet(60)
         cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
         click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{label}")

@@ -150,3 +150,13 @@ def test_api_input_validation(tmp_path):
         idx.search("x", mode="dense")
     assert idx.search("words that match nothing qqqq", k=5) == []
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_reading_a_hit_reads_a_small_row_group(tmp_path):
+    """Row groups hold at most 64 documents / ~4 MB of text, so one hit's text costs a small read."""
+    import pyarrow.parquet as pq
+    docs = [{"id": f"d{i}", "text": f"doc {i} " + "words " * 2000} for i in range(300)]
+    idx = build(docs, tmp_path / "idx")
+    md = pq.ParquetFile(tmp_path / "idx" / "docstore.parquet").metadata
+    assert md.num_row_groups >= 5 and max(md.row_group(g).num_rows for g in range(md.num_row_groups)) <= 64
+    assert idx.search("doc 123", k=1, with_text=False)[0].text is None

@@ -26,7 +26,7 @@ SCHEMA = pa.schema([
 class DocstoreWriter:
     """Streams documents to Parquet in row groups so memory stays bounded."""
 
-    def __init__(self, root: Path, rows_per_group: int = 512, bytes_per_group: int = 32 << 20):
+    def __init__(self, root: Path, rows_per_group: int = 64, bytes_per_group: int = 4 << 20):
         self.path = Path(root) / FILE
         # page checksums: a flipped byte in a text page is an error on read, not different text
         # no min/max statistics or dictionary for the text: they would copy whole long texts into
@@ -41,7 +41,8 @@ class DocstoreWriter:
         self._rows.append(doc)
         self.count += 1
         self._pending += len(doc.text)
-        # a row group holds at most ~32 MB of text, so memory does not grow with 512 long documents
+        # a row group holds at most 64 documents or ~4 MB of text: reading one hit's text reads its
+        # row group, so small groups keep reads proportional to what is shown
         if len(self._rows) >= self._group or self._pending >= self._group_bytes:
             self._flush()
         return self.count - 1
