@@ -54,7 +54,8 @@ def make_corpora(root: Path, mb: int, files: int) -> tuple[Path, Path]:
 def peak_rss(cmd: list[str], limit_s: float) -> dict:
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        # cwd outside the checkout: `python -m` puts the cwd first on sys.path, which would shadow --ldr-src
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=tempfile.gettempdir())
         partial, sent = False, False
         while True:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)   # reaps it with its rusage
@@ -87,7 +88,8 @@ def main() -> None:
     limit_flag = True
     if args.ldr_src:
         os.environ["PYTHONPATH"] = args.ldr_src
-        limit_flag = "max-doc-mb" in subprocess.run(ldr[:-2] + ["index", "--help"], capture_output=True, text=True).stdout
+        limit_flag = "max-doc-mb" in subprocess.run(ldr[:-2] + ["index", "--help"], capture_output=True, text=True,
+                                                     cwd=tempfile.gettempdir()).stdout
     pipelines = {"tantivy": ["--dense", "none", "--sparse", "none"],
                  "native": ["--bm25", "native", "--dense", "none", "--sparse", "none"],
                  "full": []}

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 CHILD = r"""
@@ -44,8 +45,9 @@ def main() -> None:
     rows = []
     for n in map(int, args.lengths.split(",")):
         try:
+            # cwd outside the checkout: `python -c` puts the cwd first on sys.path, which would shadow --ldr-src
             r = subprocess.run([sys.executable, "-c", CHILD, str(n)], capture_output=True, text=True, env=env,
-                               timeout=args.timeout)
+                               timeout=args.timeout, cwd=tempfile.gettempdir())
             if r.returncode != 0:
                 rows.append({"tokens": n, "error": (r.stderr.strip().splitlines() or ["killed"])[-1][:200]})
             else:
