@@ -56,3 +56,15 @@ def test_cross_encoder_in_the_search_pipeline(tmp_path, tiny_classifier):
     expected = r.score("apple cherry", [idx.document(d).text for d in top5])
     assert [h.id for h in hits[:5]] == [top5[i] for i in np.argsort(-expected, kind="stable")]
     assert all("rerank" in h.scores for h in hits[:5]) and all("rerank" not in h.scores for h in hits[5:])
+
+
+def test_windows_follow_the_query_into_the_middle_and_end_of_a_long_document(tiny_classifier):
+    """Beyond max_windows, the windows scored are the opening plus those that share the query's
+    tokens: the passage about the query at the end of a long document is reranked."""
+    r = CrossEncoderReranker(CrossEncoderSettings(model=tiny_classifier, max_windows=3, stride=4, device="cpu"))
+    filler = " ".join(["the river runs past the old mill"] * 80)
+    doc = filler + " the lighthouse keeper relit the lamp at midnight " + filler + " lighthouse keeper lamp"
+    windows = r._windows("lighthouse keeper lamp", doc)
+    texts = [r.tokenizer.decode(w["input_ids"]) for w in windows]
+    assert len(windows) == 3 and "river" in texts[0]
+    assert "relit" in texts[1] and "lamp" in texts[2]      # the middle match and the final one, in order

@@ -41,6 +41,18 @@ class CrossEncoderSettings:
         return d
 
 
+def pick_windows(windows: list[list[int]], query_ids: list[int], special: set[int], n: int) -> list[int]:
+    """Which of a document's windows to score, in document order: all when they fit in `n`;
+    otherwise the first (openings carry titles and summaries) and the n - 1 that share the most
+    query tokens, so a match in the middle or at the end of a long document is reranked."""
+    if len(windows) <= n:
+        return list(range(len(windows)))
+    q = set(query_ids) - special
+    overlap = [sum(1 for t in w if t in q) for w in windows]   # the query's tokens are counted too: equal in all
+    rest = sorted(range(1, len(windows)), key=lambda i: (-overlap[i], i))[: n - 1]
+    return [0] + sorted(rest)
+
+
 def aggregate(window_scores: list[float], how: str = "max", first_k: int = 3) -> float:
     if not window_scores:
         return float("-inf")
@@ -84,8 +96,8 @@ class CrossEncoderReranker:
                              stride=min(self.settings.stride, room // 2), return_overflowing_tokens=True,
                              padding=False)
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
-        n = min(len(enc["input_ids"]), self.settings.max_windows)
-        return [{k: enc[k][i] for k in keys} for i in range(n)]
+        chosen = pick_windows(enc["input_ids"], q_ids, set(self.tokenizer.all_special_ids), self.settings.max_windows)
+        return [{k: enc[k][i] for k in keys} for i in chosen]
 
     def _logits(self, batch: list[dict]) -> np.ndarray:
         import torch
