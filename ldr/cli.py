@@ -106,7 +106,7 @@ INDEX_OPTIONS = [
                  help="splade: MLM head; head: linear term-weight head (mGTE/BGE-M3 style)."),
     click.option("--sparse-head", default=None, help="kind=head: the head weights (default MODEL/sparse_linear.pt)."),
     click.option("--sparse-top-k", type=int, default=256, show_default=True,
-                 help="Keep the k heaviest terms per document (0: all)."),
+                 help="Keep the k heaviest terms per window of a document (0: all)."),
     click.option("--sparse-threshold", type=float, default=0.0, help="Drop term weights at or below this."),
 ]
 

@@ -117,3 +117,14 @@ def test_splade_pooling_matches_the_formula(splade):
         logits = splade.model(input_ids=ids, attention_mask=mask).logits
         ref = (torch.log1p(torch.relu(logits)) * mask.unsqueeze(-1)).amax(dim=1)
         assert torch.allclose(splade._weights(pieces), ref, atol=1e-6)
+
+
+def test_the_term_cap_grows_with_the_document():
+    """k terms per window: a document of three windows keeps up to 3k terms, a one-window one k."""
+    enc = SparseEncoder(SparseSettings(device="cpu", max_length=10, top_k=4))    # 8 tokens per window
+    short = "alpha beta gamma delta epsilon zeta eta"
+    long = short + " theta iota kappa lambda omicron sigma tau upsilon phi chi psi omega river mill"
+    m = enc.encode_documents([short, long])
+    counts = np.diff(m.indptr)
+    windows = -(-len(enc.tokenizer(long, add_special_tokens=False)["input_ids"]) // 8)
+    assert windows >= 3 and counts[0] == 4 and 8 < counts[1] <= 4 * windows

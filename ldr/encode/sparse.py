@@ -29,7 +29,7 @@ class SparseSettings:
     kind: str = "splade"
     head: str | None = None          # kind=head: file with the linear head (default <model>/sparse_linear.pt)
     max_length: int | None = None    # window; default the model's position count
-    top_k: int | None = 256          # keep the k heaviest terms of a document (None: all)
+    top_k: int | None = 256          # keep the k heaviest terms per window of a document (None: all)
     threshold: float = 0.0           # drop weights at or below this
     batch_tokens: int = 4096
     device: str | None = None
@@ -146,9 +146,15 @@ class SparseEncoder:
         if prune:
             if s.threshold > 0:
                 mat[mat <= s.threshold] = 0
-            if s.top_k and s.top_k < mat.shape[1]:
-                cut = np.partition(mat, -s.top_k, axis=1)[:, -s.top_k][:, None]
-                mat[mat < cut] = 0
+            if s.top_k:
+                # the cap grows with the document: k terms per window, so a 13k-token transcript
+                # keeps its vocabulary instead of the 256 terms a one-page note keeps
+                windows = np.bincount(owner, minlength=len(texts))
+                for d in range(len(texts)):
+                    k = int(s.top_k * max(windows[d], 1))
+                    if k < mat.shape[1]:
+                        cut = np.partition(mat[d], -k)[-k]
+                        mat[d, mat[d] < cut] = 0
         return sp.csr_matrix(mat, dtype=np.float32)
 
     def _encode_documents(self, texts: list[str]):
