@@ -160,3 +160,23 @@ def test_reading_a_hit_reads_a_small_row_group(tmp_path):
     md = pq.ParquetFile(tmp_path / "idx" / "docstore.parquet").metadata
     assert md.num_row_groups >= 5 and max(md.row_group(g).num_rows for g in range(md.num_row_groups)) <= 64
     assert idx.search("doc 123", k=1, with_text=False)[0].text is None
+
+
+def test_every_component_provides_its_protocol(tmp_path):
+    from ldr.index.bm25.analysis import Analyzer
+    from ldr.index.bm25.base import open_searcher, open_writer
+    from ldr.index.dense import DenseSearcher, DenseWriter
+    from ldr.index.docstore import DocstoreWriter
+    from ldr.index.protocols import ComponentWriter, Retriever
+    from ldr.index.sparse import SparseSearcher, SparseWriter
+
+    for cls in (DenseWriter, SparseWriter, DocstoreWriter):
+        assert all(callable(getattr(cls, m, None)) for m in ("add", "close", "abort")), cls
+    for cls in (DenseSearcher, SparseSearcher):
+        assert all(callable(getattr(cls, m, None)) for m in ("encode", "search_rep", "search")), cls
+    for backend in ("tantivy", "native"):
+        w = open_writer(backend, tmp_path / backend, Analyzer())
+        assert isinstance(w, ComponentWriter)
+        w.add(0, ldr.Doc("a", "some text"))
+        w.close()
+        assert isinstance(open_searcher(backend, tmp_path / backend, Analyzer(), 1.2, 0.75, 1), Retriever)

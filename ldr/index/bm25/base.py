@@ -6,20 +6,17 @@ from typing import Protocol
 
 from ...corpus import Doc
 from ...errors import ConfigError, IndexFormatError
+from ..protocols import ComponentWriter, Retriever
 from .analysis import Analyzer
 
 
-class BM25Writer(Protocol):
-    def add(self, docno: int, doc: Doc) -> None: ...
-    def close(self) -> None: ...
+class BM25Writer(ComponentWriter, Protocol):
+    pass
 
 
-class BM25Searcher(Protocol):
+class BM25Searcher(Retriever, Protocol):
     name: str
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        """Top-k (internal doc number, BM25 score), best first."""
-        ...
+    num_docs: int
 
 
 BACKENDS = ("tantivy", "lucene", "native")
