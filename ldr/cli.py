@@ -106,7 +106,9 @@ INDEX_OPTIONS = [
                  help="splade: MLM head; head: linear term-weight head (mGTE/BGE-M3 style)."),
     click.option("--sparse-head", default=None, help="kind=head: the head weights (default MODEL/sparse_linear.pt)."),
     click.option("--sparse-top-k", type=int, default=256, show_default=True,
-                 help="Keep the k heaviest terms per window of a document (0: all)."),
+                 help="Keep the k heaviest terms of a document (0: all), see --sparse-top-k-per."),
+    click.option("--sparse-top-k-per", type=click.Choice(["document", "window"]), default="document", show_default=True,
+                 help="Apply --sparse-top-k per document, or per window of it (the cap grows with length)."),
     click.option("--sparse-threshold", type=float, default=0.0, help="Drop term weights at or below this."),
 ]
 
@@ -120,7 +122,7 @@ def index_options(f):
 def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_doc_mb, dense_model, doc_strategy, max_length,
                  stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix, doc_prefix,
                  batch_tokens, trust_remote_code, device, faiss_index, sparse_model, sparse_kind, sparse_head,
-                 sparse_top_k, sparse_threshold):
+                 sparse_top_k, sparse_top_k_per, sparse_threshold):
     from .encode.dense import DenseSettings
     from .encode.sparse import SparseSettings
     from .index.build import BuildConfig
@@ -132,7 +134,7 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_do
         query_prefix=query_prefix, doc_prefix=doc_prefix, batch_tokens=batch_tokens,
         trust_remote_code=trust_remote_code, device=device)
     sparse = None if sparse_model == "none" else SparseSettings(
-        model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None,
+        model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None, top_k_per=sparse_top_k_per,
         threshold=sparse_threshold, device=device)
     return BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
                        stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, max_doc_mb=max_doc_mb,

@@ -121,10 +121,12 @@ def test_splade_pooling_matches_the_formula(splade):
 
 def test_the_term_cap_grows_with_the_document():
     """k terms per window: a document of three windows keeps up to 3k terms, a one-window one k."""
-    enc = SparseEncoder(SparseSettings(device="cpu", max_length=10, top_k=4))    # 8 tokens per window
+    enc = SparseEncoder(SparseSettings(device="cpu", max_length=10, top_k=4, top_k_per="window"))  # 8 tokens/window
     short = "alpha beta gamma delta epsilon zeta eta"
     long = short + " theta iota kappa lambda omicron sigma tau upsilon phi chi psi omega river mill"
     m = enc.encode_documents([short, long])
     counts = np.diff(m.indptr)
     windows = -(-len(enc.tokenizer(long, add_special_tokens=False)["input_ids"]) // 8)
     assert windows >= 3 and counts[0] == 4 and 8 < counts[1] <= 4 * windows
+    per_doc = SparseEncoder(SparseSettings(device="cpu", max_length=10, top_k=4)).encode_documents([short, long])
+    assert np.diff(per_doc.indptr).tolist() == [4, 4]                              # the default

@@ -29,12 +29,18 @@ class SparseSettings:
     kind: str = "splade"
     head: str | None = None          # kind=head: file with the linear head (default <model>/sparse_linear.pt)
     max_length: int | None = None    # window; default the model's position count
-    top_k: int | None = 256          # keep the k heaviest terms per window of a document (None: all)
+    top_k: int | None = 256          # keep the k heaviest terms of a document (None: all) ...
+    # ... per "document", or per "window" (the cap grows with length). Measured on qmsum-train:
+    # per window lifts the sparse stage 63.1 -> 68.1 nDCG@10 but lowers the default fusion
+    # 88.4 -> 85.8 (it becomes more like BM25), so per document stays the default
+    top_k_per: str = "document"
     threshold: float = 0.0           # drop weights at or below this
     batch_tokens: int = 4096
     device: str | None = None
 
     def __post_init__(self):
+        if self.top_k_per not in ("document", "window"):
+            raise ConfigError(f"--sparse-top-k-per must be document or window (got {self.top_k_per!r})")
         if self.kind not in KINDS:
             raise ConfigError(f"unknown sparse model kind {self.kind!r}; choose one of {', '.join(KINDS)}")
 
@@ -147,11 +153,11 @@ class SparseEncoder:
             if s.threshold > 0:
                 mat[mat <= s.threshold] = 0
             if s.top_k:
-                # the cap grows with the document: k terms per window, so a 13k-token transcript
-                # keeps its vocabulary instead of the 256 terms a one-page note keeps
-                windows = np.bincount(owner, minlength=len(texts))
+                # per window: the cap grows with the document, so a 13k-token transcript keeps
+                # its vocabulary instead of the 256 terms a one-page note keeps
+                windows = np.bincount(owner, minlength=len(texts)) if s.top_k_per == "window" else None
                 for d in range(len(texts)):
-                    k = int(s.top_k * max(windows[d], 1))
+                    k = int(s.top_k * (max(windows[d], 1) if windows is not None else 1))
                     if k < mat.shape[1]:
                         cut = np.partition(mat[d], -k)[-k]
                         mat[d, mat[d] < cut] = 0
