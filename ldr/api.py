@@ -52,8 +52,7 @@ class Index:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         verify_files(self.path, self.manifest, full=verify)
-        self.docstore = Docstore(inside(self.path, self.components["docstore"]["path"], "docstore path").parent,
-                                 expected_rows=self.manifest["doc_count"])
+        self.docstore = Docstore(self.path, expected_rows=self.manifest["doc_count"])
         self.device = device
         self.trust_remote_code = trust_remote_code
         self._retrievers: dict = {}
@@ -232,7 +231,6 @@ class Index:
             opts.rerank = None
         elif isinstance(rerank, str):
             opts.rerank = rerank
-        opts.check()
         names = [n for n in RETRIEVERS if n in self.components] if opts.mode == "hybrid" else [opts.mode]
         retrievers = {n: self.retriever(n) for n in names}
         reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None

@@ -279,10 +279,6 @@ def read_parquet(path: Path, rel: str, report: IngestReport, limits: Limits, bat
                     rec = {c: d[c][i] for c in cols}
                     where = f"{rel} row {row}"
                     row += 1
-                    text = rec.get(text_col)
-                    if isinstance(text, str) and len(text) > limits.max_doc_bytes // 4 and \
-                            limits.too_big(len(text.encode("utf-8", "surrogatepass")), where, report):
-                        continue
                     doc = _record_to_doc(rec, where, f"{rel}#{row - 1}", report)
                     if doc:
                         yield doc

@@ -16,6 +16,24 @@ def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
     return [], []
 
 
+class SerialEncoder:
+    """One encode call at a time per encoder: HF fast tokenizers fail ("Already borrowed") when one
+    instance is used from two threads; torch uses every core within a call anyway. Subclasses
+    implement _encode_queries and _encode_documents."""
+
+    def __init__(self):
+        import threading
+        self._lock = threading.Lock()
+
+    def encode_queries(self, texts: list[str]):
+        with self._lock:
+            return self._encode_queries(texts)
+
+    def encode_documents(self, texts: list[str], *args, **kwargs):
+        with self._lock:
+            return self._encode_documents(texts, *args, **kwargs)
+
+
 LONG_TEXT = 1 << 20   # characters tokenised per call for long documents
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..errors import ConfigError, ModelError
 from . import chunking
-from .batching import budget_batches, pad, special_tokens, token_ids, with_specials
+from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
 
@@ -50,14 +49,14 @@ class DenseSettings:
         return d
 
 
-class DenseEncoder:
+class DenseEncoder(SerialEncoder):
     def __init__(self, settings: DenseSettings | None = None):
         import torch
 
         from .extend import Extension, apply_extension, position_kind, trained_length  # imports torch
 
         self.settings = s = settings or DenseSettings()
-        self._lock = threading.Lock()
+        SerialEncoder.__init__(self)
         self.device = pick_device(s.device)
         path, _ = resolve(s.model)
         if os.path.isdir(s.model):  # record an absolute path: search may run from another directory
@@ -201,13 +200,3 @@ class DenseEncoder:
             vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
             owner = np.arange(len(texts), dtype=np.int64)
         return vecs, owner
-
-    # HF fast tokenizers fail ("Already borrowed") when one instance is used from two threads,
-    # so an encoder serves one call at a time; torch uses every core within that call
-    def encode_queries(self, texts: list[str]):
-        with self._lock:
-            return self._encode_queries(texts)
-
-    def encode_documents(self, texts: list[str], *args, **kwargs):
-        with self._lock:
-            return self._encode_documents(texts, *args, **kwargs)

@@ -10,14 +10,13 @@ over all windows.
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .batching import budget_batches, pad, special_tokens, token_ids, with_specials
+from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
 
 KINDS = ("splade", "head")
@@ -69,7 +68,7 @@ def _load_head(path: Path, hidden: int):
     return layer
 
 
-class SparseEncoder:
+class SparseEncoder(SerialEncoder):
     def __init__(self, settings: SparseSettings | None = None):
         import torch
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
@@ -77,7 +76,7 @@ class SparseEncoder:
 
         hf_logging.disable_progress_bar()
         self.settings = s = settings or SparseSettings()
-        self._lock = threading.Lock()
+        SerialEncoder.__init__(self)
         self.device = pick_device(s.device)
         path, _ = resolve(s.model)
         if os.path.isdir(s.model):
@@ -170,13 +169,3 @@ class SparseEncoder:
         """Queries: the first window only (as the dense encoder truncates), so a pasted book
         costs one forward pass, not hundreds."""
         return self._encode(texts, prune=False, first_window_only=True)
-
-    # HF fast tokenizers fail ("Already borrowed") when one instance is used from two threads,
-    # so an encoder serves one call at a time; torch uses every core within that call
-    def encode_queries(self, texts: list[str]):
-        with self._lock:
-            return self._encode_queries(texts)
-
-    def encode_documents(self, texts: list[str], *args, **kwargs):
-        with self._lock:
-            return self._encode_documents(texts, *args, **kwargs)

@@ -99,11 +99,9 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         ctx.timings[n] = time.perf_counter() - t
     limit = max(k, opts.rerank_depth if reranker is not None else 0)
     if len(names) == 1:
-        # a single retriever returns its results best first: no fusion, no re-sort
-        ranked = lists[names[0]]
-        if tiebreak is not None:
-            ranked = sorted(ranked, key=lambda r: (-r[1], tiebreak[r[0]]))
-        rows = [(d, sc, {names[0]: sc}) for d, sc in ranked[:limit]]
+        # a single retriever: its own ranking, equal scores by id (the one top-k rule)
+        ranked = lists[names[0]][:limit] if tiebreak is None else top_items(ctx.first_stage[names[0]], limit, tiebreak)
+        rows = [(d, sc, {names[0]: sc}) for d, sc in ranked]
     else:
         t = time.perf_counter()
         ctx.fused = fuse(ctx.first_stage, opts.fusion, opts.weights, opts.rrf_k)

@@ -74,11 +74,12 @@ class LuceneWriter:
         self._cjk = analyzer.is_cjk and analyzer.language == "cjk"
         self._indexer = LuceneIndexer(args=args, threads=max(threads, 1))
         self._batch: list[dict] = []
+        self._pending = 0   # characters buffered: a batch is bounded by bytes too
 
     def add(self, docno: int, doc: Doc) -> None:
         self._batch.append({"id": str(docno), "contents": index_text(doc)})
-        self._pending = getattr(self, "_pending", 0) + len(doc.text)
-        if len(self._batch) >= 256 or self._pending >= (32 << 20):   # bounded by bytes too
+        self._pending += len(doc.text)
+        if len(self._batch) >= 256 or self._pending >= (32 << 20):
             self._pending = 0
             self._flush()
 
