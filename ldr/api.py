@@ -16,13 +16,19 @@ from typing import Iterable
 from .corpus import Doc, IngestReport, iter_corpus
 from .errors import ConfigError, CorpusError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
-from .index.docstore import Docstore
 from .index.manifest import inside, read_manifest, verify_files
 from .search.hits import Hit, SearchResult
 from .search.pipeline import RETRIEVERS, SearchOptions, run_query, to_hits
 from .search.query import prepare
 
 log = logging.getLogger(__name__)
+
+
+def _corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out) -> Iterable[Doc]:
+    if isinstance(corpus, (str, os.PathLike)):
+        # an output directory inside the corpus is not read as corpus
+        return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out])
+    return _as_docs(corpus)
 
 
 def _as_docs(items: Iterable) -> Iterable[Doc]:
@@ -39,32 +45,115 @@ def _as_docs(items: Iterable) -> Iterable[Doc]:
             raise CorpusError(f"document #{i} is a {type(item).__name__}; give ldr.Doc objects or dicts")
 
 
+class _View:
+    """One pinned generation: its manifest, segments and loaded retrievers."""
+
+    def __init__(self, manifest: dict, segments, pin):
+        self.manifest, self.segments, self.pin = manifest, segments, pin
+        self.retrievers: dict = {}
+
+    @property
+    def generation(self) -> int:
+        return self.manifest["generation"]
+
+    def __del__(self):
+        if self.pin is not None:
+            self.pin.close()
+
+
 class Index:
-    """An opened index directory. Components and models are loaded lazily on first use."""
+    """An opened index, pinned to one generation (consistent across every component) until
+    `refresh()`. Components and models are loaded lazily on first use; one Index can be searched
+    from many threads."""
 
     def __init__(self, path: str | os.PathLike, verify: bool = False, device: str | None = None,
-                 trust_remote_code: bool = False):
-        """Open an index. Always checked: the manifest's own checksum and shape, that every path
-        stays inside the directory, every file's size, and the SHA-256 of files under 1 MB;
-        `verify=True` hashes every file (as `ldr check` does, without its array checks).
-        `trust_remote_code=True` lets models that ship their own code run: an index's manifest
-        alone never grants that."""
+                 trust_remote_code: bool = False, generation: int | None = None):
+        """Open an index at its newest generation (or `generation`). Always checked: the manifest's
+        own checksum and shape, that every path stays inside the directory, every file's size,
+        and the SHA-256 of files under 1 MB; `verify=True` hashes every file (as `ldr check` does,
+        without its array checks). `trust_remote_code=True` lets models that ship their own code
+        run: an index's manifest alone never grants that."""
         self.path = Path(path)
-        self.manifest = read_manifest(self.path)
-        verify_files(self.path, self.manifest, full=verify)
-        self.docstore = Docstore(self.path, expected_rows=self.manifest["doc_count"])
         self.device = device
         self.trust_remote_code = trust_remote_code
-        self._retrievers: dict = {}
+        self.verify = verify
+        self._encoders: dict = {}
         self._rerankers: dict = {}
         self._load_lock = threading.RLock()   # components load once, whichever thread asks first
+        self._view = self._open_view(generation)
 
-    # -- building -------------------------------------------------------------------------
+    def _open_view(self, generation: int | None = None) -> _View:
+        from .index import generations as gens
+        from .index.snapshot import Segments
+
+        for _ in range(20):
+            found = gens.generations(self.path) if self.path.is_dir() else []
+            gen = generation if generation is not None else (found[-1] if found else None)
+            pin = gens.Pin(self.path, gen) if gen is not None else None
+            try:
+                manifest = read_manifest(self.path, gen)
+            except IndexFormatError:
+                if pin is not None:
+                    pin.close()
+                # collected between listing and pinning: a newer generation exists, take it
+                if generation is None and gen is not None and gens.generations(self.path)[-1:] != [gen]:
+                    continue
+                raise
+            try:
+                verify_files(self.path, manifest, full=self.verify)
+                segments = Segments(self.path, manifest)
+            except BaseException:
+                if pin is not None:
+                    pin.close()
+                raise
+            return _View(manifest, segments, pin)
+        raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")
+
+    # -- generations ------------------------------------------------------------------------
+    @property
+    def manifest(self) -> dict:
+        return self._view.manifest
+
+    @property
+    def docstore(self):
+        return self._view.segments
+
+    @property
+    def generation(self) -> int:
+        """The generation this handle reads (0: a format 2 index)."""
+        return self._view.generation
+
+    def refresh(self) -> bool:
+        """Move to the newest committed generation; True when it changed. Searches already running
+        finish on the generation they started with."""
+        from .index import generations as gens
+
+        newest = gens.generations(self.path)
+        if not newest or newest[-1] == self.generation:
+            return False
+        view = self._open_view()
+        with self._load_lock:
+            self._view = view
+        return True
+
+    def close(self) -> None:
+        """Release this handle's generation (the garbage collector may then remove its files)."""
+        if self._view.pin is not None:
+            self._view.pin.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- building and writing ----------------------------------------------------------------
     @classmethod
     def build(cls, corpus: str | os.PathLike | Iterable, path: str | os.PathLike, *,
               config: BuildConfig | None = None, report: IngestReport | None = None,
-              progress: bool = False, **options) -> "Index":
-        """Build an index from a corpus path or an iterable of Docs/dicts, then open it.
+              progress: bool = False, wait: bool | float = False, **options) -> "Index":
+        """Build an index from a corpus path or an iterable of Docs/dicts, then open it. On an
+        existing index this commits a new generation holding only this corpus.
 
         `options` are BuildConfig fields (bm25="lucene", dense=None, sparse=None, language="de",
         k1=..., b=..., search={...}). The ingestion report is available as `index.report`.
@@ -73,19 +162,48 @@ class Index:
             raise ConfigError("give either config= or keyword options, not both")
         config = config or BuildConfig(**options)
         report = report if report is not None else IngestReport()
-        if isinstance(corpus, (str, os.PathLike)):
-            # an output directory inside the corpus is not read as corpus
-            docs = iter_corpus(corpus, report, max_doc_mb=config.max_doc_mb, exclude=[path])
-        else:
-            docs = _as_docs(corpus)
-        build_index(docs, path, config, report, progress=progress)
+        docs = _corpus_docs(corpus, report, config.max_doc_mb, path)
+        build_index(docs, path, config, report, progress=progress, wait=wait)
         index = cls(path, verify=False)
         index.report = report
         return index
 
+    def _writer(self, wait):
+        from .index.writer import IndexWriter
+        return IndexWriter(self.path, wait=wait, trust_remote_code=self.trust_remote_code, device=self.device)
+
+    def add(self, docs: str | os.PathLike | Iterable, *, wait: bool | float = False, progress: bool = False,
+            report: IngestReport | None = None, max_doc_mb: float = 64.0) -> dict:
+        """Encode only these documents (a corpus path or Docs/dicts) into a new segment and commit;
+        an id already in the index replaces its old copy. Returns {added, replaced (ids), skipped,
+        generation}; this handle then reads the new generation."""
+        report = report if report is not None else IngestReport()
+        with self._writer(wait) as w:
+            result = w.add(_corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
+                           max_doc_mb=max_doc_mb)
+        result["report"] = report
+        self.refresh()
+        return result
+
+    def delete(self, ids: Iterable[str], *, wait: bool | float = False) -> dict:
+        """Delete documents by id and commit. Returns {deleted (ids), missing (ids), generation}."""
+        if isinstance(ids, str):
+            ids = [ids]
+        with self._writer(wait) as w:
+            result = w.delete(ids)
+        self.refresh()
+        return result
+
+    def merge(self, max_segments: int = 1, *, wait: bool | float = False) -> dict:
+        """Merge segments (deleted documents dropped, nothing re-encoded) and commit."""
+        with self._writer(wait) as w:
+            result = w.merge(max_segments)
+        self.refresh()
+        return result
+
     # -- reading --------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.docstore)
+        return len(self._view.segments)
 
     @property
     def components(self) -> dict:
@@ -96,72 +214,82 @@ class Index:
         return [n for n in RETRIEVERS if n in self.components]
 
     def document(self, doc_id: str) -> Doc:
-        if doc_id not in self.docstore:
+        store = self._view.segments
+        if doc_id not in store:
             raise KeyError(doc_id)
-        return self.docstore.doc(self.docstore.row(doc_id))
+        return store.doc(store.row(doc_id))
 
-    def _model_settings(self, name: str, cls):
-        """The encoder settings a component was built with; trust_remote_code only from the user."""
-        comp = self.components[name]
-        settings = dict(comp["model"]["settings"])
-        wanted = bool(settings.pop("trust_remote_code", False))
-        if wanted and not self.trust_remote_code:
-            raise ConfigError(
-                f"this index's {name} model ({comp['model'].get('name', '?')}) runs code that ships with the model "
-                "(trust_remote_code). An index is data and cannot grant that by itself: if you trust that model, "
-                "search with --trust-remote-code (API: ldr.open(path, trust_remote_code=True))")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(settings) - fields)
-        if unknown:  # settings schema: newer keys are ignored with a note, older indexes keep defaults
-            log.warning("%s: ignoring unknown %s settings %s (written by a newer ldr?)",
-                        self.path / "manifest.json", name, unknown)
-            settings = {k: v for k, v in settings.items() if k in fields}
-        if "trust_remote_code" in fields:
-            settings["trust_remote_code"] = wanted
-        return cls(**settings, device=self.device)
+    def _encoder(self, name: str, comp: dict):
+        """Encoders are shared by every generation built with the same model settings."""
+        import json as _json
+        from .index.writer import model_settings
 
-    def retriever(self, name: str):
-        """The loaded first-stage retriever `name` (bm25 | dense | sparse)."""
-        if name in self._retrievers:
-            return self._retrievers[name]
+        key = (name, _json.dumps(comp["model"]["settings"], sort_keys=True))
+        if key not in self._encoders:
+            if name == "dense":
+                from .encode.dense import DenseEncoder, DenseSettings
+                self._encoders[key] = DenseEncoder(model_settings(comp, DenseSettings, self.trust_remote_code,
+                                                                  self.device, f"{self.path} ({name})"))
+            else:
+                from .encode.sparse import SparseEncoder, SparseSettings
+                self._encoders[key] = SparseEncoder(model_settings(comp, SparseSettings, self.trust_remote_code,
+                                                                   self.device, f"{self.path} ({name})"))
+        return self._encoders[key]
+
+    def retriever(self, name: str, view: _View | None = None):
+        """The loaded first-stage retriever `name` (bm25 | dense | sparse) of this generation."""
+        view = view or self._view
+        if name in view.retrievers:
+            return view.retrievers[name]
         with self._load_lock:
-            return self._load_retriever(name)
+            if name not in view.retrievers:
+                view.retrievers[name] = self._load_retriever(name, view)
+        return view.retrievers[name]
 
-    def _load_retriever(self, name: str):
-        if name not in self._retrievers:
-            comp = self.components.get(name)
-            if comp is None:
-                have = ", ".join(self.retriever_names) or "none"
-                raise ConfigError(f"this index has no {name!r} component (it has: {have})")
-            where = inside(self.path, comp["path"], f"components.{name}.path")
-            n_docs = self.manifest["doc_count"]
-            try:
-                if name == "bm25":
-                    from .index.bm25.analysis import Analyzer
-                    from .index.bm25.base import open_searcher
-                    self._retrievers[name] = open_searcher(comp["backend"], where, Analyzer.from_dict(comp["analyzer"]),
-                                                           comp["k1"], comp["b"], n_docs)
-                elif name == "dense":
-                    from .encode.dense import DenseEncoder, DenseSettings
-                    from .index.dense import DenseSearcher
-                    settings = self._model_settings(name, DenseSettings)
-                    searcher = DenseSearcher(where, comp, None, n_docs)   # index files first: cheap checks
-                    searcher.encoder = DenseEncoder(settings)
-                    self._retrievers[name] = searcher
-                elif name == "sparse":
-                    from .encode.sparse import SparseEncoder, SparseSettings
-                    from .index.sparse import SparseSearcher
-                    settings = self._model_settings(name, SparseSettings)
-                    searcher = SparseSearcher(where, None, n_docs)
-                    searcher.encoder = SparseEncoder(settings)
-                    self._retrievers[name] = searcher
-            except LdrError:
-                raise
-            except Exception as e:  # a damaged file surfaces as whatever its reader raises
-                raise IndexFormatError(
-                    f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
-                    f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
-        return self._retrievers[name]
+    def _load_retriever(self, name: str, view: _View):
+        from .index.snapshot import MultiDense, MultiSparse, MultiSparseIndex, UidRetriever
+
+        comp = view.manifest["components"].get(name)
+        if comp is None:
+            have = ", ".join(n for n in RETRIEVERS if n in view.manifest["components"]) or "none"
+            raise ConfigError(f"this index has no {name!r} component (it has: {have})")
+        segs = view.segments
+        where = self.path
+        try:
+            if name == "bm25":
+                from .index.bm25.analysis import Analyzer
+                analyzer = Analyzer.from_dict(comp["analyzer"])
+                if comp["backend"] == "native":
+                    from .index.bm25.native_backend import NativeSearcher
+                    parts = [(inside(self.path, f"{e['path']}/{e['bm25']['path']}", "segment"), off, segs.deleted[off:off + e["docs"]])
+                             for e, off in zip(segs.entries, segs.offsets)]
+                    return NativeSearcher(parts, analyzer, comp["k1"], comp["b"])
+                from .index.bm25.base import open_searcher
+                where = inside(self.path, comp["path"], "components.bm25.path")
+                inner = open_searcher(comp["backend"], where, analyzer, comp["k1"], comp["b"], len(segs),
+                                      key=comp.get("key", "uid"))
+                return UidRetriever(inner, segs)
+            if name == "dense":
+                from .index.dense import DenseSearcher
+                parts = []
+                for e in segs.entries:
+                    d = e.get("dense")
+                    sub = {**comp, **d, "faiss": {**comp["faiss"], **d.get("faiss", {})}} if d else None
+                    parts.append(DenseSearcher(inside(self.path, f"{e['path']}/{d['path']}", "segment"), sub, None, e["docs"])
+                                 if d else None)   # index files first: cheap checks before a model loads
+                return MultiDense(parts, segs, self._encoder(name, comp))
+            if name == "sparse":
+                from .index.sparse import SparseIndex
+                parts = [SparseIndex(inside(self.path, f"{e['path']}/{e['sparse']['path']}", "segment"), e["docs"])
+                         if e.get("sparse") else None for e in segs.entries]
+                return MultiSparse(MultiSparseIndex(parts, segs), self._encoder(name, comp))
+        except LdrError:
+            raise
+        except Exception as e:  # a damaged file surfaces as whatever its reader raises
+            raise IndexFormatError(
+                f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
+                f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
+        raise ConfigError(f"unknown retriever {name!r}")
 
     def reranker(self, name: str | None, model: str | None = None, weights: dict | None = None):
         """None, the offline passage rescorer, or a cross-encoder (`model`: any HF classifier)."""
@@ -179,12 +307,13 @@ class Index:
             return PassageRescorer(weights or self.search_defaults().get("weights"))
         raise ConfigError(f"unknown reranker {name!r}; use passage, none, or --rerank-model MODEL")
 
-    def search_defaults(self) -> dict:
+    def search_defaults(self, view: _View | None = None) -> dict:
         """Query-time defaults recorded at build time (fusion method and weights, reranker)."""
         from .search.defaults import DEFAULT_SEARCH
 
-        d = {**DEFAULT_SEARCH, **self.manifest.get("search", {})}
-        names = self.retriever_names
+        manifest = (view or self._view).manifest
+        d = {**DEFAULT_SEARCH, **manifest.get("search", {})}
+        names = [n for n in RETRIEVERS if n in manifest["components"]]
         d.setdefault("mode", "hybrid" if len(names) > 1 else names[0])
         if d.get("rerank") == "passage" and not ({"dense", "sparse"} & set(names)):
             d["rerank"] = None  # passage rescoring needs dense or sparse document vectors
@@ -206,8 +335,11 @@ class Index:
         query = prepare(query)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise QueryError(f"k must be a whole number of at least 1 (got {k!r})")
-        k = min(k, max(len(self), 1))  # more hits than documents cannot be returned
-        d = self.search_defaults()
+        view = self._view      # the whole search reads this one generation, whatever refresh() does
+        store = view.segments
+        n_docs = max(len(store), 1)
+        k = min(k, n_docs)  # more hits than documents cannot be returned
+        d = self.search_defaults(view)
         fields = {f.name for f in dataclasses.fields(SearchOptions)}
         opts = SearchOptions(**{key: v for key, v in d.items() if key in fields})
         if mode is not None:
@@ -226,31 +358,43 @@ class Index:
         if rerank_depth is not None:
             opts.rerank_depth = rerank_depth
         opts.check()
-        opts.depth, opts.rerank_depth = min(opts.depth, max(len(self), 1)), min(opts.rerank_depth, max(len(self), 1))
+        opts.depth, opts.rerank_depth = min(opts.depth, n_docs), min(opts.rerank_depth, n_docs)
         if rerank is False:
             opts.rerank = None
         elif isinstance(rerank, str):
             opts.rerank = rerank
-        names = [n for n in RETRIEVERS if n in self.components] if opts.mode == "hybrid" else [opts.mode]
-        retrievers = {n: self.retriever(n) for n in names}
+        components = view.manifest["components"]
+        names = [n for n in RETRIEVERS if n in components] if opts.mode == "hybrid" else [opts.mode]
+        if opts.mode != "hybrid" and opts.mode not in components:
+            have = ", ".join(n for n in RETRIEVERS if n in components) or "none"
+            raise ConfigError(f"this index has no {opts.mode!r} component (it has: {have}); pick another --mode")
+        retrievers = {n: self.retriever(n, view) for n in names}
         reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None
-        rows, ctx = run_query(query, k, retrievers, opts, reranker, self.docstore.text, self.docstore.id_rank)
-        hits = to_hits(rows, self.docstore.ids, self.docstore.titles)
+        rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank)
+        hits = to_hits(rows, store.ids, store.titles)
         if with_text:
             for h in hits:
-                h.text = self.docstore.text(h.docno)
-        return SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
+                h.text = store.text(h.docno)
+        result = SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
+        result.generation = view.generation
+        return result
 
     def info(self) -> dict:
-        size = sum(f["size"] for f in self.manifest.get("files", {}).values())
         m = self.manifest
-        return {"path": str(self.path), "documents": m["doc_count"], "bytes": size,
-                "created": m.get("created", "?"), "ldr_version": m.get("ldr_version", "?"),
-                "format_version": m["format_version"], "components": self.components,
-                "search": self.search_defaults(), "ingest": self.manifest.get("ingest", {})}
+        size = sum(f["size"] for f in m.get("files", {}).values())
+        segs = [{"name": s["name"], "documents": s["live"], "deleted": s["docs"] - s["live"]} for s in m["segments"]]
+        comps = {k: dict(v) for k, v in self.components.items()}
+        for name, key in (("dense", "vectors"), ("sparse", "postings")):
+            if name in comps:   # totals over the segments (deleted rows included until a merge)
+                comps[name][key] = sum(s.get(name, {}).get(key, 0) for s in m["segments"])
+        return {"path": str(self.path), "documents": m["doc_count"], "bytes": size, "generation": m["generation"],
+                "segments": segs, "created": m.get("created", "?"), "ldr_version": m.get("ldr_version", "?"),
+                "format_version": m["format_version"], "components": comps,
+                "search": self.search_defaults(), "ingest": m.get("ingest", {}), "history": m.get("history", [])}
 
 
 def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001
-         trust_remote_code: bool = False) -> Index:
-    """Open an index directory (cheap checks; `verify=True` also hashes every file). See Index."""
-    return Index(path, verify=verify, device=device, trust_remote_code=trust_remote_code)
+         trust_remote_code: bool = False, generation: int | None = None) -> Index:
+    """Open an index directory at its newest generation (cheap checks; `verify=True` also hashes
+    every file). See Index."""
+    return Index(path, verify=verify, device=device, trust_remote_code=trust_remote_code, generation=generation)

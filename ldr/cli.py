@@ -146,19 +146,94 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_do
 @click.argument("corpus", type=click.Path(exists=True))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
 @index_options
+@click.option("--wait", is_flag=True, help="Wait for another writer of OUTPUT to finish instead of failing.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def index_cmd(corpus, out, quiet, **options):
-    """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT."""
+def index_cmd(corpus, out, wait, quiet, **options):
+    """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT.
+
+    On an existing index this commits a new generation holding only CORPUS: readers keep the
+    previous one until they refresh."""
     from .api import Index
     from .corpus import IngestReport
 
     report = IngestReport()
-    index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet)
+    index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet, wait=wait)
     click.echo(report.summary())
     for line in report.details():
         click.echo(line, err=True)
     secs = index.manifest["settings"]["build"]["seconds"]
-    click.echo(f"index written to {out} in {secs:.1f}s")
+    click.echo(f"index written to {out} in {secs:.1f}s (generation {index.generation})")
+
+
+WRITE_OPTIONS = [
+    click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory."),
+    click.option("--wait", is_flag=True, help="Wait for another writer of the index to finish instead of failing."),
+    click.option("--trust-remote-code", is_flag=True, help="Allow the index's models to run code they ship."),
+    click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)."),
+]
+
+
+def write_options(f):
+    for opt in reversed(WRITE_OPTIONS):
+        f = opt(f)
+    return f
+
+
+@main.command("add")
+@click.argument("corpus", type=click.Path(exists=True))
+@write_options
+@click.option("--max-doc-mb", type=float, default=64.0, show_default=True,
+              help="Skip (and count) documents larger than this.")
+@click.option("--no-merge", is_flag=True, help="Do not merge small segments after adding.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, quiet):
+    """Add the documents of CORPUS to an index (encoding only them); an existing id is replaced."""
+    from .corpus import IngestReport, iter_corpus
+    from .index.writer import IndexWriter
+
+    report = IngestReport()
+    with IndexWriter(index_path, wait=wait, trust_remote_code=trust_remote_code, device=device) as w:
+        docs = iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[index_path])
+        r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge)
+    for line in report.details():
+        click.echo(line, err=True)
+    click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {r['skipped']} skipped "
+               f"(generation {r['generation']}, {w.current['doc_count']} documents in "
+               f"{len(w.current['segments'])} segments)")
+
+
+@main.command("delete")
+@click.argument("ids", nargs=-1)
+@write_options
+@click.option("--ids-file", type=click.File("r", encoding="utf-8"), default=None,
+              help="A file of ids to delete, one per line ('-': standard input).")
+def delete_cmd(ids, index_path, wait, trust_remote_code, device, ids_file):
+    """Delete documents by id (IDS and/or --ids-file) and commit."""
+    from .errors import ConfigError
+    from .index.writer import IndexWriter
+
+    wanted = list(ids) + ([line.strip() for line in ids_file if line.strip()] if ids_file else [])
+    if not wanted:
+        raise ConfigError("give the ids to delete (arguments or --ids-file)")
+    with IndexWriter(index_path, wait=wait) as w:
+        r = w.delete(wanted)
+    click.echo(f"{len(r['deleted'])} deleted" + (f", {len(r['missing'])} not found" if r["missing"] else "")
+               + f" (generation {r['generation']}, {w.current['doc_count'] if w.current else 0} documents)")
+    if r["missing"]:
+        shown = ", ".join(r["missing"][:10]) + (" ..." if len(r["missing"]) > 10 else "")
+        click.echo(f"not in the index: {shown}", err=True)
+
+
+@main.command("merge")
+@write_options
+@click.option("--max-segments", type=int, default=1, show_default=True, help="Merge down to this many segments.")
+def merge_cmd(index_path, wait, trust_remote_code, device, max_segments):
+    """Merge segments (deleted documents dropped, nothing re-encoded) and commit."""
+    from .index.writer import IndexWriter
+
+    with IndexWriter(index_path, wait=wait) as w:
+        r = w.merge(max_segments)
+    click.echo(f"merged {r['merged']} segments; {r['segments']} segments now (generation {r['generation']})")
 
 
 @main.command("eval")
@@ -326,6 +401,9 @@ def info_cmd(index_path, as_json):
         return
     click.echo(f"index       {info['path']}")
     click.echo(f"documents   {info['documents']}")
+    deleted = sum(s["deleted"] for s in info["segments"])
+    click.echo(f"generation  {info['generation']}, {len(info['segments'])} segments"
+               + (f" ({deleted} deleted rows until the next merge)" if deleted else ""))
     click.echo(f"size        {info['bytes'] / 1e6:.1f} MB")
     click.echo(f"created     {info['created']} by ldr {info['ldr_version']} (format {info['format_version']})")
     ing = info["ingest"]
@@ -341,13 +419,13 @@ def info_cmd(index_path, as_json):
             st = m.get("settings", {})
             if name == "sparse":
                 click.echo(f"{'sparse':<11} {m.get('name')} ({m.get('architecture')}, {st.get('kind')}), "
-                           f"{comp.get('postings')} postings, {comp.get('avg_terms_per_doc')} terms/doc")
+                           f"{comp.get('postings')} postings")
             else:
                 ext = m.get("extension") or {}
                 click.echo(f"{'dense':<11} {m.get('name')} ({m.get('architecture')}, {m.get('positions')} positions, "
                            f"trained {m.get('trained_length')} tokens), strategy={st.get('strategy')}"
                            + (f" to {ext.get('target_length')}" if ext else "")
-                           + f", {comp['vectors']} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}")
+                           + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}")
             # where the model is loaded from: a manifest names it, the user decides whether to trust it
             click.echo(f"{'':<11} model path {m.get('path') or st.get('model')}"
                        + ("  [needs --trust-remote-code: the model ships its own code]"

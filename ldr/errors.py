@@ -35,3 +35,7 @@ class IndexWriteError(LdrError):
 
 class QueryError(ConfigError):
     """A query that cannot be answered as given (empty, bad weights)."""
+
+
+class IndexLockedError(LdrError):
+    """Another process holds an index's write lock."""

@@ -20,10 +20,11 @@ __all__ = ["Doc", "IngestReport", "iter_corpus", "check_documents", "list_files"
 
 
 def _is_index_dir(path: Path) -> bool:
-    """An ldr index (its manifest says so): never ingested as corpus."""
-    m = path / "manifest.json"
+    """An ldr index (a manifest says so): never ingested as corpus."""
     try:
-        return m.is_file() and m.stat().st_size < (64 << 20) and '"ldr-index"' in m.read_text("utf-8", "replace")
+        names = sorted(p for p in path.glob("manifest*.json") if p.name == "manifest.json" or p.name[9:-5].isdigit())
+        return any(m.is_file() and m.stat().st_size < (64 << 20) and '"ldr-index"' in m.read_text("utf-8", "replace")
+                   for m in names[-1:])
     except OSError:
         return False
 

@@ -63,8 +63,10 @@ def build_faiss(vectors: np.ndarray, fs: FaissSettings):
 class DenseWriter(BatchedWriter):
     """Encodes documents in batches as they stream past, appending vectors to disk."""
 
-    def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32):
+    def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32,
+                 allow_small: bool = False):
         super().__init__(docs_per_batch)
+        self.allow_small = allow_small
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.encoder = encoder
@@ -83,21 +85,38 @@ class DenseWriter(BatchedWriter):
         self._raw.close()
 
     def close(self) -> dict:
-        import faiss
-
         self._flush()
         self._raw.close()
         d = self.encoder.dim
         vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d))
         owner = np.concatenate(self._owners) if self._owners else np.zeros(0, dtype=np.int64)
-        index = build_faiss(np.asarray(vectors), self.fs)
-        faiss.write_index(index, str(self.path / "faiss.index"))
-        np.save(self.path / "owner.npy", owner)
+        entry = save_dense(self.path, np.asarray(vectors), owner, self.fs, self.allow_small)
         del vectors
         (self.path / "vectors.f32").unlink()
-        return {"path": self.path.name, "vectors": int(self.count), "dim": int(d),
-                "multi_vector": bool(len(owner) and len(np.unique(owner)) != len(owner)),
-                "faiss": self.fs.to_dict(), "model": self.encoder.describe()}
+        return dict(entry, dim=int(d), model=self.encoder.describe())
+
+
+def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSettings, allow_small: bool = False) -> dict:
+    """Write faiss.index + owner.npy (+ vectors.npy for IVF-PQ, whose codes cannot be merged back
+    into exact vectors). A segment too small to train IVF-PQ is stored flat (exact) when allowed."""
+    import faiss
+
+    if fs.index == "ivfpq" and len(vectors) < 1024 and allow_small:
+        fs = FaissSettings(**{**fs.to_dict(), "index": "flat"})
+    index = build_faiss(vectors, fs)
+    faiss.write_index(index, str(path / "faiss.index"))
+    np.save(path / "owner.npy", owner)
+    if fs.index == "ivfpq":
+        np.save(path / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+    return {"path": path.name, "vectors": int(len(vectors)),
+            "multi_vector": bool(len(owner) and len(np.unique(owner)) != len(owner)), "faiss": fs.to_dict()}
+
+
+def load_vectors(path: Path, index) -> np.ndarray:
+    """A segment's exact vectors, for merging (flat and HNSW hold them; IVF-PQ keeps vectors.npy)."""
+    if (Path(path) / "vectors.npy").is_file():
+        return np.load(Path(path) / "vectors.npy", mmap_mode="r", allow_pickle=False)
+    return index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
 
 
 def check_dense(path: Path, index, owner: np.ndarray, comp: dict, n_docs: int | None) -> None:

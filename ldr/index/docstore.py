@@ -1,4 +1,7 @@
-"""Parquet docstore: row i = internal document number i (id, title, text, length, meta)."""
+"""Parquet docstore of one segment: row i = the segment's document i (uid, id, title, text, length, meta).
+
+`uid` is the document's number for the life of the index: it never changes when segments merge,
+so the BM25 backends that keep their own index (tantivy, Lucene) refer to documents by it."""
 from __future__ import annotations
 
 import bisect
@@ -6,6 +9,7 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -15,6 +19,7 @@ from ..errors import IndexFormatError
 
 FILE = "docstore.parquet"
 SCHEMA = pa.schema([
+    ("uid", pa.int64()),
     ("id", pa.string()),
     ("title", pa.string()),
     ("text", pa.large_string()),
@@ -32,13 +37,15 @@ class DocstoreWriter:
         # no min/max statistics or dictionary for the text: they would copy whole long texts into
         # the page headers and the footer (measured: half the memory of writing a 100 MB text)
         self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd", write_page_checksum=True,
-                                        write_statistics=["id", "length"], use_dictionary=["id", "title", "meta"])
+                                        write_statistics=["uid", "id", "length"], use_dictionary=["id", "title", "meta"])
         self._rows: list[Doc] = []
+        self._uids: list[int] = []
         self._group, self._group_bytes, self._pending = rows_per_group, bytes_per_group, 0
         self.count = 0
 
-    def add(self, doc: Doc) -> int:
+    def add(self, doc: Doc, uid: int | None = None) -> int:
         self._rows.append(doc)
+        self._uids.append(self.count if uid is None else uid)
         self.count += 1
         self._pending += len(doc.text)
         # a row group holds at most 64 documents or ~4 MB of text: reading one hit's text reads its
@@ -52,6 +59,7 @@ class DocstoreWriter:
             return
         rows = self._rows
         table = pa.table({
+            "uid": self._uids,
             "id": [d.id for d in rows],
             "title": [d.title for d in rows],
             "text": [d.text for d in rows],
@@ -59,7 +67,7 @@ class DocstoreWriter:
             "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for d in rows],
         }, schema=SCHEMA)
         self._writer.write_table(table)
-        self._rows, self._pending = [], 0
+        self._rows, self._uids, self._pending = [], [], 0
         del table
         # Parquet encoding holds several copies of a long text; hand them back before the next
         # component copies the same document (arrow's allocator would keep them otherwise)
@@ -85,8 +93,10 @@ class Docstore:
         self.path = Path(root) / FILE
         try:
             self._pf = pq.ParquetFile(self.path, page_checksum_verification=True)
-            small = self._pf.read(columns=["id", "title", "length"])
+            has_uid = "uid" in self._pf.schema_arrow.names   # format 2 docstores have none: uid = row
+            small = self._pf.read(columns=(["uid"] if has_uid else []) + ["id", "title", "length"])
             self.ids: list[str] = small.column("id").to_pylist()
+            self.uids = small.column("uid").to_numpy() if has_uid else np.arange(len(self.ids), dtype=np.int64)
             self.titles: list[str] = small.column("title").to_pylist()
             self.lengths = small.column("length").to_numpy()
             md = self._pf.metadata
@@ -116,7 +126,6 @@ class Docstore:
         """Rank of each document's id in sorted order: ties in score are broken by id, so a
         ranking does not depend on the order documents were indexed in."""
         if self._id_rank is None:
-            import numpy as np
             order = np.argsort(np.asarray(self.ids, dtype=object), kind="stable")
             rank = np.empty(len(order), dtype=np.int64)
             rank[order] = np.arange(len(order))
@@ -154,14 +163,14 @@ class Docstore:
     def doc(self, row: int) -> Doc:
         return Doc(self.ids[row], self.text(row), self.titles[row], self.meta(row))
 
-    def iter_docs(self, batch_size: int = 256):
-        """Stream all documents in row order (used to re-encode an index)."""
+    def iter_docs(self, batch_size: int = 64):
+        """Stream (row, uid, Doc) in row order, meta included (merges copy documents this way)."""
         row = 0
         try:
-            for batch in self._pf.iter_batches(batch_size=batch_size, columns=["id", "title", "text"]):
+            for batch in self._pf.iter_batches(batch_size=batch_size, columns=["id", "title", "text", "meta"]):
                 d = batch.to_pydict()
                 for i in range(batch.num_rows):
-                    yield row, Doc(d["id"][i], d["text"][i], d["title"][i])
+                    yield row, int(self.uids[row]), Doc(d["id"][i], d["text"][i], d["title"][i], json.loads(d["meta"][i]))
                     row += 1
         except Exception as e:
             raise _damaged(self.path, e) from None

@@ -1,7 +1,9 @@
-"""manifest.json: the single source of truth for reopening an index.
+"""Generation manifests (`manifest-NNNNNN.json`): the single source of truth for reopening an index.
 
-Written last during a build. Holds the format version, what each component is and how it was
-built, a size + SHA-256 per file, and a checksum of itself. An index is data that may come from
+A commit writes one (see generations.py). It holds the format version, the generation number,
+what each component is and how it was built, the segments with their deletions, a size +
+SHA-256 per file, and a checksum of itself. Format 2 indexes (one `manifest.json`, files at the
+top level) are read as generation 0 with a single segment. An index is data that may come from
 anywhere, so everything read from a manifest is checked before use: its own checksum, its
 shape (required keys and types), and that every path it names stays inside the index directory.
 
@@ -26,8 +28,8 @@ from ..errors import IndexFormatError
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2          # 2: the manifest carries its own checksum
-MANIFEST = "manifest.json"
+FORMAT_VERSION = 3          # 2: the manifest carries its own checksum; 3: segments and generations
+MANIFEST = "manifest.json"  # format 2's single manifest
 SMALL_FILE = 1 << 20        # files below this are hashed at every open
 _REBUILD = "rebuild it with `ldr index` (or restore it from a backup)"
 
@@ -55,47 +57,51 @@ def inside(root: Path, rel, what: str = "path") -> Path:
     return Path(root) / rel
 
 
-def checksum_tree(root: Path) -> dict[str, dict]:
-    """{relative path: {size, sha256}} for every file under root except the manifest."""
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for name in sorted(names):
-            p = Path(dirpath, name)
-            rel = p.relative_to(root).as_posix()
-            if rel in (MANIFEST, MANIFEST + ".part"):
-                continue
-            out[rel] = {"size": p.stat().st_size, "sha256": file_digest(p)}
-    return dict(sorted(out.items()))
-
-
 def _self_checksum(manifest: dict) -> str:
     body = {k: v for k, v in manifest.items() if k != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
-def new_manifest(components: dict, doc_count: int, ingest: dict, settings: dict) -> dict:
+def new_manifest(generation: int, components: dict, segments: list[dict], ingest: dict, settings: dict) -> dict:
     return {
         "format": "ldr-index",
         "format_version": FORMAT_VERSION,
+        "generation": generation,
         "ldr_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "doc_count": doc_count,
+        "doc_count": sum(s["live"] for s in segments),
         "ingest": ingest,
         "components": components,
+        "segments": segments,
         "settings": settings,
     }
 
 
-def write_manifest(root: Path, manifest: dict) -> dict:
-    manifest = dict(manifest, files=checksum_tree(root))
+def seal(manifest: dict) -> dict:
+    """The manifest with its own checksum, ready to publish."""
+    manifest = dict(manifest)
     manifest["checksum"] = _self_checksum(manifest)
-    tmp = root / (MANIFEST + ".part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2, sort_keys=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, root / MANIFEST)
     return manifest
+
+
+def file_entries(root: Path, rels, previous: dict | None = None) -> dict[str, dict]:
+    """{path: {size, sha256}} for every file under the given paths. A file the previous generation
+    listed and that is still the same file (same inode and size: files are never modified, only
+    replaced) keeps its recorded hash, so a commit hashes only what it wrote."""
+    previous = previous or {}
+    out = {}
+    for rel in rels:
+        base = Path(root) / rel
+        paths = [base] if base.is_file() else [Path(d, n) for d, _, names in os.walk(base) for n in names]
+        for p in paths:
+            r = p.relative_to(root).as_posix()
+            st = p.stat()
+            old = previous.get(r)
+            if old and old.get("size") == st.st_size and old.get("inode") == st.st_ino:
+                out[r] = old
+            else:
+                out[r] = {"size": st.st_size, "sha256": file_digest(p), "inode": st.st_ino}
+    return dict(sorted(out.items()))
 
 
 def _need(cond: bool, path: Path, what: str) -> None:
@@ -103,34 +109,70 @@ def _need(cond: bool, path: Path, what: str) -> None:
         raise IndexFormatError(f"{path}: {what}; the manifest is damaged or not from ldr: {_REBUILD}")
 
 
-# keys every component needs to be opened, with their types
+# keys every component needs to be opened, with their types (format 3; format 2 in _LEGACY_KEYS)
 _COMPONENT_KEYS = {
+    "bm25": {"backend": str, "k1": (int, float), "b": (int, float), "analyzer": dict},
+    "dense": {"faiss": dict, "model": dict, "dim": int},
+    "sparse": {"model": dict, "vocab_size": int},
+}
+_LEGACY_KEYS = {
     "docstore": {"path": str},
     "bm25": {"path": str, "backend": str, "k1": (int, float), "b": (int, float), "analyzer": dict},
     "dense": {"path": str, "faiss": dict, "model": dict, "vectors": int, "dim": int},
     "sparse": {"path": str, "model": dict, "documents": int},
 }
+_SEGMENT_KEYS = {"name": str, "path": str, "docs": int, "live": int}
 
 
-def validate(root: Path, manifest: dict) -> None:
+def _check_keys(path: Path, where: str, obj, keys: dict) -> None:
+    _need(isinstance(obj, dict), path, f"{where} is not an object")
+    for key, typ in keys.items():
+        _need(key in obj, path, f"{where}.{key} is missing")
+        _need(isinstance(obj[key], typ) and not isinstance(obj[key], bool), path,
+              f"{where}.{key} has the wrong type ({type(obj[key]).__name__})")
+        if isinstance(obj[key], float):
+            _need(math.isfinite(obj[key]), path, f"{where}.{key} is not a finite number")
+
+
+def validate(root: Path, manifest: dict, path: Path | None = None) -> None:
     """Required keys and types; every path inside the index. Raises IndexFormatError."""
-    path = Path(root) / MANIFEST
+    path = path or Path(root) / MANIFEST
+    legacy = manifest.get("format_version", 0) < 3
     _need(isinstance(manifest.get("doc_count"), int) and manifest["doc_count"] >= 0, path,
           "'doc_count' is missing or not a count")
     comps = manifest.get("components")
-    _need(isinstance(comps, dict) and "docstore" in comps, path, "'components' (with a docstore) is missing")
+    _need(isinstance(comps, dict) and (not legacy or "docstore" in comps), path,
+          "'components' (with a docstore) is missing" if legacy else "'components' is missing")
+    keys = _LEGACY_KEYS if legacy else _COMPONENT_KEYS
     for name, comp in comps.items():
-        _need(name in _COMPONENT_KEYS, path, f"unknown component {name!r}")
-        _need(isinstance(comp, dict), path, f"components.{name} is not an object")
-        for key, typ in _COMPONENT_KEYS[name].items():
-            _need(key in comp, path, f"components.{name}.{key} is missing")
-            _need(isinstance(comp[key], typ) and not isinstance(comp[key], bool), path,
-                  f"components.{name}.{key} has the wrong type ({type(comp[key]).__name__})")
-            if isinstance(comp[key], float):
-                _need(math.isfinite(comp[key]), path, f"components.{name}.{key} is not a finite number")
-        inside(root, comp["path"], f"components.{name}.path")
+        _need(name in keys, path, f"unknown component {name!r}")
+        _check_keys(path, f"components.{name}", comp, keys[name])
+        if legacy or isinstance(comp.get("path"), str):
+            _need(isinstance(comp.get("path"), str), path, f"components.{name}.path is missing")
+            inside(root, comp["path"], f"components.{name}.path")
         if "model" in comp:
             _need(isinstance(comp["model"].get("settings"), dict), path, f"components.{name}.model.settings is missing")
+    if not legacy:
+        _need(isinstance(manifest.get("generation"), int) and manifest["generation"] >= 1, path,
+              "'generation' is missing")
+        bm25 = comps.get("bm25")
+        if bm25 is not None and bm25["backend"] != "native":
+            _need(isinstance(bm25.get("path"), str), path, "components.bm25.path is missing")
+        segs = manifest.get("segments")
+        _need(isinstance(segs, list), path, "'segments' is missing")
+        for i, seg in enumerate(segs):
+            _check_keys(path, f"segments[{i}]", seg, _SEGMENT_KEYS)
+            _need(0 <= seg["live"] <= seg["docs"], path, f"segments[{i}] has {seg['live']} live of {seg['docs']} rows")
+            inside(root, seg["path"], f"segments[{i}].path")
+            if seg.get("deletes") is not None:
+                inside(root, seg["deletes"], f"segments[{i}].deletes")
+            for name in ("dense", "sparse", "bm25"):
+                if name in seg:
+                    _need(isinstance(seg[name], dict) and isinstance(seg[name].get("path"), str), path,
+                          f"segments[{i}].{name}.path is missing")
+                    inside(root, f"{seg['path']}/{seg[name]['path']}", f"segments[{i}].{name}.path")
+        _need(sum(s["live"] for s in segs) == manifest["doc_count"], path,
+              "'doc_count' differs from the segments' live documents")
     files = manifest.get("files")
     _need(isinstance(files, dict), path, "'files' is missing")
     for rel, info in files.items():
@@ -141,18 +183,52 @@ def validate(root: Path, manifest: dict) -> None:
         _need(isinstance(manifest["search"], dict), path, "'search' is not an object")
 
 
-def read_manifest(root: Path) -> dict:
+def _from_legacy(manifest: dict) -> dict:
+    """A format 2 manifest as generation 0 of format 3: one segment whose folder is the index."""
+    m = dict(manifest)
+    comps = {k: dict(v) for k, v in manifest["components"].items()}
+    seg = {"name": "legacy", "path": ".", "docs": m["doc_count"], "live": m["doc_count"], "deletes": None}
+    comps.pop("docstore")
+    if "dense" in comps:
+        d = comps["dense"]
+        seg["dense"] = {"path": d.pop("path"), "vectors": d.pop("vectors"),
+                        "multi_vector": d.pop("multi_vector", False), "faiss": d["faiss"]}
+    if "sparse" in comps:
+        sp = comps["sparse"]
+        seg["sparse"] = {"path": sp.pop("path"), "postings": sp.pop("postings", 0)}
+        sp.setdefault("vocab_size", 0)
+    if "bm25" in comps:
+        if comps["bm25"]["backend"] == "native":
+            seg["bm25"] = {"path": comps["bm25"].pop("path")}
+        else:
+            comps["bm25"]["key"] = "docno"       # format 2 tantivy indexes key documents by row
+    m.update(components=comps, segments=[seg], generation=0, read_only=True)
+    return m
+
+
+def read_manifest(root: Path, generation: int | None = None) -> dict:
+    """The manifest of `generation` (default: the newest committed one), checked."""
+    from .generations import generations, manifest_path
+
     root = Path(root)
-    path = root / MANIFEST
     if not root.is_dir():
         raise IndexFormatError(f"no index at {str(root)!r} (build one with `ldr index CORPUS -o {root}`)")
-    if not path.is_file():
+    gens = generations(root)
+    if not gens:
         raise IndexFormatError(
-            f"{str(root)!r} has no manifest.json: not an ldr index, or a build that did not finish; rebuild it")
-    if path.stat().st_size > 64 << 20:
-        raise IndexFormatError(f"{path} is {path.stat().st_size} bytes: not an ldr manifest")
+            f"{str(root)!r} has no manifest: not an ldr index, or a build that did not finish; rebuild it")
+    gen = gens[-1] if generation is None else generation
+    path = manifest_path(root, gen)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise IndexFormatError(f"generation {gen} of {root} does not exist (any more)") from None
+    if size > 64 << 20:
+        raise IndexFormatError(f"{path} is {size} bytes: not an ldr manifest")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IndexFormatError(f"generation {gen} of {root} does not exist (any more)") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise IndexFormatError(f"{path} is corrupted ({str(e)[:200]}); {_REBUILD}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != "ldr-index":
@@ -167,8 +243,10 @@ def read_manifest(root: Path) -> dict:
             raise IndexFormatError(f"{path} does not match its own checksum (corrupted or edited); {_REBUILD}")
     else:
         log.info("%s: format %s manifest has no checksum of its own (written by ldr before 0.2)", path, version)
-    validate(root, manifest)
-    return manifest
+    if version >= 3 and gen != 0 and manifest.get("generation") != gen:
+        raise IndexFormatError(f"{path} says it is generation {manifest.get('generation')!r}; {_REBUILD}")
+    validate(root, manifest, path)
+    return _from_legacy(manifest) if version < 3 else manifest
 
 
 def verify_files(root: Path, manifest: dict, full: bool = True, small: int = SMALL_FILE) -> list[str]:

@@ -41,29 +41,26 @@ def resolve_params(backend: str, k1: float | None, b: float | None) -> tuple[flo
     return k1, b
 
 
-def open_writer(backend: str, path: Path, analyzer: Analyzer, threads: int = 1) -> BM25Writer:
+def open_writer(backend: str, path: Path, analyzer: Analyzer, threads: int = 1, append: bool = False) -> BM25Writer:
+    """A writer for the backends that keep one index of their own (tantivy, Lucene); documents are
+    added by uid and deleted by uid. The native backend writes per segment (ldr/index/segment.py)."""
     if backend == "tantivy":
         from .tantivy_backend import TantivyWriter
-        return TantivyWriter(path, analyzer, threads=threads)
-    if backend == "native":
-        from .native_backend import NativeWriter
-        return NativeWriter(path, analyzer)
+        return TantivyWriter(path, analyzer, threads=threads, append=append)
     from .lucene_backend import LuceneWriter
-    return LuceneWriter(path, analyzer, threads=threads)
+    return LuceneWriter(path, analyzer, threads=threads, append=append)
 
 
 def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: float,
-                  n_docs: int | None = None) -> BM25Searcher:
-    """Open a BM25 index; `n_docs` (the docstore's count) must match what the index holds."""
+                  n_docs: int | None = None, key: str = "uid") -> BM25Searcher:
+    """Open a tantivy or Lucene index (hits are (uid, score)); `n_docs` (the live documents of the
+    generation) must match what the index holds."""
     if backend == "tantivy":
         from .tantivy_backend import TantivySearcher
-        searcher = TantivySearcher(path, analyzer)
+        searcher = TantivySearcher(path, analyzer, key)
     elif backend == "lucene":
         from .lucene_backend import LuceneSearcher
         searcher = LuceneSearcher(path, analyzer, k1, b)
-    elif backend == "native":
-        from .native_backend import NativeSearcher
-        searcher = NativeSearcher(path, analyzer, k1, b)
     else:
         raise IndexFormatError(f"unknown BM25 backend {backend!r} in the manifest of {path.parent}")
     if n_docs is not None and searcher.num_docs != n_docs:

@@ -60,24 +60,29 @@ def start_jvm() -> None:
 
 
 class LuceneWriter:
-    def __init__(self, path: Path, analyzer: Analyzer, threads: int = 1):
-        start_jvm()
-        from pyserini.index.lucene import LuceneIndexer
+    """Adds to (and deletes from) the Lucene index in `path`: a new one, or with `append` the copy
+    of the previous generation's that the index writer prepared there. Documents are keyed by uid."""
 
+    def __init__(self, path: Path, analyzer: Analyzer, threads: int = 1, append: bool = False):
+        start_jvm()
         path.mkdir(parents=True, exist_ok=True)
-        args = ["-index", str(path), "-language", _lucene_language(analyzer)]
+        self._path, self._append, self._threads = path, append, max(threads, 1)
+        self._args = ["-index", str(path), "-language", _lucene_language(analyzer)]
         # the same analysis as the other backends: `none` neither stems nor drops stop words
         if not analyzer.stems:
-            args += ["-stemmer", "none"]
+            self._args += ["-stemmer", "none"]
         if not analyzer.drops_stopwords:
-            args += ["-keepStopwords"]
-        self._cjk = analyzer.is_cjk and analyzer.language == "cjk"
-        self._indexer = LuceneIndexer(args=args, threads=max(threads, 1))
+            self._args += ["-keepStopwords"]
+        self._indexer = None          # opened at the first document: a delete-only commit needs none
+        self._deletes: list[int] = []
         self._batch: list[dict] = []
         self._pending = 0   # characters buffered: a batch is bounded by bytes too
 
-    def add(self, docno: int, doc: Doc) -> None:
-        self._batch.append({"id": str(docno), "contents": index_text(doc)})
+    def delete(self, uids) -> None:
+        self._deletes.extend(int(u) for u in uids)
+
+    def add(self, uid: int, doc: Doc) -> None:
+        self._batch.append({"id": str(uid), "contents": index_text(doc)})
         self._pending += len(doc.text)
         if len(self._batch) >= 256 or self._pending >= (32 << 20):
             self._pending = 0
@@ -85,18 +90,44 @@ class LuceneWriter:
 
     def _flush(self) -> None:
         if self._batch:
+            if self._indexer is None:
+                from pyserini.index.lucene import LuceneIndexer
+                self._indexer = LuceneIndexer(args=list(self._args), append=self._append, threads=self._threads)
             self._indexer.add_batch_dict(self._batch)
             self._batch = []
 
     def close(self) -> None:
         self._flush()
-        self._indexer.close()
+        if self._indexer is not None:
+            self._indexer.close()
+        if self._deletes:
+            _delete_ids(self._path, [str(u) for u in self._deletes])
 
     def abort(self) -> None:
         try:
-            self._indexer.close()
+            if self._indexer is not None:
+                self._indexer.close()
         except Exception:  # the JVM side may already be gone
             pass
+
+
+def _delete_ids(path: Path, ids: list[str]) -> None:
+    """Delete documents by their "id" field with Lucene's own IndexWriter (pyserini has no delete)."""
+    from jnius import autoclass
+
+    File = autoclass("java.io.File")
+    FSDirectory = autoclass("org.apache.lucene.store.FSDirectory")
+    IndexWriter = autoclass("org.apache.lucene.index.IndexWriter")
+    IndexWriterConfig = autoclass("org.apache.lucene.index.IndexWriterConfig")
+    OpenMode = autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
+    Term = autoclass("org.apache.lucene.index.Term")
+    writer = IndexWriter(FSDirectory.open(File(str(path)).toPath()), IndexWriterConfig().setOpenMode(OpenMode.APPEND))
+    try:
+        for doc_id in ids:
+            writer.deleteDocuments([Term("id", doc_id)])
+        writer.commit()
+    finally:
+        writer.close()
 
 
 class LuceneSearcher:
@@ -133,4 +164,4 @@ class LuceneSearcher:
         except Exception as e:  # Java exceptions arrive as jnius.JavaException
             log.warning("Lucene rejected query %r: %s", query, e)
             return []
-        return [(int(h.docid), float(h.score)) for h in hits]
+        return [(int(h.docid), float(h.score)) for h in hits]   # (uid, score)

@@ -68,26 +68,54 @@ class NativeWriter:
         self._tfs.close()
 
 
-class NativeSearcher:
-    name = "native"
+class NativeSegment:
+    """One segment's postings (its own vocabulary), memory-mapped."""
 
-    def __init__(self, path: Path, analyzer: Analyzer, k1: float, b: float):
+    def __init__(self, path: Path):
         p = Path(path)
-        self.k1, self.b = k1, b
-        self._an = _analyzer(analyzer)
-        self._cjk = analyzer.is_cjk
+        self.path = p
         self.vocab: dict[str, int] = json.loads((p / "vocab.json").read_text(encoding="utf-8"))
         self.indptr = np.load(p / "term_indptr.npy", mmap_mode="r", allow_pickle=False)
         self.docs = np.load(p / "term_docs.npy", mmap_mode="r", allow_pickle=False)
         self.tfs = np.load(p / "term_tfs.npy", mmap_mode="r", allow_pickle=False)
         self.lengths = np.load(p / "doc_lengths.npy", allow_pickle=False)
-        self.n = self.num_docs = len(self.lengths)
         ip = self.indptr
         if (not isinstance(self.vocab, dict) or ip.ndim != 1 or len(ip) != len(self.vocab) + 1 or ip[0] != 0
                 or ip[-1] != len(self.docs) or len(self.docs) != len(self.tfs) or np.any(np.diff(ip) < 0)):
             raise IndexFormatError(f"the native BM25 index {p} is inconsistent (offsets do not match the postings); "
                                    "run `ldr check` and rebuild the index")
-        self.avgdl = float(self.lengths.mean()) if self.n else 1.0
+
+    def postings(self, term: str):
+        t = self.vocab.get(term)
+        if t is None:
+            return None
+        s, e = self.indptr[t], self.indptr[t + 1]
+        return np.asarray(self.docs[s:e]), np.asarray(self.tfs[s:e])
+
+
+class NativeSearcher:
+    """BM25 over every segment of a generation, with the statistics of its live documents: the
+    scores equal those of an index built fresh from the same documents, however it was assembled."""
+
+    name = "native"
+
+    def __init__(self, parts: list[tuple[Path, int, np.ndarray]], analyzer: Analyzer, k1: float, b: float):
+        """`parts`: (segment's bm25 folder, its first global document number, its deleted mask)."""
+        self.k1, self.b = k1, b
+        self._an = _analyzer(analyzer)
+        self._cjk = analyzer.is_cjk
+        self.segments = []
+        for path, offset, deleted in parts:
+            seg = NativeSegment(path)
+            if len(seg.lengths) != len(deleted):
+                raise IndexFormatError(f"the native BM25 index {path} has {len(seg.lengths)} documents, its segment "
+                                       f"{len(deleted)}; run `ldr check` and rebuild the index")
+            self.segments.append((seg, offset, ~deleted))
+        self.lengths = np.concatenate([s.lengths for s, _, _ in self.segments]) if self.segments else np.zeros(0, np.float32)
+        self.live = np.concatenate([lv for _, _, lv in self.segments]) if self.segments else np.zeros(0, bool)
+        self.n = self.num_docs = int(self.live.sum())
+        # a float64 sum of whole token counts is exact, so avgdl does not depend on the segment order
+        self.avgdl = float(self.lengths[self.live].astype(np.float64).sum()) / self.n if self.n else 1.0
 
     def encode(self, query: str) -> str:
         return query
@@ -96,19 +124,25 @@ class NativeSearcher:
         return self.search(query, k)
 
     def scores(self, query: str, k1: float | None = None, b: float | None = None) -> np.ndarray:
+        """A score per document number of the generation (0 for deleted documents)."""
         k1 = self.k1 if k1 is None else k1
         b = self.b if b is None else b
         tokens = self._an.analyze(cjk_pretokenize(query) if self._cjk else query)
-        out = np.zeros(self.n, dtype=np.float32)
+        out = np.zeros(len(self.lengths), dtype=np.float32)
         norm = k1 * (1 - b + b * self.lengths / self.avgdl)
         for term, qtf in Counter(first_terms(tokens)).items():
-            t = self.vocab.get(term)
-            if t is None:
+            hits = []
+            for seg, offset, live in self.segments:
+                p = seg.postings(term)
+                if p is not None:
+                    keep = live[p[0]]
+                    hits.append((p[0][keep] + offset, p[1][keep]))
+            df = sum(len(d) for d, _ in hits)
+            if not df:
                 continue
-            s, e = self.indptr[t], self.indptr[t + 1]
-            docs, tf = self.docs[s:e], self.tfs[s:e]
-            idf = np.log1p((self.n - (e - s) + 0.5) / ((e - s) + 0.5))
-            out[docs] += qtf * idf * tf / (tf + norm[docs])
+            idf = np.log1p((self.n - df + 0.5) / (df + 0.5))
+            for docs, tf in hits:
+                out[docs] += qtf * idf * tf / (tf + norm[docs])
         return out
 
     def search(self, query: str, k: int, k1: float | None = None, b: float | None = None) -> list[tuple[int, float]]:

@@ -28,24 +28,35 @@ def _analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
     return b.build()
 
 
+KEY = "uid"          # format 2 indexes keyed documents by "docno" (their row), not indexed
+
+
 def _schema() -> "tantivy.Schema":
     sb = tantivy.SchemaBuilder()
-    sb.add_unsigned_field("docno", stored=False, indexed=False, fast=True)
+    # indexed so that a document can be deleted by its uid, fast to map hits back to documents
+    sb.add_unsigned_field(KEY, stored=False, indexed=True, fast=True)
     sb.add_text_field(FIELD, stored=False, tokenizer_name=TOKENIZER, index_option="freq")
     return sb.build()
 
 
 class TantivyWriter:
-    def __init__(self, path: Path, analyzer: Analyzer, threads: int = 1, heap_mb: int = 256):
+    """Adds to (and deletes from) the tantivy index in `path`: a new one, or with `append` the
+    copy of the previous generation's that the index writer prepared there."""
+
+    def __init__(self, path: Path, analyzer: Analyzer, threads: int = 1, heap_mb: int = 256, append: bool = False):
         path.mkdir(parents=True, exist_ok=True)
         self._cjk = analyzer.is_cjk
-        self._index = tantivy.Index(_schema(), path=str(path), reuse=False)
+        self._index = tantivy.Index(_schema(), path=str(path), reuse=append)
         self._index.register_tokenizer(TOKENIZER, _analyzer(analyzer))
         self._writer = self._index.writer(heap_size=heap_mb * 1_000_000 * max(threads, 1), num_threads=max(threads, 1))
 
-    def add(self, docno: int, doc: Doc) -> None:
+    def delete(self, uids) -> None:
+        for uid in uids:
+            self._writer.delete_documents_by_term(KEY, int(uid))
+
+    def add(self, uid: int, doc: Doc) -> None:
         d = tantivy.Document()
-        d.add_unsigned("docno", docno)
+        d.add_unsigned(KEY, uid)
         # title and body as two values of one field: same terms and length as "title\nbody",
         # without copying a long body into a new string
         for text in (doc.title, doc.text) if doc.title else (doc.text,):
@@ -68,8 +79,9 @@ class TantivyWriter:
 class TantivySearcher:
     name = "tantivy"
 
-    def __init__(self, path: Path, analyzer: Analyzer):
+    def __init__(self, path: Path, analyzer: Analyzer, key: str = KEY):
         self._index = tantivy.Index.open(str(path))
+        self.key = key
         self._analyzer = _analyzer(analyzer)
         self._index.register_tokenizer(TOKENIZER, self._analyzer)
         self._cjk = analyzer.is_cjk
@@ -87,6 +99,7 @@ class TantivySearcher:
         return self.search(query, k)
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        """(uid, score) best first."""
         # Bag of words: each distinct query term once, boosted by its count (as Lucene/pyserini do).
         # Building the query from analysed terms avoids query-syntax errors on user text.
         terms = Counter(first_terms(self.analyze(query)))
@@ -99,5 +112,5 @@ class TantivySearcher:
         res = self._searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
         if not res.hits:
             return []
-        docnos = self._searcher.fast_field_values("docno", [addr for _, addr in res.hits])
+        docnos = self._searcher.fast_field_values(self.key, [addr for _, addr in res.hits])
         return [(int(d), float(s)) for (s, _), d in zip(res.hits, docnos)]

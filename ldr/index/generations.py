@@ -1,0 +1,235 @@
+"""Commit generations: `manifest-NNNNNN.json` files, the highest one wins.
+
+A commit writes the new manifest to a `.part` file, fsyncs it, renames it into place and fsyncs
+the directory: a generation either exists completely or not at all, so a writer killed at any
+moment leaves the previous generation as the newest. Nothing a manifest lists is ever modified.
+
+Readers pin the generation they opened with a shared `flock` on `readers/gen-NNNNNN.lock`; the
+kernel drops it when the reader closes or its process dies. The garbage collector removes a
+generation (its manifest, then the files no kept generation lists) only when it can take that
+lock exclusively, i.e. when no reader holds it. The newest generation is always kept.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^manifest-(\d{6,})\.json$")
+READERS = "readers"
+LEGACY = "manifest.json"            # format 2 and older: one generation, files at the top level
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no pins (the collector then keeps every generation)
+    fcntl = None
+
+
+def manifest_name(gen: int) -> str:
+    return f"manifest-{gen:06d}.json"
+
+
+def generations(root: Path) -> list[int]:
+    """Every committed generation in the directory, oldest first (0: a format-2 manifest.json)."""
+    gens = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    for name in names:
+        m = _NAME.match(name)
+        if m:
+            gens.append(int(m.group(1)))
+        elif name == LEGACY:
+            gens.append(0)
+    return sorted(gens)
+
+
+def manifest_path(root: Path, gen: int) -> Path:
+    return Path(root) / (LEGACY if gen == 0 else manifest_name(gen))
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems cannot fsync a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """Make every file under root durable before a manifest names it."""
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
+def publish(root: Path, manifest: dict) -> Path:
+    """Write generation manifest['generation'] durably; it becomes the newest at the rename."""
+    gen = manifest["generation"]
+    final = Path(root) / manifest_name(gen)
+    if final.exists():
+        raise FileExistsError(f"{final} already exists")
+    part = final.with_name(final.name + ".part")
+    with open(part, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(part, final)
+    fsync_dir(Path(root))
+    return final
+
+
+class Pin:
+    """A reader's hold on one generation (a shared flock); released by close() or process exit."""
+
+    def __init__(self, root: Path, gen: int):
+        self.gen, self._fd = gen, None
+        if fcntl is None:
+            return
+        d = Path(root) / READERS
+        try:
+            d.mkdir(exist_ok=True)
+            self._fd = os.open(d / f"gen-{gen:06d}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+        except OSError as e:  # a read-only index cannot be collected either: reading needs no pin
+            log.debug("no reader pin for generation %d of %s: %s", gen, root, e)
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)   # closing the descriptor drops the lock
+            self._fd = None
+
+    def __del__(self):
+        self.close()
+
+
+def in_use(root: Path, gen: int) -> bool:
+    """True when a reader holds generation `gen`. With the exclusive lock taken, `fn` may run."""
+    return not _with_exclusive(root, gen, lambda: None)
+
+
+def _with_exclusive(root: Path, gen: int, fn) -> bool:
+    if fcntl is None:
+        return False
+    lock = Path(root) / READERS / f"gen-{gen:06d}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        fn()
+        os.unlink(lock)
+        return True
+    finally:
+        os.close(fd)
+
+
+def referenced(manifest: dict) -> set[str]:
+    """Every path (relative to the index) a manifest needs: its files and component folders."""
+    refs = set(manifest.get("files", {}))
+    for seg in manifest.get("segments", []):
+        refs.add(seg["path"])
+    for comp in manifest.get("components", {}).values():
+        if isinstance(comp, dict) and isinstance(comp.get("path"), str):
+            refs.add(comp["path"])
+    return refs
+
+
+def collect(root: Path, manifests: dict[int, dict], owned_dirs=("segments", "bm25-generations")) -> list[str]:
+    """Remove generations older than the newest that no reader holds, then every file under
+    ldr's own folders that no remaining generation lists. Returns what was removed.
+
+    Called by a writer holding the write lock, so nothing under construction is touched except
+    leftovers of writers that died (their work folders are listed by no manifest)."""
+    root = Path(root)
+    newest = max(manifests)
+    kept = {newest}
+    removed = []
+    for gen in sorted(manifests):
+        if gen == newest:
+            continue
+        path = manifest_path(root, gen)
+        if _with_exclusive(root, gen, lambda p=path: p.unlink(missing_ok=True)):
+            removed.append(path.name)
+        else:
+            kept.add(gen)
+    keep: set[str] = set()
+    for gen in kept:
+        keep |= referenced(manifests[gen])
+    keep_parts = {Path(k).parts for k in keep}
+
+    def needed(rel: Path) -> bool:
+        parts = rel.parts
+        # a path is needed when it, an ancestor or a descendant is referenced
+        return any(parts[:len(k)] == k or k[:len(parts)] == parts for k in keep_parts)
+
+    for top in owned_dirs:
+        base = root / top
+        if not base.is_dir():
+            continue
+        for child in sorted(base.iterdir()):
+            rel = child.relative_to(root)
+            if needed(rel):
+                if child.is_dir() and not child.is_symlink():
+                    for sub in sorted(child.iterdir()):
+                        if not needed(sub.relative_to(root)):
+                            _remove(sub)
+                            removed.append(sub.relative_to(root).as_posix())
+                continue
+            _remove(child)
+            removed.append(rel.as_posix())
+    if 0 in manifests and 0 not in kept:
+        # a format-2 index upgraded in place: its top-level files belong to generation 0 only
+        for rel in list(manifests[0].get("files", {})) + ["dense", "sparse", "bm25", "docstore.parquet"]:
+            p = root / rel
+            if (p.exists() or p.is_symlink()) and not needed(Path(rel)):
+                _remove(p)
+                removed.append(rel)
+    _sweep_readers(root, set(manifests))
+    return removed
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _sweep_readers(root: Path, gens: set[int]) -> None:
+    """Lock files of generations that no longer exist (left by readers that raced a collection)."""
+    d = root / READERS
+    if not d.is_dir():
+        return
+    present = set(generations(root))
+    for p in d.glob("gen-*.lock"):
+        try:
+            g = int(p.stem.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if g not in present:
+            _with_exclusive(root, g, lambda: None)

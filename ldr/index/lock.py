@@ -1,0 +1,74 @@
+"""One writer at a time: an exclusive `flock` on IDX/write.lock, which also records the writer's pid.
+
+The kernel drops a flock when its process dies, so the lock of a killed writer is taken over by
+the next one without any staleness guess; the pid in the file is only there to name the holder.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+from ..errors import IndexLockedError
+
+log = logging.getLogger(__name__)
+LOCK = "write.lock"
+
+try:
+    import fcntl
+except ImportError:
+    fcntl = None
+
+
+def _holder(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+class WriteLock:
+    def __init__(self, root: Path, wait: bool | float = False):
+        """Take the index's write lock. `wait`: False fails at once when another writer holds it;
+        True waits for it; a number waits that many seconds."""
+        self.path = Path(root) / LOCK
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is None:
+            return
+        deadline = None if wait is True else time.monotonic() + (0 if wait is False else float(wait))
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    holder = _holder(self.path)
+                    os.close(self._fd)
+                    self._fd = None
+                    raise IndexLockedError(
+                        f"{root} is being written by another process ({holder}); only one writer at a time: "
+                        "wait for it to finish, or pass --wait (API: wait=True)") from None
+                time.sleep(0.05)
+        previous = _holder(self.path)
+        if previous != "unknown":
+            log.info("took over the write lock of %s, a writer that is gone", previous)
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        os.fsync(self._fd)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)     # an empty file: nobody holds it
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        self.release()

@@ -1,0 +1,447 @@
+"""The index writer: every change to an index is a new generation, written by one process at a time.
+
+    index (build)  new segments (+ a new tantivy/Lucene index), committed as the next generation
+    add            the new documents in one new segment; an id that exists replaces its old copy
+    delete         new deletes files for the segments that lose documents
+    merge          the live rows of several segments copied into one (nothing re-encoded)
+
+tantivy and Lucene keep one index of their own (their segments, deletes and merges). Each
+generation gets its own folder `bm25-generations/gen-NNNNNN/` made of hard links to the previous
+generation's files plus what the backend wrote for this change: their files are write-once, so a
+reader pinned to an old generation keeps an exact view. Anything a killed writer leaves (segment
+and work folders, a `.part` manifest) is listed by no manifest and removed by the next writer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..corpus import Doc, IngestReport, check_documents
+from ..corpus.text import utf8_len
+from ..errors import ConfigError, IndexFormatError, IndexWriteError
+from . import generations as gens
+from .bm25.analysis import Analyzer
+from .bm25.base import open_writer
+from .lock import WriteLock
+from .manifest import file_entries, inside, new_manifest, read_manifest, seal
+from .segment import SegmentWriter, merge as merge_segments, read_deletes, write_deletes
+
+log = logging.getLogger(__name__)
+BM25_DIR = "bm25-generations"
+AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
+AUTO_MERGE_TO = 5            # ... down to this many (amortised: a merge every few adds)
+HISTORY = 100                # operations remembered in the manifest
+_BACKEND_LOCKS = {".tantivy-writer.lock", ".tantivy-meta.lock", "write.lock"}
+# what ldr itself writes at the top of an index directory
+OWN_NAMES = {"segments", BM25_DIR, gens.READERS, "write.lock"}
+
+
+def _no_space(e: BaseException) -> bool:
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    # tantivy, pyarrow and faiss report a full disk in their own exception types
+    msg = str(e).lower()
+    return "no space left" in msg or "disk quota exceeded" in msg or "(os error 28)" in msg
+
+
+def model_settings(comp: dict, cls, trust_remote_code: bool, device: str | None, where: str = "the index"):
+    """The encoder settings a component was built with; trust_remote_code only from the user."""
+    settings = dict(comp["model"]["settings"])
+    wanted = bool(settings.pop("trust_remote_code", False))
+    if wanted and not trust_remote_code:
+        raise ConfigError(
+            f"{where}'s model ({comp['model'].get('name', '?')}) runs code that ships with the model "
+            "(trust_remote_code). An index is data and cannot grant that by itself: if you trust that model, "
+            "pass --trust-remote-code (API: trust_remote_code=True)")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(settings) - fields)
+    if unknown:  # settings schema: newer keys are ignored with a note, older indexes keep defaults
+        log.warning("%s: ignoring unknown model settings %s (written by a newer ldr?)", where, unknown)
+        settings = {k: v for k, v in settings.items() if k in fields}
+    if "trust_remote_code" in fields:
+        settings["trust_remote_code"] = wanted
+    if device is not None and "device" in fields:
+        settings["device"] = device
+    return cls(**settings)
+
+
+class IndexWriter:
+    """Holds an index directory's write lock; each operation commits one generation."""
+
+    def __init__(self, root: str | os.PathLike, wait: bool | float = False, trust_remote_code: bool = False,
+                 device: str | None = None, threads: int = 0):
+        self.root = Path(root).absolute()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.lock = WriteLock(self.root, wait)
+        self.trust_remote_code, self.device = trust_remote_code, device
+        self.threads = threads or os.cpu_count() or 1
+        try:
+            self.current = read_manifest(self.root) if gens.generations(self.root) else None
+            self.collect()     # leftovers of writers that died
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def close(self) -> None:
+        self.lock.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return self.current["generation"] if self.current else 0
+
+    def _writable(self) -> dict:
+        if self.current is None:
+            raise IndexFormatError(f"no index at {self.root} yet: build one with `ldr index CORPUS -o {self.root}`")
+        if self.current.get("read_only"):
+            raise IndexFormatError(
+                f"{self.root} is a format {self.current['format_version']} index (ldr 0.1): it can be searched but "
+                f"not changed. Rebuild it with `ldr index CORPUS -o {self.root}` (that commits a new generation "
+                "in the same directory), then add, delete and merge")
+        return self.current
+
+    def _encoders(self, components: dict) -> dict:
+        enc = {}
+        if "dense" in components:
+            from ..encode.dense import DenseEncoder, DenseSettings
+            enc["dense"] = DenseEncoder(model_settings(components["dense"], DenseSettings, self.trust_remote_code,
+                                                       self.device, f"{self.root} (dense)"))
+        if "sparse" in components:
+            from ..encode.sparse import SparseEncoder, SparseSettings
+            enc["sparse"] = SparseEncoder(model_settings(components["sparse"], SparseSettings, self.trust_remote_code,
+                                                         self.device, f"{self.root} (sparse)"))
+        return enc
+
+    def _bm25_work(self, previous: str | None) -> Path:
+        """A work folder for tantivy/Lucene: hard links to the previous generation's files."""
+        work = self.root / BM25_DIR / f"work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        work.mkdir(parents=True)
+        if previous:
+            for f in inside(self.root, previous, "components.bm25.path").iterdir():
+                if f.is_file() and f.name not in _BACKEND_LOCKS:
+                    os.link(f, work / f.name)
+        return work
+
+    def _publish_bm25(self, work: Path, gen: int) -> str:
+        rel = f"{BM25_DIR}/gen-{gen:06d}"
+        final = self.root / rel
+        if final.exists():   # left by a writer that died before committing generation `gen`
+            shutil.rmtree(final)
+        for name in _BACKEND_LOCKS:
+            (work / name).unlink(missing_ok=True)
+        os.rename(work, final)
+        return rel
+
+    def _commit(self, op: str, segments: list[dict], components: dict, search: dict, ingest: dict,
+                settings: dict, record: dict) -> dict:
+        gen = self.generation + 1
+        segments = [s for s in segments if s["live"] > 0]   # an emptied segment is dropped
+        rels = [s["path"] for s in segments if s["path"] != "."]
+        if components.get("bm25", {}).get("path"):
+            rels.append(components["bm25"]["path"])
+        previous = (self.current or {}).get("files", {})
+        for rel in rels:
+            if not (self.root / rel).is_dir():
+                raise IndexFormatError(f"{self.root / rel} is missing; the index is damaged: run `ldr check`")
+        files = file_entries(self.root, rels, previous)
+        deletes = {s["deletes"] for s in segments if s.get("deletes")}
+        files = {r: f for r, f in files.items() if not Path(r).name.startswith("deletes-") or r in deletes}
+        manifest = new_manifest(gen, components, segments, ingest, settings)
+        prev = self.current or {}
+        manifest["next_uid"] = max(prev.get("next_uid", 0), record.pop("next_uid", 0))
+        manifest["next_segment"] = max(prev.get("next_segment", 1), record.pop("next_segment", 1))
+        manifest["search"] = search
+        record = {"generation": gen, "op": op, "at": manifest["created"], **record}
+        manifest["history"] = (prev.get("history", []) + [record])[-HISTORY:]
+        manifest["files"] = files
+        for rel in rels:
+            gens.fsync_tree(self.root / rel)
+        gens.fsync_dir(self.root / "segments") if (self.root / "segments").is_dir() else None
+        gens.publish(self.root, seal(manifest))
+        self.current = manifest
+        log.info("committed generation %d (%s): %d documents in %d segments", gen, op, manifest["doc_count"],
+                 len(segments))
+        self.collect()
+        return manifest
+
+    def collect(self) -> list[str]:
+        """Remove generations no reader holds and files no kept generation lists (see generations.py)."""
+        manifests = {}
+        for g in gens.generations(self.root):
+            try:
+                manifests[g] = read_manifest(self.root, g)
+            except IndexFormatError as e:
+                if self.current is not None and g == self.current.get("generation"):
+                    raise
+                log.warning("not collecting files: generation %d cannot be read (%s)", g, e)
+                return []
+        for part in self.root.glob("manifest-*.json.part"):
+            part.unlink(missing_ok=True)
+        if not manifests:
+            removed = []
+            for top in ("segments", BM25_DIR):   # a first build that never finished
+                if (self.root / top).is_dir():
+                    shutil.rmtree(self.root / top, ignore_errors=True)
+                    removed.append(top)
+            return removed
+        removed = gens.collect(self.root, manifests, owned_dirs=("segments", BM25_DIR))
+        if removed:
+            log.info("removed %d unreferenced files or folders", len(removed))
+        return removed
+
+    # -- operations ---------------------------------------------------------------------------
+    def rebuild(self, docs: Iterable[Doc], config, report: IngestReport | None = None, progress: bool = True,
+                total: int | None = None) -> dict:
+        """Index `docs` from scratch with `config` (a BuildConfig) as the next generation."""
+        from .bm25.base import resolve_params
+        from .dense import FaissSettings
+
+        report = report if report is not None else IngestReport()
+        analyzer = config.analyzer()
+        params = resolve_params(config.bm25, config.k1, config.b) if config.bm25 else None
+        encoders = {}
+        if config.dense is not None:
+            from ..encode.dense import DenseEncoder
+            encoders["dense"] = DenseEncoder(config.dense)
+        if config.sparse is not None:
+            from ..encode.sparse import SparseEncoder
+            encoders["sparse"] = SparseEncoder(config.sparse)
+        components = {}
+        if config.bm25:
+            components["bm25"] = {"backend": config.bm25, "k1": params[0], "b": params[1],
+                                  "analyzer": analyzer.to_dict()}
+        prev_next_uid = (self.current or {}).get("next_uid", 0)
+        number = (self.current or {}).get("next_segment", 1)
+        t0 = time.perf_counter()
+        seg, bm25_work, n_bytes, about = self._write_segment(
+            docs, report, encoders, components, number, prev_next_uid, None, config.faiss, progress, total,
+            max_doc_mb=config.max_doc_mb, allow_small=False)
+        components.update(about)
+        if "dense" in components:
+            components["dense"]["faiss"] = config.faiss.to_dict()
+        if bm25_work is not None:
+            components["bm25"]["path"] = self._publish_bm25(bm25_work, self.generation + 1)
+        seconds = time.perf_counter() - t0
+        retrievers = [n for n in ("bm25", "dense", "sparse") if n in components]
+        search = {"mode": "hybrid" if len(retrievers) > 1 else retrievers[0], **config.search}
+        settings = {"build": {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads}}
+        return self._commit("index", [seg], components, search, report.to_dict(), settings,
+                            {"added": seg["docs"], "replaced": 0, "deleted": 0, "skipped": report.n_skipped,
+                             "seconds": round(seconds, 3), "next_uid": prev_next_uid + seg["docs"],
+                             "next_segment": number + 1})
+
+    def _write_segment(self, docs, report, encoders, components, number, first_uid, bm25_prev, faiss,
+                       progress, total, max_doc_mb, allow_small):
+        """Stream documents into segment `number` (and the tantivy/Lucene work folder); returns
+        (segment entry, bm25 work folder or None, bytes, index-level component info)."""
+        from .dense import FaissSettings
+
+        bm25 = components.get("bm25")
+        native = Analyzer.from_dict(bm25["analyzer"]) if bm25 and bm25["backend"] == "native" else None
+        work = self._bm25_work(bm25_prev) if bm25 and not native else None
+        seg_writer = bm25_writer = None
+        created = [work] if work else []
+
+        def run():
+            nonlocal seg_writer, bm25_writer
+            seg_writer = SegmentWriter(self.root, number, encoders, native, faiss or FaissSettings(), allow_small)
+            created.append(seg_writer.path)
+            if work is not None:
+                bm25_writer = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads,
+                                          append=bm25_prev is not None)
+            n_bytes, uid = 0, first_uid
+            try:
+                with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
+                    for doc in check_documents(docs, report, max_doc_mb):
+                        seg_writer.add(doc, uid)
+                        if bm25_writer is not None:
+                            bm25_writer.add(uid, doc)
+                        uid += 1
+                        n_bytes += utf8_len(doc.text)
+                        bar.update(1)
+                entry, about = seg_writer.close()
+                if bm25_writer is not None:
+                    log.info("committing the BM25 index (%s)", bm25["backend"])
+                    bm25_writer.close()
+            except BaseException:
+                for w in (seg_writer, bm25_writer):
+                    if w is not None:
+                        try:
+                            w.abort()
+                        except Exception as e:  # cleanup: keep the original error
+                            log.debug("abort failed: %s", e)
+                raise
+            return entry, work, n_bytes, about
+
+        return self._guard(run, created)
+
+    def _guard(self, fn, created: list):
+        """Run a write step; on failure remove what it created (`created` may grow while it runs).
+        A full disk is a clear error; the last generation stays as it was."""
+        try:
+            return fn()
+        except BaseException as e:
+            for p in created:
+                shutil.rmtree(p, ignore_errors=True)
+            if _no_space(e):
+                raise IndexWriteError(f"no space left on device while writing {self.root}; nothing was committed "
+                                      f"(generation {self.generation} is intact): free space and try again") from None
+            raise
+
+    def _deleted_masks(self) -> list[np.ndarray]:
+        return [read_deletes(self.root, s) for s in self.current["segments"]]
+
+    def _rows_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """{id: (segment index, row)} for the live documents among `ids`."""
+        from .docstore import Docstore
+
+        wanted = set(ids)
+        found = {}
+        for i, (seg, deleted) in enumerate(zip(self.current["segments"], self._deleted_masks())):
+            store = Docstore(inside(self.root, seg["path"], "segment"), seg["docs"])
+            for row, doc_id in enumerate(store.ids):
+                if doc_id in wanted and not deleted[row]:
+                    found[doc_id] = (i, row, int(store.uids[row]))
+        return found
+
+    def add(self, docs: Iterable[Doc], report: IngestReport | None = None, progress: bool = True,
+            total: int | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True) -> dict:
+        """Encode only `docs` into a new segment; ids already in the index are replaced."""
+        current = self._writable()
+        report = report if report is not None else IngestReport()
+        components = {k: dict(v) for k, v in current["components"].items()}
+        encoders = self._encoders(components)
+        number, first_uid = current["next_segment"], current["next_uid"]
+        t0 = time.perf_counter()
+        # documents are streamed once; the ids they replace are found after the segment is written
+        bm25 = components.get("bm25")
+        prev_bm25 = bm25.get("path") if bm25 and bm25["backend"] != "native" else None
+        from .dense import FaissSettings
+        fs = FaissSettings(**components["dense"]["faiss"]) if "dense" in components else None
+        seg, work, n_bytes, _ = self._write_segment(
+            docs, report, encoders, components, number, first_uid, prev_bm25, fs, progress, total,
+            max_doc_mb=max_doc_mb, allow_small=True)
+        created = [self.root / seg["path"]] + ([work] if work else [])
+
+        def finish():
+            from .docstore import Docstore
+            new_ids = Docstore(self.root / seg["path"], seg["docs"]).ids
+            old = self._rows_of(new_ids)
+            segments = [dict(s) for s in current["segments"]]
+            masks = self._deleted_masks()
+            touched = set()
+            for i, row, _ in old.values():
+                masks[i][row] = True
+                touched.add(i)
+            for i in touched:
+                segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
+            if work is not None:
+                if old:   # the replaced copies leave tantivy/Lucene in the same generation
+                    w = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads,
+                                    append=True)
+                    w.delete([uid for _, _, uid in old.values()])
+                    w.close()
+                components["bm25"]["path"] = self._publish_bm25(work, self.generation + 1)
+            seconds = time.perf_counter() - t0
+            record = {"added": seg["docs"] - len(old), "replaced": len(old), "deleted": 0,
+                      "skipped": report.n_skipped, "seconds": round(seconds, 3), "bytes": n_bytes,
+                      "next_uid": first_uid + seg["docs"], "next_segment": number + 1}
+            return self._commit("add", segments + [seg], components, current.get("search", {}), report.to_dict(),
+                                current.get("settings", {}), record), old
+
+        manifest, old = self._guard(finish, created)
+        result = {"added": seg["docs"] - len(old), "replaced": sorted(old), "skipped": report.n_skipped,
+                  "generation": manifest["generation"]}
+        if auto_merge and len(manifest["segments"]) > AUTO_MERGE_ABOVE:
+            self.merge(AUTO_MERGE_TO)
+            result["generation"] = self.generation
+        return result
+
+    def delete(self, ids: Iterable[str]) -> dict:
+        """Mark documents deleted (a new deletes file per touched segment) and commit."""
+        current = self._writable()
+        ids = list(dict.fromkeys(str(i) for i in ids))
+        found = self._rows_of(ids)
+        missing = [i for i in ids if i not in found]
+        if not found:
+            return {"deleted": [], "missing": missing, "generation": self.generation}
+        t0 = time.perf_counter()
+        components = {k: dict(v) for k, v in current["components"].items()}
+        segments = [dict(s) for s in current["segments"]]
+        masks = self._deleted_masks()
+        created = []
+
+        def run():
+            touched = set()
+            for i, row, _ in found.values():
+                masks[i][row] = True
+                touched.add(i)
+            for i in touched:
+                segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
+            bm25 = components.get("bm25")
+            if bm25 and bm25["backend"] != "native":
+                work = self._bm25_work(bm25["path"])
+                created.append(work)
+                w = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads, append=True)
+                w.delete([uid for _, _, uid in found.values()])
+                w.close()
+                components["bm25"]["path"] = self._publish_bm25(work, self.generation + 1)
+            return self._commit("delete", segments, components, current.get("search", {}), current.get("ingest", {}),
+                                current.get("settings", {}),
+                                {"added": 0, "replaced": 0, "deleted": len(found), "skipped": 0,
+                                 "seconds": round(time.perf_counter() - t0, 3)})
+
+        manifest = self._guard(run, created)
+        return {"deleted": sorted(found), "missing": missing, "generation": manifest["generation"]}
+
+    def merge(self, max_segments: int = 1) -> dict:
+        """Merge the smallest segments (dropping deleted rows) until at most `max_segments` remain;
+        with one segment holding deletions, `max_segments=1` rewrites it without them."""
+        from .dense import FaissSettings
+
+        current = self._writable()
+        if max_segments < 1:
+            raise ConfigError(f"--max-segments must be at least 1 (got {max_segments})")
+        segments = [dict(s) for s in current["segments"]]
+        masks = self._deleted_masks()
+        n_merge = len(segments) - max_segments + 1
+        if len(segments) <= max_segments and not (max_segments == 1 and segments and segments[0]["live"] < segments[0]["docs"]):
+            return {"merged": 0, "segments": len(segments), "generation": self.generation}
+        n_merge = max(n_merge, 1)
+        order = sorted(range(len(segments)), key=lambda i: (segments[i]["live"], i))[:n_merge]
+        chosen = sorted(order)     # keep document order: older segments first
+        t0 = time.perf_counter()
+        number = current["next_segment"]
+        comps = current["components"]
+        fs = FaissSettings(**comps["dense"]["faiss"]) if "dense" in comps else None
+        created = [self.root / f"segments/seg-{number:06d}"]
+
+        def run():
+            merged = merge_segments(self.root, [(segments[i], masks[i]) for i in chosen], number, comps, fs)
+            keep = [s for i, s in enumerate(segments) if i not in set(chosen)]
+            # the merged segment takes the place of the first one it replaces
+            pos = sum(1 for i in range(chosen[0]) if i not in set(chosen))
+            out = keep[:pos] + [merged] + keep[pos:]
+            return self._commit("merge", out, {k: dict(v) for k, v in comps.items()}, current.get("search", {}),
+                                current.get("ingest", {}), current.get("settings", {}),
+                                {"added": 0, "replaced": 0, "deleted": 0, "skipped": 0, "merged": len(chosen),
+                                 "seconds": round(time.perf_counter() - t0, 3), "next_segment": number + 1})
+
+        manifest = self._guard(run, created)
+        return {"merged": len(chosen), "segments": len(manifest["segments"]), "generation": manifest["generation"]}
