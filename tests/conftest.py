@@ -33,3 +33,22 @@ def shared_path(name: str) -> Path:
     if not p.exists():
         pytest.skip(f"../shared/data/{name} not present")
     return p
+
+
+def newest_manifest(idx: Path) -> Path:
+    """The newest generation's manifest file of an index."""
+    return sorted(Path(idx).glob("manifest-*.json"))[-1]
+
+
+def manifest_of(idx: Path) -> dict:
+    return json.loads(newest_manifest(idx).read_text())
+
+
+def segment_dir(idx: Path, i: int = 0) -> Path:
+    """The i-th segment folder of the newest generation."""
+    return Path(idx) / manifest_of(idx)["segments"][i]["path"]
+
+
+def bm25_dir(idx: Path) -> Path:
+    """The tantivy/Lucene folder of the newest generation."""
+    return Path(idx) / manifest_of(idx)["components"]["bm25"]["path"]

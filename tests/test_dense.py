@@ -37,7 +37,7 @@ def test_dense_index_search(tmp_path, sample_corpus, strategy, faiss_index, monk
                           dense=DenseSettings(strategy=strategy, target_length=1024, device="cpu"))
     comp = idx.components["dense"]
     assert comp["model"]["settings"]["strategy"] == strategy and comp["faiss"]["index"] == faiss_index
-    assert comp["multi_vector"] == (strategy == "maxp")
+    assert idx.manifest["segments"][0]["dense"]["multi_vector"] == (strategy == "maxp")
     assert comp["model"]["revision"].startswith("sha256-head:")
     monkeypatch.chdir(tmp_path)  # reopened from elsewhere: everything comes from the manifest
     hits = ldr.open(tmp_path / "idx").search("the lamp went out during the storm and a ship neared the reef", k=6)

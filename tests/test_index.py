@@ -1,14 +1,17 @@
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 import ldr
+from conftest import manifest_of, newest_manifest, segment_dir
 from ldr.errors import ConfigError, CorpusError, IndexFormatError
 
 
@@ -30,11 +33,11 @@ def test_build_open_search_and_manifest(tmp_path):
     hits = idx.search("zebra17", k=3)
     assert hits[0].id == "doc17" and hits[0].rank == 1 and hits[0].title == "Title 17"
     assert "zebra17" in hits[0].text and hits[0].scores["bm25"] == hits[0].score
-    m = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert m["format_version"] == 2 and m["doc_count"] == 50 and len(m["checksum"]) == 64
+    m = manifest_of(tmp_path / "idx")
+    assert m["format_version"] == 3 and m["generation"] == 1 and m["doc_count"] == 50 and len(m["checksum"]) == 64
     assert m["components"]["bm25"]["backend"] == "tantivy"
     assert m["components"]["bm25"]["k1"] == 1.2 and m["components"]["bm25"]["b"] == 0.75
-    assert "docstore.parquet" in m["files"] and all(len(f["sha256"]) == 64 for f in m["files"].values())
+    assert "segments/seg-000001/docstore.parquet" in m["files"] and all(len(f["sha256"]) == 64 for f in m["files"].values())
     assert idx.document("doc3").title == "Title 3"
     # no temporary or old directories left beside the index
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
@@ -64,7 +67,7 @@ def test_refuses_to_replace_a_non_index_directory(tmp_path):
 
 
 def test_killed_build_leaves_old_index_intact(tmp_path):
-    """SIGKILL a build mid-way: the old index still opens and answers the same."""
+    """SIGKILL a build of a new generation mid-way: the old one still opens and answers the same."""
     target = tmp_path / "idx"
     before = [(h.id, h.score) for h in build(_docs(30), target).search("topic3 zebra10", k=5)]
     marker = tmp_path / "halfway"
@@ -85,27 +88,30 @@ def test_killed_build_leaves_old_index_intact(tmp_path):
             assert proc.poll() is None, "build exited before reaching the middle"
             assert time.time() < deadline
             time.sleep(0.05)
-        leftovers = [p for p in tmp_path.iterdir() if ".ldr-tmp-" in p.name]
-        assert leftovers, "the build should be writing into a temporary sibling"
+        # while it writes, readers open the committed generation
+        assert [(h.id, h.score) for h in ldr.open(target).search("topic3 zebra10", k=5)] == before
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     idx = ldr.open(target)
     assert [(h.id, h.score) for h in idx.search("topic3 zebra10", k=5)] == before
-    assert len(idx) == 30
-    # the temporary directory has no manifest, so it can never be opened as an index
-    for p in leftovers:
-        with pytest.raises(IndexFormatError):
-            ldr.open(p)
-    # the next build of that target removes the dead build's leftovers
+    assert len(idx) == 30 and idx.generation == 1
+    leftovers = sorted((target / "segments").iterdir()) + sorted((target / "bm25-generations").iterdir())
+    assert len(leftovers) == 4, leftovers        # the committed segment and tantivy folder + the dead build's
+    # the next writer removes the dead build's leftovers; generation 1 stays while `idx` reads it
     build(_docs(3), target)
-    assert not [p for p in tmp_path.iterdir() if ".ldr-tmp-" in p.name]
+    assert sorted(p.name for p in (target / "segments").iterdir()) == ["seg-000001", "seg-000002"]
+    assert [(h.id, h.score) for h in idx.search("topic3 zebra10", k=5)] == before
+    idx.close()
+    build(_docs(4), target)
+    assert sorted(p.name for p in (target / "segments").iterdir()) == ["seg-000003"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["halfway", "idx"]
 
 
 def test_corrupted_truncated_missing_and_newer_index(tmp_path):
     path = tmp_path / "idx"
     build(_docs(20), path)
-    store = path / "docstore.parquet"
+    store = segment_dir(path) / "docstore.parquet"
     data = bytearray(store.read_bytes())
 
     data[len(data) // 2] ^= 0xFF
@@ -121,18 +127,20 @@ def test_corrupted_truncated_missing_and_newer_index(tmp_path):
     with pytest.raises(IndexFormatError, match="docstore.parquet is missing"):
         ldr.open(path)
 
+    shutil.rmtree(path)
     build(_docs(20), path)
-    m = json.loads((path / "manifest.json").read_text())
+    mpath = newest_manifest(path)
+    m = json.loads(mpath.read_text())
     m["format_version"] = 99
-    (path / "manifest.json").write_text(json.dumps(m))
+    mpath.write_text(json.dumps(m))
     with pytest.raises(IndexFormatError, match="upgrade ldr or rebuild"):
         ldr.open(path)
 
-    (path / "manifest.json").write_text("{ truncated")
+    mpath.write_text("{ truncated")
     with pytest.raises(IndexFormatError, match="corrupted"):
         ldr.open(path)
-    (path / "manifest.json").unlink()
-    with pytest.raises(IndexFormatError, match="no manifest.json"):
+    mpath.unlink()
+    with pytest.raises(IndexFormatError, match="has no manifest"):
         ldr.open(path)
     with pytest.raises(IndexFormatError, match="no index at"):
         ldr.open(tmp_path / "nothing-here")
@@ -157,7 +165,7 @@ def test_reading_a_hit_reads_a_small_row_group(tmp_path):
     import pyarrow.parquet as pq
     docs = [{"id": f"d{i}", "text": f"doc {i} " + "words " * 2000} for i in range(300)]
     idx = build(docs, tmp_path / "idx")
-    md = pq.ParquetFile(tmp_path / "idx" / "docstore.parquet").metadata
+    md = pq.ParquetFile(segment_dir(tmp_path / "idx") / "docstore.parquet").metadata
     assert md.num_row_groups >= 5 and max(md.row_group(g).num_rows for g in range(md.num_row_groups)) <= 64
     assert idx.search("doc 123", k=1, with_text=False)[0].text is None
 
@@ -168,15 +176,21 @@ def test_every_component_provides_its_protocol(tmp_path):
     from ldr.index.dense import DenseSearcher, DenseWriter
     from ldr.index.docstore import DocstoreWriter
     from ldr.index.protocols import ComponentWriter, Retriever
-    from ldr.index.sparse import SparseSearcher, SparseWriter
+    from ldr.index.bm25.native_backend import NativeSearcher, NativeWriter
+    from ldr.index.snapshot import MultiDense, MultiSparse, UidRetriever
+    from ldr.index.sparse import SparseWriter
 
-    for cls in (DenseWriter, SparseWriter, DocstoreWriter):
+    for cls in (DenseWriter, SparseWriter, DocstoreWriter, NativeWriter):
         assert all(callable(getattr(cls, m, None)) for m in ("add", "close", "abort")), cls
-    for cls in (DenseSearcher, SparseSearcher):
+    for cls in (DenseSearcher, MultiDense, MultiSparse, UidRetriever, NativeSearcher):
         assert all(callable(getattr(cls, m, None)) for m in ("encode", "search_rep", "search")), cls
-    for backend in ("tantivy", "native"):
-        w = open_writer(backend, tmp_path / backend, Analyzer())
-        assert isinstance(w, ComponentWriter)
-        w.add(0, ldr.Doc("a", "some text"))
-        w.close()
-        assert isinstance(open_searcher(backend, tmp_path / backend, Analyzer(), 1.2, 0.75, 1), Retriever)
+    w = open_writer("tantivy", tmp_path / "tantivy", Analyzer())
+    assert isinstance(w, ComponentWriter)
+    w.add(0, ldr.Doc("a", "some text"))
+    w.close()
+    assert isinstance(open_searcher("tantivy", tmp_path / "tantivy", Analyzer(), 1.2, 0.75, 1), Retriever)
+    w = NativeWriter(tmp_path / "native", Analyzer())
+    assert isinstance(w, ComponentWriter)
+    w.add(0, ldr.Doc("a", "some text"))
+    w.close()
+    assert isinstance(NativeSearcher([(tmp_path / "native", 0, np.zeros(1, bool))], Analyzer(), 1.2, 0.75), Retriever)

@@ -17,6 +17,8 @@ from ldr.errors import ConfigError, IndexFormatError
 from ldr.index.check import check_index
 from ldr.index.manifest import _self_checksum, file_digest
 
+from conftest import bm25_dir, newest_manifest, segment_dir
+
 
 def build(docs, path, **kw):
     kw.setdefault("dense", None)
@@ -30,7 +32,7 @@ def docs(n=20, prefix="doc"):
 
 def rewrite_manifest(idx: Path, edit, rehash: bool = True) -> None:
     """Edit a manifest the way an attacker would: re-sign its checksum (and the file hashes)."""
-    p = idx / "manifest.json"
+    p = newest_manifest(idx)
     m = json.loads(p.read_text())
     edit(m)
     if rehash:
@@ -123,7 +125,10 @@ def test_trust_remote_code_is_never_taken_from_the_manifest(tmp_path):
     (lambda m: m["files"].update({"../x": {"size": 1, "sha256": "0" * 64}}), "outside the index"),
     (lambda m: m["components"]["bm25"].pop("k1"), "components.bm25.k1 is missing"),
     (lambda m: m.pop("doc_count"), "doc_count"),
-    (lambda m: m["components"].pop("docstore"), "docstore"),
+    (lambda m: m.pop("segments"), "segments"),
+    (lambda m: m["segments"][0].update(path="../elsewhere"), "outside the index"),
+    (lambda m: m["segments"][0].update(deletes="/etc/passwd"), "outside the index"),
+    (lambda m: m["segments"][0].update(live=99), "live"),
     (lambda m: m["components"]["bm25"].update(backend=7), "wrong type"),
 ])
 def test_manifest_paths_and_keys_are_checked(tmp_path, edit, match):
@@ -143,8 +148,9 @@ def test_symlink_out_of_the_index_is_refused(tmp_path):
     build(docs(), idx)
     secret = tmp_path / "secret.txt"
     secret.write_text("private")
-    (idx / "bm25" / "meta.json").rename(idx / "bm25" / "meta.json.bak")
-    os.symlink(secret, idx / "bm25" / "meta.json")
+    meta = bm25_dir(idx) / "meta.json"
+    meta.rename(meta.with_name("meta.json.bak"))
+    os.symlink(secret, meta)
     with pytest.raises(IndexFormatError, match="outside the index directory"):
         ldr.open(idx)
 
@@ -152,7 +158,8 @@ def test_symlink_out_of_the_index_is_refused(tmp_path):
 def test_edited_manifest_fails_its_own_checksum(tmp_path):
     idx = tmp_path / "idx"
     build(docs(), idx)
-    p = idx / "manifest.json"
+    p = newest_manifest(idx)
+    assert '"doc_count": 20' in p.read_text()
     p.write_text(p.read_text().replace('"doc_count": 20', '"doc_count": 19'))
     with pytest.raises(IndexFormatError, match="its own checksum"):
         ldr.open(idx)
@@ -175,14 +182,20 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _seg(i: Path) -> Path:
+    return segment_dir(i)
+
+
 DAMAGE = {
-    "docstore": lambda i: flip(i / "docstore.parquet", (i / "docstore.parquet").stat().st_size // 3),
-    "owner": lambda i: np.save(i / "dense" / "owner.npy", np.load(i / "dense" / "owner.npy") + 1000),
-    "owner-order": lambda i: np.save(i / "dense" / "owner.npy", np.load(i / "dense" / "owner.npy")[::-1].copy()),
-    "doc_indptr": lambda i: np.save(i / "sparse" / "doc_indptr.npy", np.load(i / "sparse" / "doc_indptr.npy")[::-1].copy()),
-    "faiss-header": lambda i: flip(i / "dense" / "faiss.index", 0, 16),
-    "tantivy": lambda i: [flip(f, f.stat().st_size // 2) for f in sorted((i / "bm25").glob("*.idx"))],
-    "tantivy-meta": lambda i: (i / "bm25" / "meta.json").write_text("{not json"),
+    "docstore": lambda i: flip(_seg(i) / "docstore.parquet", (_seg(i) / "docstore.parquet").stat().st_size // 3),
+    "owner": lambda i: np.save(_seg(i) / "dense" / "owner.npy", np.load(_seg(i) / "dense" / "owner.npy") + 1000),
+    "owner-order": lambda i: np.save(_seg(i) / "dense" / "owner.npy",
+                                     np.load(_seg(i) / "dense" / "owner.npy")[::-1].copy()),
+    "doc_indptr": lambda i: np.save(_seg(i) / "sparse" / "doc_indptr.npy",
+                                    np.load(_seg(i) / "sparse" / "doc_indptr.npy")[::-1].copy()),
+    "faiss-header": lambda i: flip(_seg(i) / "dense" / "faiss.index", 0, 16),
+    "tantivy": lambda i: [flip(f, f.stat().st_size // 2) for f in sorted(bm25_dir(i).glob("*.idx"))],
+    "tantivy-meta": lambda i: (bm25_dir(i) / "meta.json").write_text("{not json"),
 }
 
 
@@ -233,4 +246,4 @@ def test_unknown_model_settings_are_ignored_with_a_note(tmp_path, caplog):
     build(docs(4), idx, sparse="splade-tiny")
     rewrite_manifest(idx, lambda m: m["components"]["sparse"]["model"]["settings"].update(future_option=3))
     assert ldr.open(idx).search("zebra2", k=1, mode="sparse")[0].id == "doc2"
-    assert "ignoring unknown sparse settings ['future_option']" in caplog.text
+    assert "ignoring unknown model settings ['future_option']" in caplog.text

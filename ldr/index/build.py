@@ -8,6 +8,7 @@ import copy
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -101,13 +102,21 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     A new directory gets generation 1. An existing index gets a new generation holding only these
     documents: readers of the previous one keep answering from it until they refresh, and a
     build that fails or is killed leaves it the newest. Raises LdrError on bad input."""
+    from . import generations as gens
     from .writer import IndexWriter
 
     config = config or BuildConfig()
     report = report if report is not None else IngestReport()
     out = Path(out).absolute()
     _check_target(out)
-    with IndexWriter(out, wait=wait, threads=config.threads) as writer:
-        manifest = writer.rebuild(docs, config, report, progress=progress, total=total)
+    created = not out.exists()
+    try:
+        with IndexWriter(out, wait=wait, threads=config.threads) as writer:
+            manifest = writer.rebuild(docs, config, report, progress=progress, total=total)
+    except BaseException:
+        # a first build that failed leaves no directory behind (only ldr's own files are in it)
+        if created and out.is_dir() and not gens.generations(out):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     log.info("built %s (generation %d): %s", out, manifest["generation"], report.summary())
     return manifest
