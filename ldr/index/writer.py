@@ -46,6 +46,14 @@ _BACKEND_LOCKS = {".tantivy-writer.lock", ".tantivy-meta.lock", "write.lock"}
 OWN_NAMES = {"segments", BM25_DIR, gens.READERS, "write.lock"}
 
 
+def crash_point(name: str) -> None:
+    """Fault injection for the crash-safety tests: with LDR_CRASH_AT=name the process is killed
+    (SIGKILL, as `kill -9`) at this moment of a write."""
+    if os.environ.get("LDR_CRASH_AT") == name:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _no_space(e: BaseException) -> bool:
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
@@ -172,8 +180,11 @@ class IndexWriter:
         manifest["files"] = files
         for rel in rels:
             gens.fsync_tree(self.root / rel)
-        gens.fsync_dir(self.root / "segments") if (self.root / "segments").is_dir() else None
+        if (self.root / "segments").is_dir():
+            gens.fsync_dir(self.root / "segments")
+        crash_point(f"{op}:before-publish")
         gens.publish(self.root, seal(manifest))
+        crash_point(f"{op}:after-publish")
         self.current = manifest
         log.info("committed generation %d (%s): %d documents in %d segments", gen, op, manifest["doc_count"],
                  len(segments))
@@ -339,6 +350,8 @@ class IndexWriter:
             max_doc_mb=max_doc_mb, allow_small=True)
         created = [self.root / seg["path"]] + ([work] if work else [])
 
+        crash_point("add:segment-written")
+
         def finish():
             from .docstore import Docstore
             new_ids = Docstore(self.root / seg["path"], seg["docs"]).ids
@@ -394,6 +407,7 @@ class IndexWriter:
                 touched.add(i)
             for i in touched:
                 segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
+            crash_point("delete:deletes-written")
             bm25 = components.get("bm25")
             if bm25 and bm25["backend"] != "native":
                 work = self._bm25_work(bm25["path"])
@@ -434,6 +448,7 @@ class IndexWriter:
 
         def run():
             merged = merge_segments(self.root, [(segments[i], masks[i]) for i in chosen], number, comps, fs)
+            crash_point("merge:segment-written")
             keep = [s for i, s in enumerate(segments) if i not in set(chosen)]
             # the merged segment takes the place of the first one it replaces
             pos = sum(1 for i in range(chosen[0]) if i not in set(chosen))

@@ -51,8 +51,12 @@ class TantivyWriter:
         self._writer = self._index.writer(heap_size=heap_mb * 1_000_000 * max(threads, 1), num_threads=max(threads, 1))
 
     def delete(self, uids) -> None:
-        for uid in uids:
-            self._writer.delete_documents_by_term(KEY, int(uid))
+        # by a schema-aware query: a bare term would be typed from the Python int (i64) and never
+        # match the u64 field
+        uids = [int(u) for u in uids]
+        for i in range(0, len(uids), 1024):
+            q = tantivy.Query.term_set_query(self._index.schema, KEY, uids[i:i + 1024])
+            self._writer.delete_documents_by_query(q)
 
     def add(self, uid: int, doc: Doc) -> None:
         d = tantivy.Document()
