@@ -67,7 +67,7 @@ def _final_corpus(replaced, deleted):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bm25", ["native", "tantivy"])
+@pytest.mark.parametrize("bm25", ["native", "tantivy", "lucene"])
 def test_incremental_equals_fresh(tmp_path, models, bm25):
     """build 30, add 10, replace 3, delete 5, merge: the same rankings and scores as a fresh build."""
     replaced, deleted = [4, 17, 33], [1, 8, 22, 35, 17]
@@ -84,8 +84,8 @@ def test_incremental_equals_fresh(tmp_path, models, bm25):
     fresh = ldr.Index.build(list(reversed(final)), tmp_path / "fresh", bm25=bm25, **models)
     assert len(fresh) == 35
     want = results(fresh)
-    # tantivy counts deleted documents in its statistics until its own merges drop them
-    # (its documented behaviour); ldr's native BM25, dense and sparse are exact
+    # tantivy and Lucene count deleted documents in their statistics until their own merges drop
+    # them (their documented behaviour); ldr's native BM25, dense and sparse are exact
     exact = bm25 == "native"
     got = results(idx)
     if exact:
@@ -110,7 +110,7 @@ def test_incremental_equals_fresh(tmp_path, models, bm25):
         for key in want:
             if key[1] in ("dense", "sparse"):
                 assert_same({key: after[key]}, {key: want[key]}, tol=1e-5)
-    # the adds-only part is exact for tantivy too: the same statistics as a fresh build
+    # the adds-only part is exact for tantivy and Lucene too: the same statistics as a fresh build
     if not exact:
         a = ldr.Index.build([make_doc(i) for i in range(20)], tmp_path / "a", bm25=bm25, dense=None, sparse=None)
         a.add([make_doc(i) for i in range(20, 40)])

@@ -111,6 +111,19 @@ class LuceneWriter:
             pass
 
 
+def _live_docs(path: Path) -> int:
+    from jnius import autoclass
+
+    File = autoclass("java.io.File")
+    FSDirectory = autoclass("org.apache.lucene.store.FSDirectory")
+    DirectoryReader = autoclass("org.apache.lucene.index.DirectoryReader")
+    reader = DirectoryReader.open(FSDirectory.open(File(str(path)).toPath()))
+    try:
+        return int(reader.numDocs())
+    finally:
+        reader.close()
+
+
 def _delete_ids(path: Path, ids: list[str]) -> None:
     """Delete documents by their "id" field with Lucene's own IndexWriter (pyserini has no delete)."""
     from jnius import autoclass
@@ -121,10 +134,12 @@ def _delete_ids(path: Path, ids: list[str]) -> None:
     IndexWriterConfig = autoclass("org.apache.lucene.index.IndexWriterConfig")
     OpenMode = autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
     Term = autoclass("org.apache.lucene.index.Term")
+    TermQuery = autoclass("org.apache.lucene.search.TermQuery")
     writer = IndexWriter(FSDirectory.open(File(str(path)).toPath()), IndexWriterConfig().setOpenMode(OpenMode.APPEND))
     try:
         for doc_id in ids:
-            writer.deleteDocuments([Term("id", doc_id)])
+            # one query per call: pyjnius resolves the varargs overload only for a single argument
+            writer.deleteDocuments(TermQuery(Term("id", doc_id)))
         writer.commit()
     finally:
         writer.close()
@@ -140,7 +155,7 @@ class LuceneSearcher:
 
         self._searcher = _Searcher(str(path))
         self._lock = threading.Lock()   # one JVM searcher object: one query at a time
-        self.num_docs = int(self._searcher.num_docs)
+        self.num_docs = _live_docs(path)   # pyserini's num_docs is maxDoc: it counts deleted documents
         self._searcher.set_bm25(k1, b)
         self._searcher.set_analyzer(get_lucene_analyzer(
             language=_lucene_language(analyzer), stemming=analyzer.stems, stopwords=analyzer.drops_stopwords))
