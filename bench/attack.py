@@ -41,10 +41,11 @@ def clean(r) -> bool:
 
 def resign(idx: Path, edit) -> None:
     from ldr.index.manifest import _self_checksum
-    m = json.loads((idx / "manifest.json").read_text())
+    path = sorted(idx.glob("manifest-*.json"))[-1]      # the newest generation
+    m = json.loads(path.read_text())
     edit(m)
     m["checksum"] = _self_checksum(m)
-    (idx / "manifest.json").write_text(json.dumps(m))
+    path.write_text(json.dumps(m))
 
 
 def run(tmp: Path) -> None:
@@ -95,7 +96,8 @@ def run(tmp: Path) -> None:
         record(f"3 {label}", r.returncode == 2 and clean(r), r.stderr.decode().strip()[:90])
 
     # 4. corrupted files
-    for label, target in (("docstore", "docstore.parquet"), ("tantivy meta", "bm25/meta.json")):
+    for label, target in (("docstore", "segments/seg-000001/docstore.parquet"),
+                          ("tantivy meta", "bm25-generations/gen-000001/meta.json")):
         bad = tmp / f"idx-c-{target.replace('/', '-')}"
         shutil.copytree(idx, bad)
         data = bytearray((bad / target).read_bytes())

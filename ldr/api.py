@@ -173,14 +173,14 @@ class Index:
         return IndexWriter(self.path, wait=wait, trust_remote_code=self.trust_remote_code, device=self.device)
 
     def add(self, docs: str | os.PathLike | Iterable, *, wait: bool | float = False, progress: bool = False,
-            report: IngestReport | None = None, max_doc_mb: float = 64.0) -> dict:
+            report: IngestReport | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True) -> dict:
         """Encode only these documents (a corpus path or Docs/dicts) into a new segment and commit;
         an id already in the index replaces its old copy. Returns {added, replaced (ids), skipped,
         generation}; this handle then reads the new generation."""
         report = report if report is not None else IngestReport()
         with self._writer(wait) as w:
             result = w.add(_corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
-                           max_doc_mb=max_doc_mb)
+                           max_doc_mb=max_doc_mb, auto_merge=auto_merge)
         result["report"] = report
         self.refresh()
         return result

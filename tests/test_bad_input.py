@@ -232,6 +232,8 @@ def test_sigterm_cleans_up_like_sigint(tmp_path):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143 and b"terminated" in err and b"Traceback" not in err
     assert not [x for x in tmp_path.iterdir() if ".ldr-tmp-" in x.name]
+    # the interrupted write removed what it had started; only the committed segment remains
+    assert [p.name for p in (target / "segments").iterdir()] == ["seg-000001"]
     assert ldr.open(target).search("curlews", k=1)[0].id == "old"
 
 

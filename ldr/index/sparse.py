@@ -131,20 +131,3 @@ class SparseIndex:
         ip = self.arrays["doc_indptr"]
         s, e = ip[docno], ip[docno + 1]
         return np.asarray(self.arrays["doc_terms"][s:e]), np.asarray(self.arrays["doc_weights"][s:e])
-
-
-class SparseSearcher:
-    def __init__(self, path: Path, encoder, n_docs: int | None = None):
-        self.index = SparseIndex(path, n_docs)
-        self.encoder = encoder
-
-    def encode(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        q = self.encoder.encode_queries([query])
-        q.sort_indices()
-        return q.indices, q.data
-
-    def search_rep(self, rep, k: int) -> list[tuple[int, float]]:
-        return self.index.top_k(rep[0], rep[1], k)
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)
