@@ -300,3 +300,30 @@ def test_index_over_an_index_is_a_new_generation(tmp_path):
     assert second.generation == 2 and len(second) == 3
     assert first.generation == 1 and len(first) == 5 and first.search("storm", k=10)   # still answers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+# -- indexes written by ldr 0.1 (format 2) ----------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["format2-tantivy", "format2-native"])
+def test_format_2_indexes_open_as_generation_0(tmp_path, name):
+    import shutil
+    idx_path = shutil.copytree(FIXTURES / name, tmp_path / "idx")
+    expected = json.loads((FIXTURES / "format2-expected.json").read_text())[name.replace("format2", "legacy")]
+    idx = ldr.open(idx_path)
+    assert idx.generation == 0 and len(idx) == 6
+    for mode, hits in expected.items():
+        got = [(h.id, h.score) for h in idx.search("heron3 topic1", k=4, mode=mode)]
+        assert [i for i, _ in got] == [i for i, _ in hits], mode
+        np.testing.assert_allclose([s for _, s in got], [s for _, s in hits], atol=1e-5)
+    assert CliRunner().invoke(main, ["check", str(idx_path), "-q"]).exit_code == 0
+    out = CliRunner().invoke(main, ["delete", "d1", "-i", str(idx_path)])
+    assert out.exit_code == 2 and "format 2 index" in out.output and "ldr index CORPUS" in out.output
+    idx.close()
+    # `ldr index` over it commits generation 1 in place and removes the old files
+    new = ldr.Index.build([make_doc(i) for i in range(3)], idx_path, dense=None, sparse=None)
+    assert new.generation == 1 and len(new) == 3
+    assert sorted(p.name for p in idx_path.iterdir()) == ["bm25-generations", "manifest-000001.json", "readers",
+                                                         "segments", "write.lock"]
