@@ -54,6 +54,8 @@ def task_index(task: Task, config: BuildConfig, cache: Path, progress: bool):
             return ldr.open(path, verify=False), True
         except IndexFormatError:
             log.warning("cached index %s is damaged; rebuilding", path)
+            import shutil
+            shutil.rmtree(path)   # ldr's own cache folder: nothing else lives there
     return ldr.Index.build(task.corpus(), path, config=config, progress=progress), False
 
 
