@@ -120,16 +120,13 @@ class Pin:
         self.close()
 
 
-def in_use(root: Path, gen: int) -> bool:
-    """True when a reader holds generation `gen`. With the exclusive lock taken, `fn` may run."""
-    return not _with_exclusive(root, gen, lambda: None)
-
-
 def _with_exclusive(root: Path, gen: int, fn) -> bool:
+    """Run `fn` holding generation `gen`'s lock exclusively (no reader holds it); False if held."""
     if fcntl is None:
         return False
     lock = Path(root) / READERS / f"gen-{gen:06d}.lock"
     try:
+        lock.parent.mkdir(exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         return False
