@@ -43,6 +43,16 @@ def results(idx: ldr.Index, k: int = 10) -> dict:
     return out
 
 
+def assert_matches_fresh(got: dict, want: dict, exact: bool) -> None:
+    """Every stage when the BM25 backend is exact; else the dense and sparse stages."""
+    if exact:
+        assert_same(got, want, tol=1e-5)
+    else:
+        for key in want:
+            if key[1] in ("dense", "sparse"):
+                assert_same({key: got[key]}, {key: want[key]}, tol=1e-5)
+
+
 def assert_same(a: dict, b: dict, tol: float) -> None:
     assert a.keys() == b.keys()
     for key in a:
@@ -88,12 +98,7 @@ def test_incremental_equals_fresh(tmp_path, models, bm25):
     # them (their documented behaviour); ldr's native BM25, dense and sparse are exact
     exact = bm25 == "native"
     got = results(idx)
-    if exact:
-        assert_same(got, want, tol=1e-5)
-    else:
-        for key in want:
-            if key[1] in ("dense", "sparse"):
-                assert_same({key: got[key]}, {key: want[key]}, tol=1e-5)
+    assert_matches_fresh(got, want, exact)
     for key, hits in got.items():       # deleted documents never come back
         assert not {h for h, _ in hits} & {f"d{i:03d}" for i in deleted if i not in replaced}
     assert "d001" not in idx.docstore and "d004" in idx.docstore
@@ -103,13 +108,7 @@ def test_incremental_equals_fresh(tmp_path, models, bm25):
 
     m = idx.merge()
     assert m["segments"] == 1 and idx.manifest["segments"][0]["docs"] == 35    # deleted rows dropped
-    after = results(idx)
-    if exact:
-        assert_same(after, want, tol=1e-5)
-    else:
-        for key in want:
-            if key[1] in ("dense", "sparse"):
-                assert_same({key: after[key]}, {key: want[key]}, tol=1e-5)
+    assert_matches_fresh(results(idx), want, exact)
     # the adds-only part is exact for tantivy and Lucene too: the same statistics as a fresh build
     if not exact:
         a = ldr.Index.build([make_doc(i) for i in range(20)], tmp_path / "a", bm25=bm25, dense=None, sparse=None)

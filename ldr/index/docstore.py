@@ -114,23 +114,11 @@ class Docstore:
         for g in range(md.num_row_groups):
             self._starts.append(self._starts[-1] + md.row_group(g).num_rows)
         self._cache: tuple[int, list] | None = None
-        self._id_rank = None
         # one reader at a time: a ParquetFile and the row-group cache are not thread-safe
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.ids)
-
-    @property
-    def id_rank(self):
-        """Rank of each document's id in sorted order: ties in score are broken by id, so a
-        ranking does not depend on the order documents were indexed in."""
-        if self._id_rank is None:
-            order = np.argsort(np.asarray(self.ids, dtype=object), kind="stable")
-            rank = np.empty(len(order), dtype=np.int64)
-            rank[order] = np.arange(len(order))
-            self._id_rank = rank
-        return self._id_rank
 
     def row(self, doc_id: str) -> int:
         return self._row_of[doc_id]

@@ -221,7 +221,6 @@ class IndexWriter:
                 total: int | None = None) -> dict:
         """Index `docs` from scratch with `config` (a BuildConfig) as the next generation."""
         from .bm25.base import resolve_params
-        from .dense import FaissSettings
 
         report = report if report is not None else IngestReport()
         analyzer = config.analyzer()
@@ -318,8 +317,25 @@ class IndexWriter:
     def _deleted_masks(self) -> list[np.ndarray]:
         return [read_deletes(self.root, s) for s in self.current["segments"]]
 
-    def _rows_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int]]:
-        """{id: (segment index, row)} for the live documents among `ids`."""
+    def _delete_rows(self, found: dict) -> list[dict]:
+        """The current segments with the rows of `found` ({id: (segment, row, uid)}) deleted: a new
+        deletes file for this generation in every segment that loses documents."""
+        segments = [dict(s) for s in self.current["segments"]]
+        masks = self._deleted_masks()
+        for i, row, _ in found.values():
+            masks[i][row] = True
+        for i in sorted({i for i, _, _ in found.values()}):
+            segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
+        return segments
+
+    def _bm25_delete(self, work: Path, bm25: dict, found: dict) -> None:
+        """Delete `found`'s uids from the tantivy/Lucene copy in `work`."""
+        w = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads, append=True)
+        w.delete([uid for _, _, uid in found.values()])
+        w.close()
+
+    def _rows_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int, int]]:
+        """{id: (segment index, row, uid)} for the live documents among `ids`."""
         from .docstore import Docstore
 
         wanted = set(ids)
@@ -356,20 +372,10 @@ class IndexWriter:
             from .docstore import Docstore
             new_ids = Docstore(self.root / seg["path"], seg["docs"]).ids
             old = self._rows_of(new_ids)
-            segments = [dict(s) for s in current["segments"]]
-            masks = self._deleted_masks()
-            touched = set()
-            for i, row, _ in old.values():
-                masks[i][row] = True
-                touched.add(i)
-            for i in touched:
-                segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
+            segments = self._delete_rows(old)
             if work is not None:
                 if old:   # the replaced copies leave tantivy/Lucene in the same generation
-                    w = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads,
-                                    append=True)
-                    w.delete([uid for _, _, uid in old.values()])
-                    w.close()
+                    self._bm25_delete(work, bm25, old)
                 components["bm25"]["path"] = self._publish_bm25(work, self.generation + 1)
             seconds = time.perf_counter() - t0
             record = {"added": seg["docs"] - len(old), "replaced": len(old), "deleted": 0,
@@ -396,25 +402,16 @@ class IndexWriter:
             return {"deleted": [], "missing": missing, "generation": self.generation}
         t0 = time.perf_counter()
         components = {k: dict(v) for k, v in current["components"].items()}
-        segments = [dict(s) for s in current["segments"]]
-        masks = self._deleted_masks()
         created = []
 
         def run():
-            touched = set()
-            for i, row, _ in found.values():
-                masks[i][row] = True
-                touched.add(i)
-            for i in touched:
-                segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
+            segments = self._delete_rows(found)
             crash_point("delete:deletes-written")
             bm25 = components.get("bm25")
             if bm25 and bm25["backend"] != "native":
                 work = self._bm25_work(bm25["path"])
                 created.append(work)
-                w = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads, append=True)
-                w.delete([uid for _, _, uid in found.values()])
-                w.close()
+                self._bm25_delete(work, bm25, found)
                 components["bm25"]["path"] = self._publish_bm25(work, self.generation + 1)
             return self._commit("delete", segments, components, current.get("search", {}), current.get("ingest", {}),
                                 current.get("settings", {}),

@@ -111,13 +111,17 @@ class LuceneWriter:
             pass
 
 
-def _live_docs(path: Path) -> int:
+def _directory(path: Path):
     from jnius import autoclass
 
     File = autoclass("java.io.File")
-    FSDirectory = autoclass("org.apache.lucene.store.FSDirectory")
-    DirectoryReader = autoclass("org.apache.lucene.index.DirectoryReader")
-    reader = DirectoryReader.open(FSDirectory.open(File(str(path)).toPath()))
+    return autoclass("org.apache.lucene.store.FSDirectory").open(File(str(path)).toPath())
+
+
+def _live_docs(path: Path) -> int:
+    from jnius import autoclass
+
+    reader = autoclass("org.apache.lucene.index.DirectoryReader").open(_directory(path))
     try:
         return int(reader.numDocs())
     finally:
@@ -128,14 +132,12 @@ def _delete_ids(path: Path, ids: list[str]) -> None:
     """Delete documents by their "id" field with Lucene's own IndexWriter (pyserini has no delete)."""
     from jnius import autoclass
 
-    File = autoclass("java.io.File")
-    FSDirectory = autoclass("org.apache.lucene.store.FSDirectory")
     IndexWriter = autoclass("org.apache.lucene.index.IndexWriter")
     IndexWriterConfig = autoclass("org.apache.lucene.index.IndexWriterConfig")
     OpenMode = autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode")
     Term = autoclass("org.apache.lucene.index.Term")
     TermQuery = autoclass("org.apache.lucene.search.TermQuery")
-    writer = IndexWriter(FSDirectory.open(File(str(path)).toPath()), IndexWriterConfig().setOpenMode(OpenMode.APPEND))
+    writer = IndexWriter(_directory(path), IndexWriterConfig().setOpenMode(OpenMode.APPEND))
     try:
         for doc_id in ids:
             # one query per call: pyjnius resolves the varargs overload only for a single argument
