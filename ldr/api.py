@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -325,20 +326,85 @@ class Index:
     def search(self, query: str, k: int = 10, *, mode: str | None = None, fusion: str | None = None,
                weights: dict[str, float] | None = None, rerank: bool | str | None = None,
                rerank_model: str | None = None, depth: int | None = None, rerank_depth: int | None = None,
-               with_text: bool = True) -> SearchResult:
+               filters: dict | None = None, passages: int = 0, with_text: bool = False,
+               with_meta: bool = True) -> SearchResult:
         """Top-k documents for `query`, best first; every hit carries each stage's score.
 
         By default: every retriever of the index, fused, then the top candidates reranked, as
         recorded in the manifest. `rerank=False` skips reranking; `rerank_model=` uses a
-        cross-encoder.
+        cross-encoder. `filters` ({"lang": "de", "path": "contracts/*"}, see ldr/search/filters.py)
+        restrict every retriever before fusion. `passages=N` gives each hit its N best passages
+        (character offsets into its text); a hit's full text is read only with `with_text=True`.
         """
-        query = prepare(query)
+        return self._search(prepare(query), k, mode=mode, fusion=fusion, weights=weights, rerank=rerank,
+                            rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, filters=filters,
+                            passages=passages, with_text=with_text, with_meta=with_meta)
+
+    def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
+        """Search many queries ({qid: text} or [(qid, text)]), yielding (qid, SearchResult or the
+        QueryError that query raised) in order. Queries are encoded in batches: a run of 1,000
+        queries takes a fraction of 1,000 `search` calls. `options` as for `search`."""
+        items = list(queries.items()) if isinstance(queries, dict) else list(queries)
+        view = self._view
+        for i in range(0, len(items), batch_size):
+            chunk, ready = items[i:i + batch_size], []
+            for qid, text in chunk:
+                try:
+                    ready.append((qid, prepare(text), None))
+                except QueryError as e:
+                    ready.append((qid, None, e))
+            texts = [t for _, t, e in ready if e is None]
+            names = self._names(view, options.get("mode"))
+            reps = [{} for _ in texts]
+            for n in names:
+                r = self.retriever(n, view)
+                if hasattr(r, "encode_many"):
+                    for j, rep in enumerate(r.encode_many(texts)):
+                        reps[j][n] = rep
+            j = 0
+            for qid, text, err in ready:
+                if err is not None:
+                    yield qid, err
+                else:
+                    try:
+                        yield qid, self._search(text, k, view=view, reps=reps[j], **options)
+                    except QueryError as e:
+                        yield qid, e
+                    j += 1
+                if progress is not None:
+                    progress(1)
+
+    def _names(self, view: _View, mode: str | None) -> list[str]:
+        mode = mode or self.search_defaults(view)["mode"]
+        components = view.manifest["components"]
+        return [n for n in RETRIEVERS if n in components] if mode == "hybrid" else [mode]
+
+    def _finder(self, view: _View, weights: dict | None, retrievers: dict):
+        """Locates passages in this generation's documents (dense MaxP spans + BM25 windows)."""
+        from .index.bm25.analysis import Analyzer
+        from .search.passages import PassageFinder
+
+        comps = view.manifest["components"]
+        analyzer = Analyzer.from_dict(comps["bm25"]["analyzer"]) if "bm25" in comps else Analyzer()
+        dense = retrievers.get("dense")
+        maxp = "dense" in comps and comps["dense"]["model"].get("settings", {}).get("strategy") == "maxp"
+        return PassageFinder(analyzer, weights, dense if maxp else None)
+
+    def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
+                mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,
+                rerank_depth=None, filters=None, passages: int = 0, with_text: bool = False,
+                with_meta: bool = True) -> SearchResult:
+        from .search import filters as _filters
+
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise QueryError(f"k must be a whole number of at least 1 (got {k!r})")
-        view = self._view      # the whole search reads this one generation, whatever refresh() does
+        if not isinstance(passages, int) or isinstance(passages, bool) or passages < 0:
+            raise QueryError(f"passages must be a whole number of at least 0 (got {passages!r})")
+        view = view or self._view   # the whole search reads this one generation, whatever refresh() does
         store = view.segments
-        n_docs = max(len(store), 1)
-        k = min(k, n_docs)  # more hits than documents cannot be returned
+        conds = _filters.normalise(filters)
+        allow = store.filter_mask(conds) if conds else None
+        n_docs = int(allow.sum()) if allow is not None else len(store)
         d = self.search_defaults(view)
         fields = {f.name for f in dataclasses.fields(SearchOptions)}
         opts = SearchOptions(**{key: v for key, v in d.items() if key in fields})
@@ -358,23 +424,38 @@ class Index:
         if rerank_depth is not None:
             opts.rerank_depth = rerank_depth
         opts.check()
-        opts.depth, opts.rerank_depth = min(opts.depth, n_docs), min(opts.rerank_depth, n_docs)
         if rerank is False:
             opts.rerank = None
         elif isinstance(rerank, str):
             opts.rerank = rerank
         components = view.manifest["components"]
-        names = [n for n in RETRIEVERS if n in components] if opts.mode == "hybrid" else [opts.mode]
         if opts.mode != "hybrid" and opts.mode not in components:
             have = ", ".join(n for n in RETRIEVERS if n in components) or "none"
             raise ConfigError(f"this index has no {opts.mode!r} component (it has: {have}); pick another --mode")
+        if n_docs == 0:   # nothing passes the filters (or an empty index)
+            empty = SearchResult([], query, {}, None, None)
+            empty.generation = view.generation
+            return empty
+        k = min(k, n_docs)  # more hits than documents cannot be returned
+        opts.depth, opts.rerank_depth = min(opts.depth, n_docs), min(opts.rerank_depth, n_docs)
+        names = self._names(view, opts.mode)
         retrievers = {n: self.retriever(n, view) for n in names}
         reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None
-        rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank)
+        finder = self._finder(view, opts.weights, retrievers) if (passages or rerank_model) else None
+        rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank, allow=allow,
+                              finder=finder, reps=reps)
         hits = to_hits(rows, store.ids, store.titles)
-        if with_text:
+        if passages:
+            t = time.perf_counter()
+            found = ctx.passages([h.docno for h in hits], passages)
             for h in hits:
+                h.passages = found.get(h.docno, [])
+            ctx.timings["passages"] = time.perf_counter() - t
+        for h in hits:
+            if with_text:
                 h.text = store.text(h.docno)
+            if with_meta:
+                h.meta = store.meta(h.docno)
         result = SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
         result.generation = view.generation
         return result

@@ -327,9 +327,9 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 
 
 @main.command("search")
-@click.argument("query")
+@click.argument("query", required=False)
 @click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")
-@click.option("-k", type=int, default=10, show_default=True, help="Number of hits.")
+@click.option("-k", type=int, default=10, show_default=True, help="Number of hits (per query).")
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "dense", "sparse"]), default=None,
               help="Retrievers to use (default: hybrid over all the index has).")
 @click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore"]), default=None,
@@ -341,51 +341,150 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--rerank-model", default=None, help="Cross-encoder (any HF sequence-classification model).")
 @click.option("--depth", type=int, default=None, help="Candidates per retriever (default 1000).")
 @click.option("--rerank-depth", type=int, default=None, help="Candidates reranked (default 100).")
+@click.option("--filter", "filters", multiple=True, metavar="FIELD=VALUE",
+              help="Only documents whose metadata matches (repeatable): lang=de, 'path=contracts/*', year>=2020.")
+@click.option("-p", "--passages", type=int, default=None,
+              help="Best passages per hit (character offsets into the text); the table shows the best as snippet.")
+@click.option("--queries", "queries_file", type=click.Path(), default=None,
+              help="Batch search: a TSV file (qid<TAB>text) or BEIR queries.jsonl; writes a TREC run.")
+@click.option("-o", "--output", type=click.Path(), default=None, help="With --queries: the TREC run file (default stdout).")
+@click.option("--run-tag", default="ldr", show_default=True, help="With --queries: the run's tag column.")
 @click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option("--text", "with_text", is_flag=True, help="With --json: include each hit's full text.")
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")
-def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, rerank_model, depth, rerank_depth, device,
-               as_json, with_text, trust_remote_code):
-    """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`)."""
+def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, rerank_model, depth, rerank_depth,
+               filters, passages, queries_file, output, run_tag, device, as_json, with_text, trust_remote_code):
+    """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`).
+    With --queries FILE, search every query of the file and write a TREC run."""
     from . import api
     from .errors import ConfigError
+    from .search import filters as _filters
     from .search.fusion import parse_weights
 
     from .corpus.text import replace_surrogates
 
-    query = replace_surrogates(query)   # undecodable argv bytes arrive as lone surrogates
+    if (query is None) == (queries_file is None):
+        raise ConfigError("give either a QUERY or --queries FILE")
     index = api.open(index_path, device=device, trust_remote_code=trust_remote_code)
     try:
         w = parse_weights(weights)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    hits = index.search(query, k=k, mode=mode, fusion=fusion, weights=w,
-                        rerank=False if (no_rerank or rerank == "none") else rerank,
-                        rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth,
-                        with_text=as_json and with_text)   # texts are read only when shown
+    options = dict(mode=mode, fusion=fusion, weights=w, rerank=False if (no_rerank or rerank == "none") else rerank,
+                   rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth,
+                   filters=_filters.parse(filters) if filters else None)
+    if queries_file is not None:
+        _batch_search(index, queries_file, output, k, run_tag, options)
+        return
+    query = replace_surrogates(query)   # undecodable argv bytes arrive as lone surrogates
+    n_passages = passages if passages is not None else (0 if as_json else 1)
+    hits = index.search(query, k=k, passages=n_passages, with_text=as_json and with_text,
+                        with_meta=as_json, **options)   # texts are read only when shown
     stages = list(hits[0].scores) if hits else []
     if as_json:
         click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(), "stages": stages,
-                               "reranker": hits.reranker,
+                               "reranker": hits.reranker, "generation": hits.generation,
                                "timings_ms": {n: round(1e3 * t, 2) for n, t in hits.timings.items()},
                                "hits": [h.to_dict(with_text=with_text) for h in hits]}, ensure_ascii=False))
         return
     if not hits:
         click.echo("no hits")
         return
+    _print_hits(hits, stages, hits.context)
+
+
+def _print_hits(hits, stages, ctx) -> None:
+    from .search.passages import snippet
+
     width = max(len(h.id) for h in hits)
     shown = [s for s in stages if "." not in s]
-    click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title / snippet")
+    click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title")
+    finder = getattr(ctx, "finder", None)
+    qterms = finder.query_terms(ctx.query) if finder is not None else set()
     for h in hits:
-        if not h.title:
-            h.text = index.docstore.text(h.docno)
-        label = h.title if h.title else h.snippet(60)
         cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
-        click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{label}")
-    if hits.reranker:
-        click.echo(f"(second stage: {hits.reranker})")
+        click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{h.title}")
+        if h.passages:
+            p = h.passages[0]
+            # query terms in bold (click drops the styling when output is not a terminal)
+            text = snippet(p.text, finder.marks(p.text, qterms), 160, lambda t: click.style(t, bold=True))
+            click.echo(f"{'':>6}[{p.start}:{p.end}] {text}")
+
+
+def _read_queries(path: str) -> list[tuple[str, str]]:
+    """qid/text pairs from a TSV (qid<TAB>text) or a BEIR queries.jsonl file."""
+    from pathlib import Path
+
+    from .errors import ConfigError
+
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as e:
+        raise ConfigError(f"cannot read the queries file {path}: {e.strerror or e}") from None
+    out, bad = [], []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                rec = json.loads(line)
+                qid, text = rec.get("_id", rec.get("id", rec.get("qid"))), rec.get("text", rec.get("query"))
+            except (json.JSONDecodeError, AttributeError):
+                qid = text = None
+        else:
+            qid, _, text = line.partition("\t")
+            text = text if _ else None
+        if qid in (None, "") or not isinstance(text, str):
+            bad.append(n)
+            continue
+        out.append((str(qid), text))
+    if bad:
+        raise ConfigError(f"{path}: line(s) {', '.join(map(str, bad[:10]))}{' ...' if len(bad) > 10 else ''} are not "
+                          "'qid<TAB>text' or a JSON object with _id and text")
+    if not out:
+        raise ConfigError(f"{path} holds no queries")
+    return out
+
+
+def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
+    """TREC run lines `qid Q0 docid rank score tag`; a query that cannot be searched (empty) is
+    reported and skipped, never silently dropped."""
+    import os
+    from pathlib import Path
+
+    from tqdm.auto import tqdm
+
+    queries = _read_queries(queries_file)
+    tag = "".join(run_tag.split()) or "ldr"
+    out = Path(output) if output else None
+    tmp = out.with_name(f".{out.name}.part-{os.getpid()}") if out else None
+    fh = open(tmp, "w", encoding="utf-8") if tmp else sys.stdout
+    skipped, lines = [], 0
+    try:
+        with tqdm(total=len(queries), desc="searching", unit="q", disable=out is None, leave=False) as bar:
+            for qid, res in index.search_many(queries, k=k, progress=bar.update, with_meta=False, **options):
+                if isinstance(res, Exception):
+                    skipped.append(f"{qid} ({res})")
+                    continue
+                for h in res:
+                    qid_col = "".join(qid.split()) or "_"
+                    fh.write(f"{qid_col} Q0 {h.id} {h.rank} {h.score:.6f} {tag}\n")
+                    lines += 1
+        if tmp:
+            fh.close()
+            os.replace(tmp, out)   # a run file is whole or absent
+    except BaseException:
+        if tmp:
+            fh.close()
+            tmp.unlink(missing_ok=True)
+        raise
+    where = f" to {out}" if out else ""
+    click.echo(f"{len(queries) - len(skipped)} queries searched, {lines} lines written{where}", err=True)
+    if skipped:
+        click.echo(f"{len(skipped)} queries skipped: " + "; ".join(skipped[:10]), err=True)
 
 
 @main.command("info")

@@ -91,7 +91,7 @@ def read_text(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> 
     if not text.strip():
         report.skip("empty document", doc_id)
         return
-    yield Doc(doc_id, text, title, {"source": doc_id})
+    yield Doc(doc_id, text, title, {"source": doc_id, "path": doc_id})
 
 
 class _HTMLText(HTMLParser):
@@ -150,10 +150,12 @@ def read_html(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> 
     if not text.strip():
         report.skip("empty document", doc_id)
         return
-    yield Doc(doc_id, text, title or path.stem, {"source": doc_id})
+    yield Doc(doc_id, text, title or path.stem, {"source": doc_id, "path": doc_id})
 
 
-def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport) -> Doc | None:
+def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport, path: str | None = None) -> Doc | None:
+    """One JSON record / Parquet row as a Doc; its other scalar fields become metadata (filters
+    read them), and `path` the file it came from unless the record has its own."""
     if not isinstance(rec, dict):
         report.skip("JSON record is not an object", where)
         return None
@@ -174,6 +176,8 @@ def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport) -> D
     meta = {k: v for k, v in rec.items() if k not in ID_KEYS and k not in TEXT_KEYS and k != "title"
             and isinstance(v, (str, int, float, bool))}
     meta["source"] = where
+    if path is not None:
+        meta.setdefault("path", path)
     if doc_id is None:
         report.warn("records without an id (assigned FILE#LINE ids)", fallback_id)
         return Doc(fallback_id, text, title, meta)
@@ -228,7 +232,7 @@ def read_jsonl(path: Path, rel: str, report: IngestReport, limits: Limits) -> It
             if not isinstance(records, list):
                 records = [records]
             for i, rec in enumerate(records):
-                doc = _record_to_doc(rec, f"{rel} item {i}", f"{rel}#{i}", report)
+                doc = _record_to_doc(rec, f"{rel} item {i}", f"{rel}#{i}", report, rel)
                 if doc:
                     yield doc
             return
@@ -246,7 +250,7 @@ def read_jsonl(path: Path, rel: str, report: IngestReport, limits: Limits) -> It
             except (json.JSONDecodeError, RecursionError) as e:
                 report.skip("malformed JSON line", f"{where}: {getattr(e, 'msg', 'nested too deeply')}")
                 continue
-            doc = _record_to_doc(rec, where, f"{rel}#{lineno}", report)
+            doc = _record_to_doc(rec, where, f"{rel}#{lineno}", report, rel)
             if doc:
                 yield doc
 
@@ -268,7 +272,13 @@ def read_parquet(path: Path, rel: str, report: IngestReport, limits: Limits, bat
     if text_col is None:
         report.skip("parquet without text column", f"{rel} (columns: {', '.join(names)})")
         return
-    cols = [c for c in (id_col, text_col, "title" if "title" in names else None) if c]
+    import pyarrow as pa
+
+    # other scalar columns are metadata (filters read them); nested and binary ones are not
+    scalar = [f.name for f in pf.schema_arrow if f.name not in (id_col, text_col)
+              and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_integer(f.type)
+                   or pa.types.is_floating(f.type) or pa.types.is_boolean(f.type))]
+    cols = [c for c in (id_col, text_col) if c] + scalar
     row = 0
     for g in range(md.num_row_groups):
         group_end = row + md.row_group(g).num_rows
@@ -279,7 +289,7 @@ def read_parquet(path: Path, rel: str, report: IngestReport, limits: Limits, bat
                     rec = {c: d[c][i] for c in cols}
                     where = f"{rel} row {row}"
                     row += 1
-                    doc = _record_to_doc(rec, where, f"{rel}#{row - 1}", report)
+                    doc = _record_to_doc(rec, where, f"{rel}#{row - 1}", report, rel)
                     if doc:
                         yield doc
         except Exception as e:  # a corrupt page: pyarrow raises OSError/ArrowException

@@ -37,8 +37,10 @@ class SerialEncoder:
 LONG_TEXT = 1 << 20   # characters tokenised per call for long documents
 
 
-def token_ids(tokenizer, texts: list[str]) -> list[np.ndarray]:
-    """Token ids (no special tokens) of each text as an int32 array.
+def token_ids(tokenizer, texts: list[str], spans: bool = False) -> list:
+    """Token ids (no special tokens) of each text as an int32 array; with `spans`, (ids, (n, 2)
+    int64 character offsets of each token) per text, or (ids, None) when the tokenizer cannot
+    say where its tokens come from (a slow tokenizer).
 
     Arrays, not lists of Python ints (28 bytes per id): a 100 MB document is ~25M ids. Texts over
     LONG_TEXT characters are tokenised a piece at a time, cut at whitespace, where every tokenizer
@@ -46,19 +48,35 @@ def token_ids(tokenizer, texts: list[str]) -> list[np.ndarray]:
     """
     from ..corpus.text import text_chunks
 
+    spans = spans and getattr(tokenizer, "is_fast", False)
+    kw = {"add_special_tokens": False, "truncation": False, "verbose": False}
+    if spans:
+        kw["return_offsets_mapping"] = True
+
+    def encode(batch: list[str]) -> list:
+        enc = tokenizer(batch, **kw)
+        if not spans:
+            return [(np.asarray(ids, dtype=np.int32), None) for ids in enc["input_ids"]]
+        return [(np.asarray(ids, dtype=np.int32), np.asarray(off, dtype=np.int64).reshape(-1, 2))
+                for ids, off in zip(enc["input_ids"], enc["offset_mapping"])]
+
     short = [i for i, t in enumerate(texts) if len(t) <= LONG_TEXT]
     out: list = [None] * len(texts)
     if short:
-        enc = tokenizer([texts[i] for i in short], add_special_tokens=False, truncation=False,
-                        verbose=False)["input_ids"]
-        for i, ids in zip(short, enc):
-            out[i] = np.asarray(ids, dtype=np.int32)
+        for i, r in zip(short, encode([texts[i] for i in short])):
+            out[i] = r
     for i, t in enumerate(texts):
         if out[i] is None:
-            parts = [np.asarray(tokenizer(c, add_special_tokens=False, truncation=False, verbose=False)["input_ids"],
-                                dtype=np.int32) for c in text_chunks(t, LONG_TEXT)]
-            out[i] = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-    return out
+            ids, offs, base = [], [], 0
+            for c in text_chunks(t, LONG_TEXT):      # contiguous pieces: offsets shift by their start
+                a, o = encode([c])[0]
+                ids.append(a)
+                if o is not None:
+                    offs.append(o + base)
+                base += len(c)
+            out[i] = (np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
+                      (np.concatenate(offs) if offs else np.zeros((0, 2), np.int64)) if spans else None)
+    return out if spans else [ids for ids, _ in out]
 
 
 def with_specials(head: list[int], piece, tail: list[int]) -> np.ndarray:

@@ -28,12 +28,32 @@ def passages(ids: list[int], size: int, stride: int) -> list[list[int]]:
 def split(strategy: str, ids: list[int], window: int, stride: int | None = None,
           target: int | None = None) -> list[list[int]]:
     """Token-id pieces to encode for one document (special tokens not included)."""
+    return [ids[a:b] for a, b in split_ranges(strategy, len(ids), window, stride, target)]
+
+
+def split_ranges(strategy: str, n: int, window: int, stride: int | None = None,
+                 target: int | None = None) -> list[tuple[int, int]]:
+    """The [start, end) token ranges `split` cuts a document of n tokens into."""
     if strategy == "truncate":
-        return [ids[:window]]
+        return [(0, min(n, window))]
     if strategy == "pcw":
-        return pcw_chunks(ids, window)
+        if n <= window:
+            return [(0, n)]
+        out = [(i, i + window) for i in range(0, n - window + 1, window)]
+        return out + [(n - window, n)] if n % window else out
     if strategy == "maxp":
-        return passages(ids, window, stride or window)
+        stride = stride or window
+        if n <= window:
+            return [(0, n)]
+        out = [(i, i + window) for i in range(0, n - window + 1, stride)]
+        return out + [(n - window, n)] if (n - window) % stride else out
     if strategy in EXTENSION_STRATEGIES:
-        return [ids[:target]]
+        return [(0, min(n, target))]
     raise ValueError(strategy)
+
+
+def char_span(offsets, a: int, b: int) -> tuple[int, int]:
+    """Characters covered by tokens [a, b) given each token's (start, end) character offsets."""
+    if b <= a or not len(offsets):
+        return (0, 0)
+    return int(offsets[a][0]), int(offsets[b - 1][1])

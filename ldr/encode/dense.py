@@ -113,24 +113,27 @@ class DenseEncoder(SerialEncoder):
                 "extension": self.ext_info, "settings": self.settings.to_dict()}
 
     # -- tokenisation ------------------------------------------------------------------------
-    def _ids(self, texts: list[str], prefix: str) -> tuple[list[np.ndarray], list[int]]:
-        enc = token_ids(self.tokenizer, list(texts))
+    def _pieces(self, texts, prefix, strategy, spans: bool = False):
+        """All model inputs (with special tokens and prefix), the document each belongs to and,
+        with `spans`, the characters of its document each covers ((m, 2), -1 when unknown)."""
+        enc = token_ids(self.tokenizer, list(texts), spans=spans)
         pre = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
-        return enc, pre
-
-    def _pieces(self, texts, prefix, strategy) -> tuple[list[list[int]], np.ndarray]:
-        """All model inputs (with special tokens and prefix) and the document each belongs to."""
-        ids, pre = self._ids(texts, prefix)
         room = self.window - self.specials - len(pre)
         target = (self.target - self.specials - len(pre)) if strategy in EXTENSION_STRATEGIES else None
         if room < 1:
             raise ConfigError(f"window {self.window} leaves no room for text after the prefix and special tokens")
-        pieces, owner = [], []
-        for d, doc_ids in enumerate(ids):
-            for piece in chunking.split(strategy, doc_ids, room, self._stride(room), target):
-                pieces.append(with_specials(self._head + pre, piece, self._tail))
+        pieces, owner, where = [], [], []
+        for d, item in enumerate(enc):
+            doc_ids, offsets = item if spans else (item, None)
+            for a, b in chunking.split_ranges(strategy, len(doc_ids), room, self._stride(room), target):
+                pieces.append(with_specials(self._head + pre, doc_ids[a:b], self._tail))
                 owner.append(d)
-        return pieces, np.asarray(owner, dtype=np.int64)
+                if spans:
+                    where.append(chunking.char_span(offsets, a, b) if offsets is not None else (-1, -1))
+        owner = np.asarray(owner, dtype=np.int64)
+        if spans:
+            return pieces, owner, np.asarray(where, dtype=np.int64).reshape(-1, 2)
+        return pieces, owner
 
     def _stride(self, room: int) -> int:
         st = self.settings.stride
@@ -189,14 +192,20 @@ class DenseEncoder(SerialEncoder):
         pieces, _ = self._pieces([t[:self.window * 64] for t in texts], self.query_prefix, "truncate")
         return self._encode_pieces(pieces)
 
-    def _encode_documents(self, texts: list[str], progress=None) -> tuple[np.ndarray, np.ndarray]:
-        """(vectors (m, d), owner (m,)): one vector per document, or per passage for maxp."""
+    def _encode_documents(self, texts: list[str], progress=None, spans: bool = False):
+        """(vectors (m, d), owner (m,)): one vector per document, or per passage for maxp; with
+        `spans`, also the (m, 2) character span of each vector in its document (hits show them)."""
         strategy = self.settings.strategy
-        pieces, owner = self._pieces(texts, self.doc_prefix, strategy)
+        pieces, owner, *where = self._pieces(texts, self.doc_prefix, strategy, spans=spans)
         vecs = self._encode_pieces(pieces, progress)
         if strategy == "pcw":
             sums = np.zeros((len(texts), vecs.shape[1]), dtype=np.float64)
             np.add.at(sums, owner, vecs)
             vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
+            if spans:   # the averaged vector covers its whole document
+                w = where[0]
+                where = [np.stack([np.minimum.reduceat(w[:, 0], np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])),
+                                   np.maximum.reduceat(w[:, 1], np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]))], 1)
+                         if len(w) else w]
             owner = np.arange(len(texts), dtype=np.int64)
-        return vecs, owner
+        return (vecs, owner, where[0]) if spans else (vecs, owner)

@@ -73,12 +73,17 @@ class DenseWriter(BatchedWriter):
         self.fs = faiss_settings or FaissSettings()
         self._raw = open(self.path / "vectors.f32", "wb")
         self._owners: list[np.ndarray] = []
+        self._spans: list[np.ndarray] = []
         self.count = 0
 
-    def _write_batch(self, docnos: list[int], texts: list[str]) -> None:
-        vecs, owner = self.encoder.encode_documents(texts)
+    def _write_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]) -> None:
+        vecs, owner, spans = self.encoder.encode_documents(texts, spans=True)
+        # spans into the document's text (the body), not into "title\n" + body
+        shift = np.asarray(body_starts, dtype=np.int64)[owner][:, None]
+        spans = np.where(spans >= 0, np.maximum(spans - shift, 0), spans)
         self._raw.write(np.ascontiguousarray(vecs, dtype=np.float32).tobytes())
         self._owners.append(np.asarray(docnos, dtype=np.int64)[owner])
+        self._spans.append(spans)
         self.count += len(vecs)
 
     def abort(self) -> None:
@@ -90,15 +95,18 @@ class DenseWriter(BatchedWriter):
         d = self.encoder.dim
         vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d))
         owner = np.concatenate(self._owners) if self._owners else np.zeros(0, dtype=np.int64)
-        entry = save_dense(self.path, np.asarray(vectors), owner, self.fs, self.allow_small)
+        spans = np.concatenate(self._spans) if self._spans else np.zeros((0, 2), dtype=np.int64)
+        entry = save_dense(self.path, np.asarray(vectors), owner, self.fs, self.allow_small, spans)
         del vectors
         (self.path / "vectors.f32").unlink()
         return dict(entry, dim=int(d), model=self.encoder.describe())
 
 
-def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSettings, allow_small: bool = False) -> dict:
-    """Write faiss.index + owner.npy (+ vectors.npy for IVF-PQ, whose codes cannot be merged back
-    into exact vectors). A segment too small to train IVF-PQ is stored flat (exact) when allowed."""
+def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSettings, allow_small: bool = False,
+               spans: np.ndarray | None = None) -> dict:
+    """Write faiss.index + owner.npy + spans.npy (each vector's characters in its document: a hit
+    shows its best passages from them) (+ vectors.npy for IVF-PQ, whose codes cannot be merged
+    back into exact vectors). A segment too small to train IVF-PQ is stored flat (exact) when allowed."""
     import faiss
 
     if fs.index == "ivfpq" and len(vectors) < 1024 and allow_small:
@@ -106,6 +114,8 @@ def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSett
     index = build_faiss(vectors, fs)
     faiss.write_index(index, str(path / "faiss.index"))
     np.save(path / "owner.npy", owner)
+    if spans is not None:
+        np.save(path / "spans.npy", np.asarray(spans, dtype=np.int64).reshape(-1, 2))
     if fs.index == "ivfpq":
         np.save(path / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
     return {"path": path.name, "vectors": int(len(vectors)),
@@ -119,7 +129,8 @@ def load_vectors(path: Path, index) -> np.ndarray:
     return index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
 
 
-def check_dense(path: Path, index, owner: np.ndarray, comp: dict, n_docs: int | None) -> None:
+def check_dense(path: Path, index, owner: np.ndarray, comp: dict, n_docs: int | None,
+                spans: np.ndarray | None = None) -> None:
     """Cheap structure checks at open (O(vectors) integer work, no vector reads)."""
     problems = []
     vectors, dim = comp.get("vectors", index.ntotal), comp.get("dim", index.d)
@@ -129,6 +140,9 @@ def check_dense(path: Path, index, owner: np.ndarray, comp: dict, n_docs: int | 
         problems.append(f"owner.npy has shape {owner.shape} ({owner.dtype}), expected ({index.ntotal},) integers")
     elif len(owner) and (owner[0] < 0 or (n_docs is not None and owner[-1] >= n_docs) or np.any(np.diff(owner) < 0)):
         problems.append("owner.npy maps vectors to documents out of range or out of order")
+    if spans is not None and (spans.ndim != 2 or spans.shape != (index.ntotal, 2) or spans.dtype.kind not in "iu"
+                              or (len(spans) and (spans[:, 0] > spans[:, 1]).any())):
+        problems.append(f"spans.npy has shape {spans.shape} ({spans.dtype}), expected ({index.ntotal}, 2) ordered offsets")
     if problems:
         raise IndexFormatError(f"the dense index {path} is damaged: {'; '.join(problems)}. Rebuild it with `ldr index`")
 
@@ -155,7 +169,10 @@ class DenseSearcher:
         # one int per passage: small enough to hold in memory (element access on a memmap is slow)
         self.owner = np.load(Path(path) / "owner.npy", allow_pickle=False)
         self.multi = comp.get("multi_vector", False)
-        check_dense(Path(path), self.index, self.owner, comp, n_docs)
+        # None: built before spans were kept (passages then come from term windows only)
+        sp = Path(path) / "spans.npy"
+        self.spans = np.load(sp, allow_pickle=False) if sp.is_file() else None
+        check_dense(Path(path), self.index, self.owner, comp, n_docs, self.spans)
 
     def search_vectors(self, qvecs: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
         """Top-k documents per query vector; multi-vector scores a document by its best passage."""
@@ -189,6 +206,15 @@ class DenseSearcher:
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         return self.search_rep(self.encode(query), k)
+
+    def passage_scores(self, qvec: np.ndarray, row: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(cosine of each of a document's vectors to the query, their character spans or None)."""
+        a, b = np.searchsorted(self.owner, row, side="left"), np.searchsorted(self.owner, row, side="right")
+        if b <= a:
+            return np.zeros(0), None
+        vecs = self.index.reconstruct_batch(np.arange(a, b, dtype=np.int64))
+        sims = np.einsum("ij,j->i", vecs, qvec.astype(vecs.dtype, copy=False))
+        return sims.astype(np.float64), (self.spans[a:b] if self.spans is not None else None)
 
     def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
         """Exact best-passage cosine of each document (owner rows are in document order)."""

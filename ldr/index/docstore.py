@@ -148,6 +148,17 @@ class Docstore:
         except (TypeError, ValueError) as e:
             raise _damaged(self.path, e) from None
 
+    def all_meta(self) -> list[dict]:
+        """Every row's metadata (filters read it; one pass over the small meta column)."""
+        try:
+            with self._lock:
+                values = self._pf.read(columns=["meta"]).column("meta").to_pylist()
+            return [json.loads(v) if v else {} for v in values]
+        except (TypeError, ValueError) as e:
+            raise _damaged(self.path, e) from None
+        except Exception as e:
+            raise _damaged(self.path, e) from None
+
     def doc(self, row: int) -> Doc:
         return Doc(self.ids[row], self.text(row), self.titles[row], self.meta(row))
 

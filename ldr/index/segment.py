@@ -142,7 +142,7 @@ def _merge_dense(root, sources, row_maps, out: Path, fs: FaissSettings) -> dict:
     import faiss as _faiss
     from .manifest import inside
 
-    vecs, owners = [], []
+    vecs, owners, spans = [], [], []
     for (entry, _), rows in zip(sources, row_maps):
         p = inside(root, f"{entry['path']}/dense", "segment")
         index = _faiss.read_index(str(p / "faiss.index"))
@@ -150,11 +150,16 @@ def _merge_dense(root, sources, row_maps, out: Path, fs: FaissSettings) -> dict:
         keep = rows[owner] >= 0
         vecs.append(np.asarray(load_vectors(p, index))[keep])
         owners.append(rows[owner][keep])
+        # segments written before spans were kept: -1 marks "unknown" for their vectors
+        sp = np.load(p / "spans.npy", allow_pickle=False) if (p / "spans.npy").is_file() \
+            else np.full((len(owner), 2), -1, np.int64)
+        spans.append(sp[keep])
     out.mkdir()
     dim = vecs[0].shape[1] if vecs else 0
     vectors = np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32)
     owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
-    return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, fs, allow_small=True)
+    spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
+    return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, fs, allow_small=True, spans=spans)
 
 
 def _doc_major(arrays: dict, value: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

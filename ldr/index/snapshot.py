@@ -7,6 +7,7 @@ Deleted rows keep their number but never come out of a retriever or count as doc
 from __future__ import annotations
 
 import bisect
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,9 @@ class Segments:
             raise IndexFormatError(f"{root}: two live documents share an id; run `ldr check` and rebuild the index")
         self._uid_order = np.argsort(self.uids, kind="stable")
         self._id_rank = None
+        self._meta: list[dict] | None = None
+        self._masks: dict = {}
+        self._meta_lock = threading.RLock()
 
     # -- what the search pipeline uses -------------------------------------------------
     def __len__(self) -> int:
@@ -87,6 +91,41 @@ class Segments:
         s, r = self.locate(docno)
         return self.stores[s].doc(r)
 
+    # -- metadata filters ----------------------------------------------------------------
+    def _all_meta(self) -> list[dict]:
+        with self._meta_lock:   # read once per generation, on the first filtered search
+            if self._meta is None:
+                self._meta = [m for s in self.stores for m in s.all_meta()]
+        return self._meta
+
+    def meta_fields(self) -> set[str]:
+        fields = set()
+        for m in self._all_meta():
+            fields.update(m)
+        return fields
+
+    def meta_values(self, field: str) -> list:
+        """The field's value per docno (None where a document lacks it). `path` falls back to
+        `source` (indexes built before `path` was recorded: a file's path or "file line N")."""
+        meta = self._all_meta()
+        if field == "path":
+            return [m.get("path", m.get("source")) for m in meta]
+        return [m.get(field) for m in meta]
+
+    def filter_mask(self, filters: dict) -> np.ndarray:
+        """Live documents passing `filters` (normalised, see ldr/search/filters.py); cached per filter."""
+        from ..search.filters import key, mask
+
+        k = key(filters)
+        with self._meta_lock:
+            got = self._masks.get(k)
+            if got is None:
+                got = mask(filters, self)
+                if len(self._masks) >= 64:
+                    self._masks.pop(next(iter(self._masks)))
+                self._masks[k] = got
+        return got
+
     def docnos_of_uids(self, uids) -> np.ndarray:
         """Document numbers of uids (-1 for a uid this generation does not hold)."""
         uids = np.asarray(uids, dtype=np.int64)
@@ -112,14 +151,21 @@ class UidRetriever:
     def encode(self, query: str):
         return self.inner.encode(query)
 
-    def search_rep(self, rep, k: int) -> list[tuple[int, float]]:
-        hits = self.inner.search_rep(rep, k)
-        if not hits:
-            return []
-        docnos = self.segments.docnos_of_uids([u for u, _ in hits])
-        live = self.segments.live
-        # the backend's own deletes match the generation's; the live check is belt and braces
-        return [(int(d), s) for d, (_, s) in zip(docnos, hits) if d >= 0 and live[d]]
+    def search_rep(self, rep, k: int, allow: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """Top k live documents; with `allow` (a mask over docnos) only allowed ones: the backend
+        is asked for more until k pass or it has no more."""
+        visible = self.segments.live if allow is None else allow
+        depth = k
+        while True:
+            hits = self.inner.search_rep(rep, depth)
+            if not hits:
+                return []
+            docnos = self.segments.docnos_of_uids([u for u, _ in hits])
+            # the backend's own deletes match the generation's; the live check is belt and braces
+            out = [(int(d), s) for d, (_, s) in zip(docnos, hits) if d >= 0 and visible[d]]
+            if len(out) >= k or len(hits) < depth or depth >= self.num_docs:
+                return out[:k]
+            depth = min(depth * 4, max(self.num_docs, 1))
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         return self.search_rep(self.encode(query), k)
@@ -142,12 +188,17 @@ class MultiDense:
     def encode(self, query: str) -> np.ndarray:
         return self.encoder.encode_queries([query])[0]
 
-    def _segment_top(self, i: int, q: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def encode_many(self, queries: list[str]) -> list[np.ndarray]:
+        return list(self.encoder.encode_queries(queries)) if queries else []
+
+    def _segment_top(self, i: int, q: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
         part, offset = self.parts[i], self.segments.offsets[i]
         n = part.index.ntotal if part is not None else 0
         if n == 0:
             return []
-        live = self.segments.live[offset:offset + self.segments.entries[i]["docs"]]
+        live = (self.segments.live if allow is None else allow)[offset:offset + self.segments.entries[i]["docs"]]
+        if not live.any():
+            return []
         want = min(k, int(live.sum()))
         depth = min(n, max(k, 1) * (4 if part.multi or not live.all() else 1))
         while True:
@@ -163,10 +214,10 @@ class MultiDense:
             depth = min(n, depth * 4)
         return [(int(d) + offset, float(sc[f])) for d, f in zip(uniq, first)]
 
-    def search_vectors(self, qvecs: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+    def search_vectors(self, qvecs: np.ndarray, k: int, allow=None) -> list[list[tuple[int, float]]]:
         out = []
         for q in qvecs:
-            cand = [h for i in range(len(self.parts)) for h in self._segment_top(i, q, k)]
+            cand = [h for i in range(len(self.parts)) for h in self._segment_top(i, q, k, allow)]
             if not cand:
                 out.append([])
                 continue
@@ -175,11 +226,18 @@ class MultiDense:
             out.append(top_k(docs, vals, k))
         return out
 
-    def search_rep(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
-        return self.search_vectors(qvec[None], k)[0]
+    def search_rep(self, qvec: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
+        return self.search_vectors(qvec[None], k, allow)[0]
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         return self.search_rep(self.encode(query), k)
+
+    def passage_scores(self, qvec: np.ndarray, docno: int):
+        """(cosine of each of the document's vectors to the query, their character spans or None)."""
+        s, r = self.segments.locate(docno)
+        if self.parts[s] is None:
+            return np.zeros(0), None
+        return self.parts[s].passage_scores(qvec, r)
 
     def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
         out = np.full(len(docnos), -1.0)
@@ -208,8 +266,11 @@ class MultiSparseIndex:
         out[self.segments.deleted] = 0
         return out
 
-    def top_k(self, q_terms, q_weights, k: int) -> list[tuple[int, float]]:
-        return top_k_dense(self.score(q_terms, q_weights), k)
+    def top_k(self, q_terms, q_weights, k: int, allow=None) -> list[tuple[int, float]]:
+        scores = self.score(q_terms, q_weights)
+        if allow is not None:
+            scores[~allow] = 0
+        return top_k_dense(scores, k)
 
     def doc_score(self, docno: int, q_terms, q_weights) -> float:
         s, r = self.segments.locate(docno)
@@ -225,12 +286,17 @@ class MultiSparse:
         self.index, self.encoder = index, encoder
 
     def encode(self, query: str):
-        q = self.encoder.encode_queries([query])
-        q.sort_indices()
-        return q.indices, q.data
+        return self.encode_many([query])[0]
 
-    def search_rep(self, rep, k: int) -> list[tuple[int, float]]:
-        return self.index.top_k(rep[0], rep[1], k)
+    def encode_many(self, queries: list[str]) -> list:
+        if not queries:
+            return []
+        m = self.encoder.encode_queries(queries).tocsr()
+        m.sort_indices()
+        return [(m.indices[m.indptr[i]:m.indptr[i + 1]], m.data[m.indptr[i]:m.indptr[i + 1]]) for i in range(len(queries))]
+
+    def search_rep(self, rep, k: int, allow=None) -> list[tuple[int, float]]:
+        return self.index.top_k(rep[0], rep[1], k, allow)
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         return self.search_rep(self.encode(query), k)

@@ -41,7 +41,7 @@ class SparseWriter(BatchedWriter):
         self._weights = open(self.path / "weights.f32", "wb")
         self._lengths: list[int] = []
 
-    def _write_batch(self, docnos: list[int], texts: list[str]) -> None:
+    def _write_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]) -> None:
         mat = self.encoder.encode_documents(texts)   # rows follow docnos, which arrive in order
         mat.sort_indices()
         self._terms.write(mat.indices.astype(np.int32).tobytes())

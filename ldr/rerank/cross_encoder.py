@@ -1,9 +1,12 @@
 """Cross-encoder reranking with any Hugging Face sequence-classification model
 (bge-reranker-v2-m3, mGTE reranker, ms-marco MiniLM cross-encoders, ...).
 
-A long document is scored over windows of (query + window) that fit the model, produced by the
-tokenizer's own overflow handling; at most `max_windows` windows per document, all batched.
-Window scores are aggregated by max (default) or the mean of the first k.
+A long document is scored over windows of (query + window) that fit the model: in a search, the
+document's best passages for the query (dense MaxP passages and BM25 windows, see
+ldr/search/passages.py), so the middle and end of a long document are reranked too; without
+a search context, the tokenizer's overflow windows, chosen by query-token overlap. At most
+`max_windows` windows per document, all batched. Window scores are aggregated by max
+(default) or the mean of the first k (in document order).
 """
 from __future__ import annotations
 
@@ -109,10 +112,23 @@ class CrossEncoderReranker:
             return logits[:, 0].cpu().numpy()
         return (logits[:, -1] - logits[:, 0]).cpu().numpy()  # positive-class margin
 
-    def score(self, query: str, texts: list[str]) -> np.ndarray:
+    def _pair(self, query: str, passage: str) -> dict:
+        """(query, passage) as one model input, the passage cut to what fits."""
+        q_ids = self.tokenizer(query, add_special_tokens=False)["input_ids"]
+        if len(q_ids) > self.max_length // 2:
+            query = self.tokenizer.decode(q_ids[:self.max_length // 2])
+        enc = self.tokenizer(query, passage, truncation="only_second", max_length=self.max_length, padding=False)
+        return {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
+
+    def score(self, query: str, texts: list[str], passages: list[list[str]] | None = None) -> np.ndarray:
+        """One score per text; `passages[d]`: the windows to score for text d (in document
+        order), instead of the tokenizer's overflow windows."""
         windows, owner = [], []
         for d, t in enumerate(texts):
-            w = self._windows(query, t)
+            if passages is not None and passages[d]:
+                w = [self._pair(query, p) for p in passages[d][:self.settings.max_windows]]
+            else:
+                w = self._windows(query, t)
             windows.extend(w)
             owner.extend([d] * len(w))
         per_doc: list[list[float]] = [[] for _ in texts]
@@ -128,5 +144,8 @@ class CrossEncoderReranker:
 
     def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
         texts = [ctx.text(d) for d in docnos]
+        # the first stage's best passages of each document, in document order
+        found = ctx.passages(docnos, self.settings.max_windows) if hasattr(ctx, "passages") else {}
+        chosen = [[p.text for p in sorted(found.get(d, []), key=lambda p: p.start)] for d in docnos]
         with self._lock:   # one tokenizer instance: one thread at a time (see encode/dense.py)
-            return self.score(ctx.query, texts), {}
+            return self.score(ctx.query, texts, chosen), {}

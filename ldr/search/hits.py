@@ -14,15 +14,21 @@ class Hit:
     text: str | None = None
     docno: int = -1                     # row in the docstore
     scores: dict[str, float] = field(default_factory=dict)
+    passages: list = field(default_factory=list)   # best passages (ldr/search/passages.py), best first
+    meta: dict | None = None            # metadata given at indexing (with passages or text)
 
     def to_dict(self, with_text: bool = False) -> dict:
         d = {"id": self.id, "score": self.score, "rank": self.rank, "title": self.title, "scores": self.scores}
-        if with_text and self.text is not None:
+        if self.passages:
+            d["passages"] = [p.to_dict() for p in self.passages]
+        if self.meta is not None:
+            d["meta"] = self.meta
+        if (with_text or self.text is not None) and self.text is not None:
             d["text"] = self.text
         return d
 
     def snippet(self, width: int = 120) -> str:
-        text = " ".join((self.text or "").split())
+        text = " ".join((self.passages[0].text if self.passages else (self.text or "")).split())
         return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -37,3 +43,4 @@ class SearchResult(list):
         self.timings = timings or {}
         self.reranker = reranker
         self.context = context        # per-stage scores of every candidate (QueryContext)
+        self.generation: int | None = None   # the index generation that answered

@@ -59,6 +59,14 @@ class QueryContext:
     reranked: dict = field(default_factory=dict)      # docno → second-stage score
     rerank_features: dict = field(default_factory=dict)  # docno → {feature: value}
     timings: dict = field(default_factory=dict)
+    finder: object = None               # PassageFinder: a document's best windows for this query
+
+    def passages(self, docnos: list[int], n: int) -> dict:
+        """{docno: its n best passages} (empty lists when the index cannot say)."""
+        if self.finder is None or n < 1:
+            return {d: [] for d in docnos}
+        qvec = self.rep("dense") if self.finder.dense is not None else None
+        return self.finder.find(self.query, qvec, {d: self.text(d) for d in docnos}, n)
 
     def rep(self, name: str):
         if name not in self.reps:
@@ -78,23 +86,27 @@ class QueryContext:
 
 
 def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranker=None, texts=None,
-              tiebreak=None) -> tuple[list, QueryContext]:
+              tiebreak=None, allow=None, finder=None, reps: dict | None = None) -> tuple[list, QueryContext]:
     """Ranked [(docno, score, {stage: score})] for one query, and its context (timings, reps).
 
     `tiebreak[docno]` orders equal scores (the rank of the document's id, so that rankings do not
-    depend on the order documents were indexed in); default: by docno."""
+    depend on the order documents were indexed in); default: by docno. `allow`: a mask over
+    docnos (a filter) every retriever applies before fusion. `reps`: query representations
+    already computed (batch search encodes queries together)."""
     opts.check()
     names = [n for n in RETRIEVERS if n in retrievers] if opts.mode == "hybrid" else [opts.mode]
     for n in names:
         if n not in retrievers:
             have = ", ".join(sorted(retrievers)) or "none"
             raise ConfigError(f"this index has no {n!r} component (it has: {have}); rebuild with it or pick another --mode")
-    ctx = QueryContext(query, retrievers, texts)
+    ctx = QueryContext(query, retrievers, texts, finder=finder)
+    ctx.reps.update(reps or {})
     depth = max(opts.depth, k, opts.rerank_depth if reranker else 0)
     lists = {}
     for n in names:
         t = time.perf_counter()
-        lists[n] = retrievers[n].search_rep(ctx.rep(n), depth)
+        lists[n] = (retrievers[n].search_rep(ctx.rep(n), depth) if allow is None
+                    else retrievers[n].search_rep(ctx.rep(n), depth, allow=allow))
         ctx.first_stage[n] = dict(lists[n])
         ctx.timings[n] = time.perf_counter() - t
     limit = max(k, opts.rerank_depth if reranker is not None else 0)

@@ -120,8 +120,11 @@ class NativeSearcher:
     def encode(self, query: str) -> str:
         return query
 
-    def search_rep(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search(query, k)
+    def search_rep(self, query: str, k: int, allow: np.ndarray | None = None) -> list[tuple[int, float]]:
+        scores = self.scores(query)
+        if allow is not None:   # a filter: only allowed documents compete for the k places
+            scores[~allow] = 0
+        return top_k_dense(scores, k)
 
     def scores(self, query: str, k1: float | None = None, b: float | None = None) -> np.ndarray:
         """A score per document number of the generation (0 for deleted documents)."""

@@ -1,0 +1,161 @@
+"""Metadata filters: which documents a search may return.
+
+A filter names a field of the metadata given at indexing (JSONL fields, Parquet columns), or
+`path` (the file a document came from), `id` or `title`, and a condition:
+
+    {"lang": "de"}                      equal (a value with * ? [ is a glob: {"path": "contracts/*"})
+    {"lang": ["de", "fr"]}              any of
+    {"year": {">=": 2020, "<": 2024}}   comparisons: = != < <= > >= (numbers compare as numbers)
+
+Conditions on different fields must all hold. On the command line: `--filter lang=de
+--filter 'path=contracts/*' --filter 'year>=2020'`; the same field given twice with `=` means any
+of the values. A document without the field fails every condition but `!=`.
+
+The filter becomes a mask over the generation's documents that every retriever applies before
+fusion, so a filtered-out document never takes one of the k places.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+
+import numpy as np
+
+from ..errors import QueryError
+
+OPS = ("=", "!=", "<", "<=", ">", ">=")
+BUILTIN = ("id", "title", "path")
+_EXPR = re.compile(r"^\s*([^=!<>\s][^=!<>]*?)\s*(!=|<=|>=|=|<|>)\s*(.*)$", re.S)
+_GLOB = re.compile(r"[*?\[]")
+
+
+def parse(exprs: list[str]) -> dict:
+    """CLI filters ('lang=de', 'year>=2020') as the API's dict."""
+    out: dict = {}
+    for e in exprs:
+        m = _EXPR.match(e)
+        if not m:
+            raise QueryError(f"bad filter {e!r}: write FIELD=VALUE (or !=, <, <=, >, >=), e.g. lang=de")
+        key, op, value = m.group(1), m.group(2), m.group(3)
+        cond = out.setdefault(key, {})
+        if op == "=":
+            cond.setdefault("=", []).append(value)
+        elif op in cond:
+            raise QueryError(f"filter {key}{op} given twice")
+        else:
+            cond[op] = value
+    return out
+
+
+def normalise(filters) -> dict[str, dict]:
+    """Every filter as {field: {op: value or [values] for "="}}; QueryError on anything else."""
+    if not filters:
+        return {}
+    if not isinstance(filters, dict):
+        raise QueryError(f"filters must be an object of field: condition (got {type(filters).__name__})")
+    out = {}
+    for key, cond in filters.items():
+        if not isinstance(key, str) or not key:
+            raise QueryError(f"a filter field must be a non-empty string (got {key!r})")
+        if isinstance(cond, dict):
+            bad = set(cond) - set(OPS)
+            if bad or not cond:
+                raise QueryError(f"filter {key}: unknown operator(s) {sorted(bad) or '(none given)'}; use {', '.join(OPS)}")
+            c = dict(cond)
+        else:
+            c = {"=": cond}
+        for op, v in c.items():
+            vals = v if isinstance(v, list) else [v]
+            if op != "=" and isinstance(v, list):
+                raise QueryError(f"filter {key}{op} takes one value (got a list)")
+            if not vals or any(not isinstance(x, (str, int, float, bool)) for x in vals):
+                raise QueryError(f"filter {key}{op}: values must be strings, numbers or booleans (got {v!r})")
+        if "=" in c and not isinstance(c["="], list):
+            c["="] = [c["="]]
+        out[key] = c
+    return out
+
+
+def _text(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _number(v):
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _compare(a, op: str, b) -> bool:
+    x, y = _number(a), _number(b)
+    if x is None or y is None:       # not both numbers: compare as text
+        x, y = _text(a), _text(b)
+    return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
+
+
+def matches(value, cond: dict) -> bool:
+    """Does one field value (None: the document lacks the field) satisfy a normalised condition?"""
+    for op, want in cond.items():
+        if op == "!=":
+            if value is not None and _equal(value, want):
+                return False
+            continue
+        if value is None:
+            return False
+        if op == "=":
+            if not any(_equal(value, w) for w in want):
+                return False
+        elif not _compare(value, op, want):
+            return False
+    return True
+
+
+def _equal(value, want) -> bool:
+    if isinstance(want, str) and _GLOB.search(want):
+        return fnmatch.fnmatchcase(_text(value), want)
+    x, y = _number(value), _number(want)
+    if x is not None and y is not None and not isinstance(value, str) and not isinstance(want, str):
+        return x == y
+    return _text(value) == _text(want)
+
+
+def key(filters: dict) -> str:
+    return json.dumps(filters, sort_keys=True, default=str)
+
+
+def mask(filters: dict, segments) -> np.ndarray:
+    """Boolean mask over the generation's docnos: live and passing every filter."""
+    allow = segments.live.copy()
+    known = set(BUILTIN) | segments.meta_fields()
+    unknown = sorted(set(filters) - known)
+    if unknown:
+        raise QueryError(f"no document has the field(s) {', '.join(unknown)}; fields: {', '.join(sorted(known))}")
+    for field, cond in filters.items():
+        if field == "id":
+            values = segments.ids
+        elif field == "title":
+            values = segments.titles
+        else:
+            values = segments.meta_values(field)
+        cache: dict = {}
+        for d in np.flatnonzero(allow).tolist():
+            v = values[d]
+            hk = (type(v).__name__, v) if not isinstance(v, (list, dict)) else None
+            if hk is None or hk not in cache:
+                ok = matches(v, cond)
+                if hk is None:
+                    allow[d] = ok
+                    continue
+                cache[hk] = ok
+            allow[d] = cache[hk]
+    return allow
