@@ -487,6 +487,36 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
         click.echo(f"{len(skipped)} queries skipped: " + "; ".join(skipped[:10]), err=True)
 
 
+@main.command("serve")
+@click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface).")
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--api-key", default=None, envvar="LDR_API_KEY", show_envvar=True,
+              help="Key the write endpoints require (X-API-Key or Authorization: Bearer).")
+@click.option("--read-only", is_flag=True, help="Turn the write endpoints off.")
+@click.option("--max-body-mb", type=float, default=32, show_default=True, help="Largest request body.")
+@click.option("--max-query-chars", type=int, default=8192, show_default=True)
+@click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
+@click.option("--trust-remote-code", is_flag=True,
+              help="Allow the index's models to run code they ship (an index cannot grant this itself).")
+def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, device, trust_remote_code):
+    """Serve an index over HTTP: POST /search, GET|POST|DELETE /documents, /info, /health, /metrics, /docs."""
+    from .errors import BackendUnavailable
+
+    try:
+        from .serve.app import ServerSettings, serve
+    except ImportError as e:
+        raise BackendUnavailable(f"`ldr serve` needs the server extra: pip install 'ldr[server]' ({e.name} is missing)") from None
+    from . import api
+
+    api.open(index_path).close()   # a clear error before the server starts, not in its log
+    settings = ServerSettings(api_key=api_key or None, read_only=read_only, max_body_bytes=int(max_body_mb * (1 << 20)),
+                              max_query_chars=max_query_chars)
+    click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs)"
+               + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
+    serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code)
+
+
 @main.command("info")
 @click.argument("index_path", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)

@@ -30,7 +30,7 @@ def _docs(n, prefix="doc"):
 def test_build_open_search_and_manifest(tmp_path):
     idx = build(_docs(50), tmp_path / "idx")
     assert len(idx) == 50
-    hits = idx.search("zebra17", k=3)
+    hits = idx.search("zebra17", k=3, with_text=True)
     assert hits[0].id == "doc17" and hits[0].rank == 1 and hits[0].title == "Title 17"
     assert "zebra17" in hits[0].text and hits[0].scores["bm25"] == hits[0].score
     m = manifest_of(tmp_path / "idx")

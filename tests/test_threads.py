@@ -7,7 +7,9 @@ import ldr
 
 
 def _run(index, queries, **kw):
-    return [[(h.id, h.score, h.text[:20]) for h in index.search(q, k=5, **kw)] for q in queries]
+    # texts and passages read under concurrency too
+    return [[(h.id, h.score, h.text[:20], [(p.start, p.end, p.score) for p in h.passages])
+             for h in index.search(q, k=5, with_text=True, passages=1, **kw)] for q in queries]
 
 
 def _threads(index, queries, n=8, **kw):

@@ -120,6 +120,7 @@ class PassageFinder:
             if has[i]:
                 scores["dense"] = float(dense_arr[i])
             stage = "dense" if has[i] and self.w_dense * dn[i] >= self.w_terms * tn[i] else "bm25"
+            a, e = _tidy(docs[d], a, e)
             chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores))
         return out
 
@@ -148,6 +149,16 @@ class PassageFinder:
             if seen[w]:
                 out.append((m.start(), m.end()))
         return out
+
+
+def _tidy(text: str, a: int, e: int) -> tuple[int, int]:
+    """Drop the whitespace and stray punctuation a token boundary leaves at a window's edges
+    (".\n\n## 8." becomes "## 8."), so a passage reads from a word."""
+    while a < e and (text[a].isspace() or (text[a] in ".,;:)]}!?" and a + 1 < e and text[a + 1].isspace())):
+        a += 1
+    while e > a and text[e - 1].isspace():
+        e -= 1
+    return a, e
 
 
 def _minmax(x: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -1,0 +1,43 @@
+"""LangChain: `LdrRetriever`, a `BaseRetriever` returning the best passages of the best documents.
+
+    from ldr.integrations.langchain import LdrRetriever
+    retriever = LdrRetriever(index="idx", k=4, passages=2)          # or url="http://127.0.0.1:8080"
+    docs = retriever.invoke("when can the licence be terminated?")
+    docs[0].page_content, docs[0].metadata["doc_id"], docs[0].metadata["start"]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, PrivateAttr
+
+from .source import open_source, passage_records
+
+
+class LdrRetriever(BaseRetriever):
+    """`k` documents, `passages` passages each (one LangChain Document per passage, best first;
+    metadata: doc_id, title, score, doc_score, start/end offsets, stage, the document's metadata)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    index: Any = None            # an ldr.Index or an index directory
+    url: str | None = None       # or a running `ldr serve`
+    api_key: str | None = None
+    k: int = 4
+    passages: int = 1
+    filters: dict | None = None
+    search_kwargs: dict = {}     # mode, fusion, weights, rerank ...
+    _source: Any = PrivateAttr(default=None)
+
+    def model_post_init(self, __context: Any) -> None:
+        self._source = open_source(self.index, self.url, self.api_key)
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        hits = self._source.search(query, k=self.k, passages=self.passages, filters=self.filters, **self.search_kwargs)
+        generation = getattr(hits, "generation", None)
+        return [Document(page_content=r["text"], id=r["id"],
+                         metadata={**r["metadata"], "score": r["score"], "generation": generation})
+                for r in passage_records(hits)]

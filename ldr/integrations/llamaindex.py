@@ -1,0 +1,40 @@
+"""LlamaIndex: `LdrRetriever`, a `BaseRetriever` returning `NodeWithScore`s of the best passages.
+
+    from ldr.integrations.llamaindex import LdrRetriever
+    retriever = LdrRetriever(index="idx", k=4, passages=2)          # or url="http://127.0.0.1:8080"
+    nodes = retriever.retrieve("when can the licence be terminated?")
+    nodes[0].node.text, nodes[0].score, nodes[0].node.metadata["doc_id"]
+"""
+from __future__ import annotations
+
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
+
+from .source import open_source, passage_records
+
+
+class LdrRetriever(BaseRetriever):
+    """`k` documents, `passages` passages each: one TextNode per passage (id "DOC#START-END",
+    its document as SOURCE relationship, offsets as start/end_char_idx), scored, best first."""
+
+    def __init__(self, index=None, *, url: str | None = None, api_key: str | None = None, k: int = 4,
+                 passages: int = 1, filters: dict | None = None, search_kwargs: dict | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self._source = open_source(index, url, api_key)
+        self.k, self.passages, self.filters = k, passages, filters
+        self.search_kwargs = dict(search_kwargs or {})
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        hits = self._source.search(query_bundle.query_str, k=self.k, passages=self.passages, filters=self.filters,
+                                   **self.search_kwargs)
+        generation = getattr(hits, "generation", None)
+        out = []
+        for r in passage_records(hits):
+            md = {**r["metadata"], "generation": generation}
+            node = TextNode(id_=r["id"], text=r["text"], metadata=md, start_char_idx=md["start"], end_char_idx=md["end"],
+                            # the numbers stay out of what an LLM or embedder is shown of the node
+                            excluded_llm_metadata_keys=["doc_score", "doc_rank", "start", "end", "stage", "generation"],
+                            excluded_embed_metadata_keys=list(md))
+            node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=md["doc_id"])
+            out.append(NodeWithScore(node=node, score=r["score"]))
+        return out
