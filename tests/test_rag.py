@@ -1,0 +1,283 @@
+"""What a RAG application needs from a search: passages with offsets, filters applied before
+fusion, batch search to a TREC run, and the framework retrievers (LangChain, LlamaIndex)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ldr
+from ldr.errors import ConfigError, QueryError
+from ldr.search import filters as F
+from ldr.search.passages import word_windows
+
+FILLER = ("The committee reviewed the quarterly figures and agreed to revisit the budget at the next session. "
+          "Several members asked for more detail on travel costs and the timetable for the office move. ")
+NEEDLE = "The secret launch code for the orbital telescope is PELICAN-7431."
+
+
+def _long_docs(n=6):
+    docs = []
+    for i in range(n):
+        parts = [FILLER * 40 + f"Document {i} talks about topic{i}. "]
+        if i == 3:
+            parts.append(NEEDLE + " ")
+        parts.append(FILLER * 40)
+        docs.append({"id": f"doc{i}", "text": "".join(parts), "title": f"Minutes {i}",
+                     "lang": "de" if i % 2 else "en", "year": 2018 + i})
+    return docs
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory):
+    """Every retriever, real packaged models, dense MaxP passages."""
+    return ldr.Index.build(_long_docs(), tmp_path_factory.mktemp("rag") / "idx", bm25="native")
+
+
+def _check_offsets(index, hits):
+    for h in hits:
+        text = index.document(h.id).text
+        for p in h.passages:
+            assert text[p.start:p.end] == p.text and 0 <= p.start < p.end <= len(text)
+
+
+@pytest.mark.slow
+def test_the_best_passage_holds_the_needle_and_offsets_point_into_the_text(hybrid):
+    hits = hybrid.search("secret launch code of the orbital telescope", k=3, passages=2)
+    assert hits[0].id == "doc3"
+    best = hits[0].passages[0]
+    assert "PELICAN-7431" in best.text and best.stage in ("dense", "bm25")
+    assert set(best.scores) == {"dense", "bm25"}       # MaxP vectors score the same windows
+    assert len(hits[0].passages) == 2 and hits[0].passages[0].score >= hits[0].passages[1].score
+    assert len(best.text) < len(hybrid.document("doc3").text) / 4      # a passage, not the document
+    _check_offsets(hybrid, hits)
+    # no full text unless asked; metadata comes with the hit
+    assert hits[0].text is None and hits[0].meta["lang"] == "de"
+    assert hybrid.search("orbital telescope", k=1, with_text=True)[0].text == hybrid.document("doc3").text
+    assert all(not h.passages for h in hybrid.search("orbital telescope", k=2))
+
+
+@pytest.mark.slow
+def test_passages_survive_a_merge_and_json_output(hybrid, tmp_path):
+    idx = ldr.Index.build(_long_docs(4), tmp_path / "m", bm25="native")
+    idx.add([_long_docs()[4], _long_docs()[5]])
+    before = [(h.id, [(p.start, p.end, round(p.score, 6)) for p in h.passages])
+              for h in idx.search("topic5 budget", k=3, passages=2)]
+    idx.merge(1)
+    after = [(h.id, [(p.start, p.end, round(p.score, 6)) for p in h.passages])
+             for h in idx.search("topic5 budget", k=3, passages=2)]
+    assert before == after and len(idx.info()["segments"]) == 1
+    out = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "m"), "topic5", "-k", "2",
+                          "-p", "2", "--json"], capture_output=True, text=True, check=True)
+    hit = json.loads(out.stdout)["hits"][0]
+    assert hit["id"] == "doc5" and len(hit["passages"]) == 2 and "text" not in hit
+    assert {"start", "end", "text", "score", "stage"} <= set(hit["passages"][0])
+
+
+def test_word_windows_when_the_index_has_no_passage_vectors(tmp_path):
+    idx = ldr.Index.build(_long_docs(), tmp_path / "b", dense=None, sparse=None)
+    hits = idx.search("secret launch code telescope", k=2, passages=3)
+    assert hits[0].id == "doc3" and "PELICAN-7431" in hits[0].passages[0].text
+    assert hits[0].passages[0].stage == "bm25"
+    ps = hits[0].passages
+    assert all(not (a.start < b.end and b.start < a.end) for i, a in enumerate(ps) for b in ps[i + 1:])  # no overlaps
+    _check_offsets(idx, hits)
+    # the table shows the best passage as the snippet
+    out = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "b"), "launch code telescope",
+                          "-k", "1"], capture_output=True, text=True, check=True)
+    assert "PELICAN-7431" in out.stdout
+
+
+def test_word_windows_cover_the_text():
+    text = " ".join(f"w{i}" for i in range(1000))
+    wins = word_windows(text, 100, 50)
+    assert wins[0][0] == 0 and wins[-1][1] == len(text)
+    assert all(b[0] < a[1] for a, b in zip(wins, wins[1:]))       # consecutive windows overlap
+    assert word_windows("", 10, 5) == [] and word_windows("one two", 10, 5) == [(0, 7)]
+
+
+# -- filters -------------------------------------------------------------------------------
+def test_filter_parsing_and_matching():
+    assert F.parse(["lang=de", "lang=fr", "year>=2020", "path=contracts/*"]) == {
+        "lang": {"=": ["de", "fr"]}, "year": {">=": "2020"}, "path": {"=": ["contracts/*"]}}
+    for bad in (["lang"], ["=de"], ["year>=1", "year>=2"]):
+        with pytest.raises(QueryError):
+            F.parse(bad)
+    norm = F.normalise({"lang": "de", "year": {">=": 2020, "<": 2024}, "tag": ["a", "b"]})
+    assert norm["lang"] == {"=": ["de"]} and norm["tag"] == {"=": ["a", "b"]}
+    for bad in ({"x": {"~": 1}}, {"x": {"<": [1, 2]}}, {"x": {"=": {"a": 1}}}, ["lang"], {"": 1}):
+        with pytest.raises(QueryError):
+            F.normalise(bad)
+    m = F.matches
+    assert m("de", {"=": ["de"]}) and not m("en", {"=": ["de"]}) and not m(None, {"=": ["de"]})
+    assert m(2021, {">=": "2020"}) and not m(2019, {">=": 2020}) and m("10", {">": 9})    # numbers as numbers
+    assert m("contracts/a.md", {"=": ["contracts/*"]}) and not m("notes/a.md", {"=": ["contracts/*"]})
+    assert m(True, {"=": ["true"]}) and m(3.0, {"=": [3]}) and m(None, {"!=": "de"}) and not m("de", {"!=": "de"})
+
+
+def _filtered_equals_restricted(idx, query, filters, mode, k=3):
+    """A filtered search = the unfiltered ranking of every document, restricted to those that pass."""
+    n = len(idx)
+    full = idx.search(query, k=n, mode=mode, depth=n, rerank=False)
+    passing = {h.id for h in idx.search(query, k=n, mode=mode, filters=filters, depth=n, rerank=False)}
+    got = idx.search(query, k=k, mode=mode, filters=filters, rerank=False)
+    want = [h.id for h in full if h.id in passing][:k]
+    assert [h.id for h in got] == want
+    return got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["bm25", "dense", "sparse", "hybrid"])
+def test_filters_apply_before_fusion_in_every_retriever(hybrid, mode):
+    got = _filtered_equals_restricted(hybrid, "committee budget topic3 topic5", {"lang": "de"}, mode)
+    assert len(got) == 3 and all(hybrid.document(h.id).meta["lang"] == "de" for h in got)
+    got = hybrid.search("budget", k=10, mode=mode, filters={"year": {">=": 2021}, "lang": ["en", "de"]})
+    assert sorted(h.id for h in got) == ["doc3", "doc4", "doc5"]      # k filled only from passing documents
+    assert hybrid.search("budget", mode=mode, filters={"id": "nothing*"}) == []
+
+
+@pytest.mark.parametrize("backend", ["tantivy", "native", pytest.param("lucene", marks=pytest.mark.lucene)])
+def test_filters_fill_k_from_bm25_backends(tmp_path, backend):
+    if backend == "lucene":
+        pytest.importorskip("pyserini")
+    # the passing documents rank low: tantivy/Lucene must be asked past their first k hits
+    docs = [{"id": f"d{i}", "text": "alpha " * (40 - i) + "beta", "team": "red" if i >= 30 else "blue"}
+            for i in range(40)]
+    idx = ldr.Index.build(docs, tmp_path / backend, dense=None, sparse=None, bm25=backend)
+    got = _filtered_equals_restricted(idx, "alpha", {"team": "red"}, "bm25", k=5)
+    assert len(got) == 5
+    idx.delete(["d30"])                 # deleted documents stay out of filtered results
+    assert "d30" not in [h.id for h in idx.search("alpha", k=10, filters={"team": "red"})]
+    with pytest.raises(QueryError, match="no document has the field"):
+        idx.search("alpha", filters={"teem": "red"})
+
+
+def test_path_and_parquet_columns_are_filterable(tmp_path, write_jsonl):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = tmp_path / "corpus"
+    (corpus / "contracts").mkdir(parents=True)
+    (corpus / "notes").mkdir()
+    (corpus / "contracts" / "lease.txt").write_text("the lease ends with notice of termination")
+    (corpus / "notes" / "memo.txt").write_text("a memo about termination of the project")
+    write_jsonl(corpus / "records.jsonl", [{"id": "r1", "text": "termination clause in a record", "lang": "fr"}])
+    pq.write_table(pa.table({"id": ["p1", "p2"], "text": ["termination in parquet", "termination again"],
+                             "lang": ["de", "en"], "pages": [3, 40]}), corpus / "table.parquet")
+    idx = ldr.Index.build(corpus, tmp_path / "idx", dense=None, sparse=None)
+    ids = lambda **f: sorted(h.id for h in idx.search("termination", k=10, filters=f))  # noqa: E731
+    assert ids(path="contracts/*") == ["contracts/lease.txt"]
+    assert ids(path="*.jsonl") == ["r1"]
+    assert ids(lang="de") == ["p1"] and ids(pages={">": 10}) == ["p2"]
+    assert ids(lang=["fr", "en"]) == ["p2", "r1"]
+    out = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "idx"), "termination",
+                          "--filter", "path=notes/*", "--json"], capture_output=True, text=True, check=True)
+    assert [h["id"] for h in json.loads(out.stdout)["hits"]] == ["notes/memo.txt"]
+    bad = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "idx"), "termination",
+                          "--filter", "pages"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "bad filter" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- batch search --------------------------------------------------------------------------
+def test_batch_search_writes_a_trec_run(tmp_path, write_jsonl):
+    docs = [{"id": f"d{i}", "text": f"alpha{i % 5} beta{i % 3} gamma"} for i in range(30)]
+    idx = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None)
+    (tmp_path / "q.tsv").write_text("q1\talpha1 beta2\nq2\tgamma alpha3\nq3\t   \n")
+    write_jsonl(tmp_path / "queries.jsonl", [{"_id": "q1", "text": "alpha1 beta2"}, {"_id": "q2", "text": "gamma alpha3"}])
+    cmd = [sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "idx"), "-k", "4", "--run-tag", "t"]
+    r = subprocess.run(cmd + ["--queries", str(tmp_path / "q.tsv"), "-o", str(tmp_path / "run.trec")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "2 queries searched, 8 lines" in r.stderr and "1 queries skipped: q3" in r.stderr
+    lines = (tmp_path / "run.trec").read_text().splitlines()
+    assert len(lines) == 8
+    for qid, text in (("q1", "alpha1 beta2"), ("q2", "gamma alpha3")):
+        want = [f"{qid} Q0 {h.id} {h.rank} {h.score:.6f} t" for h in idx.search(text, k=4)]
+        assert [ln for ln in lines if ln.startswith(qid + " ")] == want
+    r2 = subprocess.run(cmd + ["--queries", str(tmp_path / "queries.jsonl")], capture_output=True, text=True, check=True)
+    assert r2.stdout.splitlines() == lines                              # BEIR jsonl, to stdout
+    (tmp_path / "bad.tsv").write_text("no tab here\n")
+    r3 = subprocess.run(cmd + ["--queries", str(tmp_path / "bad.tsv"), "-o", str(tmp_path / "bad.trec")],
+                        capture_output=True, text=True)
+    assert r3.returncode == 2 and "line(s) 1" in r3.stderr and not (tmp_path / "bad.trec").exists()
+    r4 = subprocess.run(cmd, capture_output=True, text=True)
+    assert r4.returncode == 2 and "either a QUERY or --queries" in r4.stderr
+
+
+def test_search_many_equals_search(tmp_path):
+    docs = [{"id": f"d{i}", "text": f"alpha{i % 5} beta{i % 3} gamma"} for i in range(30)]
+    idx = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None)
+    qs = {"a": "alpha1", "b": "beta2 gamma", "c": ""}
+    got = dict(idx.search_many(qs, k=5, batch_size=2))
+    assert isinstance(got["c"], QueryError)
+    for q in ("a", "b"):
+        assert [(h.id, h.score) for h in got[q]] == [(h.id, h.score) for h in idx.search(qs[q], k=5)]
+
+
+# -- cross-encoder windows -----------------------------------------------------------------
+def test_cross_encoder_scores_the_first_stage_best_passages(tmp_path):
+    from tiny_models import make
+
+    model = str(make("bert-classifier", tmp_path / "ce"))
+    idx = ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
+    r = idx.reranker(None, model)
+    r.settings.max_windows = 1
+    hits = idx.search("secret launch code telescope", k=3, rerank_model=model, rerank_depth=3, passages=1)
+    for h in hits:
+        best = idx.search("secret launch code telescope", k=3, passages=1, rerank=False)
+        p = next(x for x in best if x.id == h.id).passages[0]
+        # the reranker scored exactly the document's best passage (not its opening window)
+        assert h.scores["rerank"] == pytest.approx(float(r.score("secret launch code telescope", [""], [[p.text]])[0]),
+                                                   abs=1e-5)
+
+
+# -- framework retrievers, on a local index ------------------------------------------------
+def test_langchain_retriever_on_a_local_index(tmp_path):
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    from ldr.integrations.langchain import LdrRetriever
+
+    ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
+    r = LdrRetriever(index=str(tmp_path / "idx"), k=2, passages=2, filters={"lang": "de"})
+    assert isinstance(r, BaseRetriever)
+    docs = r.invoke("secret launch code telescope budget")
+    assert len(docs) == 4 and all(isinstance(d, Document) for d in docs)
+    top = docs[0]
+    assert top.metadata["doc_id"] == "doc3" and "PELICAN-7431" in top.page_content
+    text = ldr.open(tmp_path / "idx").document("doc3").text
+    assert text[top.metadata["start"]:top.metadata["end"]] == top.page_content
+    assert top.id == f"doc3#{top.metadata['start']}-{top.metadata['end']}" and top.metadata["lang"] == "de"
+    assert {d.metadata["doc_id"] for d in docs} <= {"doc1", "doc3", "doc5"}
+    with pytest.raises(ConfigError):
+        LdrRetriever(k=2)
+
+
+def test_llamaindex_retriever_on_a_local_index(tmp_path):
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import NodeWithScore
+
+    from ldr.integrations.llamaindex import LdrRetriever
+
+    idx = ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
+    r = LdrRetriever(idx, k=3, passages=1)
+    assert isinstance(r, BaseRetriever)
+    nodes = r.retrieve("secret launch code telescope budget")
+    assert len(nodes) == 3 and all(isinstance(n, NodeWithScore) for n in nodes)
+    n = nodes[0]
+    assert n.node.metadata["doc_id"] == "doc3" and "PELICAN-7431" in n.node.get_content()
+    assert idx.document("doc3").text[n.node.start_char_idx:n.node.end_char_idx] == n.node.text
+    assert n.score == pytest.approx(idx.search("secret launch code telescope budget", k=1, passages=1)[0].passages[0].score)
+    assert np.all(np.diff([x.node.metadata["doc_rank"] for x in nodes]) > 0)
+
+
+def test_rag_example_assembles_a_cited_prompt(tmp_path):
+    from conftest import ROOT
+
+    ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "rag.py"), str(tmp_path / "idx"),
+                          "what is the secret launch code of the telescope?", "-k", "2"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "[1] (Minutes 3)" in out and "PELICAN-7431" in out and "Question: what is the secret" in out
+    assert "[1] doc3 characters" in out
