@@ -141,6 +141,9 @@ def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float
                         f"{doc.meta.get('source') or doc.id} ({utf8_len(doc.text) / (1 << 20):.1f} MB; raise --max-doc-mb)")
             continue
         where = doc.meta.get("source", "") if doc.meta else ""
+        if not (doc.text.strip() or doc.title.strip()):   # as the file readers do: nothing to search
+            report.skip("empty document", where or doc.id or "(no id)")
+            continue
         if not doc.id:
             raise CorpusError(f"a document has an empty id{f' ({where})' if where else ''}")
         if doc.id in seen:

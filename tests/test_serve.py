@@ -1,0 +1,264 @@
+"""`ldr serve` as users start it (a real uvicorn process on 127.0.0.1), spoken to over real HTTP."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import ldr
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+KEY = "test-key-123"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, index, *args):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "LDR_API_KEY": ""}
+        self.proc = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(index), "--port", str(self.port),
+                                      *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + self.proc.stdout.read())
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("server did not start")
+        self.http = httpx.Client(base_url=self.url, timeout=60)
+
+    def stop(self) -> str:
+        self.http.close()
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out
+
+
+def _docs(n=20):
+    return [{"id": f"doc{i}", "text": f"report {i} on topic{i % 4} with bridges and rivers. " * 30
+             + ("The secret word is ZEBRA-99. " if i == 7 else ""), "title": f"Report {i}",
+             "team": "red" if i % 2 else "blue"} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    idx = tmp_path_factory.mktemp("serve") / "idx"
+    ldr.Index.build(_docs(), idx, bm25="native")      # every retriever: the models load in the server
+    s = Server(idx, "--api-key", KEY, "--max-body-mb", "1")
+    s.index = idx
+    yield s
+    log = s.stop()
+    assert "Traceback" not in log, log
+
+
+def _no_traceback(r):
+    assert "Traceback" not in r.text and "File \"" not in r.text
+    return r
+
+
+def test_search_with_passages_filters_and_generation(server):
+    r = server.http.post("/search", json={"query": "secret word zebra", "k": 3, "passages": 2})
+    assert r.status_code == 200
+    body = r.json()
+    hit = body["hits"][0]
+    assert hit["id"] == "doc7" and "ZEBRA-99" in hit["passages"][0]["text"] and "text" not in hit
+    text = server.http.get("/documents/doc7").json()["text"]
+    assert all(text[p["start"]:p["end"]] == p["text"] for p in hit["passages"])
+    assert isinstance(body["generation"], int) and body["took_ms"] > 0
+    r = server.http.post("/search", json={"query": "bridges rivers", "k": 20, "filters": {"team": "red"}})
+    assert {h["meta"]["team"] for h in r.json()["hits"]} == {"red"} and len(r.json()["hits"]) == 10
+    r = server.http.post("/search", json={"query": "bridges", "k": 2, "mode": "bm25", "with_text": True, "passages": 0})
+    assert r.json()["hits"][0]["text"].startswith("report") and "passages" not in r.json()["hits"][0]
+
+
+@pytest.mark.parametrize("payload,status,words", [
+    ({"query": ""}, 400, "empty"),
+    ({"query": "x", "k": 0}, 422, "k"),
+    ({"query": "x", "k": 5000}, 400, "at most"),
+    ({"query": "x" * 9000}, 413, "characters"),
+    ({"query": "x", "passages": 99}, 400, "passages"),
+    ({"query": "x", "mode": "magic"}, 400, "unknown mode"),
+    ({"query": "x", "filters": {"colour": "red"}}, 400, "no document has the field"),
+    ({"query": "x", "filters": {"team": {"~": 1}}}, 400, "operator"),
+    ({"query": "x", "weights": {"bm25": -1}}, 400, "weight"),
+    ({"qeury": "x"}, 422, "query"),
+])
+def test_bad_searches_get_json_errors(server, payload, status, words):
+    r = _no_traceback(server.http.post("/search", json=payload))
+    assert r.status_code == status and words in r.json()["error"]
+
+
+def test_malformed_and_oversized_requests(server):
+    r = _no_traceback(server.http.post("/search", content=b"{not json", headers={"content-type": "application/json"}))
+    assert r.status_code == 422 and "error" in r.json()
+    big = json.dumps({"query": "x", "filters": {"team": "y" * (2 << 20)}})
+    r = _no_traceback(server.http.post("/search", content=big, headers={"content-type": "application/json"}))
+    assert r.status_code == 413
+    r = _no_traceback(server.http.get("/no/such/endpoint"))
+    assert r.status_code == 404 and "error" in r.json()
+    r = _no_traceback(server.http.get("/documents/nope"))
+    assert r.status_code == 404 and "nope" in r.json()["error"]
+
+
+def test_writes_need_the_key_and_are_searchable_at_once(server):
+    doc = {"id": "new/1", "text": "a memo about the quokka colony on the island", "team": "green"}
+    r = _no_traceback(server.http.post("/documents", json={"documents": [doc]}))
+    assert r.status_code == 401
+    r = server.http.post("/documents", json={"documents": [doc]}, headers={"X-API-Key": "wrong"})
+    assert r.status_code == 401
+    r = server.http.post("/documents", json={"documents": [doc, {"id": "empty", "text": "  "}]},
+                         headers={"X-API-Key": KEY})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["added"] == 1 and body["skipped"] == 1 and "empty document" in body["skip_reasons"]
+    hits = server.http.post("/search", json={"query": "quokka colony", "k": 1}).json()
+    assert hits["hits"][0]["id"] == "new/1" and hits["generation"] == body["generation"]
+    assert server.http.get("/documents/new%2F1").json()["meta"]["team"] == "green"
+    # replace, then delete (Bearer works too)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    r = server.http.post("/documents", json={"documents": [dict(doc, text="now about wombats")]}, headers=auth)
+    assert r.json()["replaced"] == ["new/1"]
+    r = server.http.delete("/documents/new%2F1", headers=auth)
+    assert r.status_code == 200 and r.json()["deleted"] == ["new/1"]
+    assert server.http.delete("/documents/new%2F1", headers=auth).status_code == 404
+    assert server.http.delete("/documents/doc1").status_code == 401
+    r = _no_traceback(server.http.post("/documents", json={"documents": [doc, doc]}, headers=auth))
+    assert r.status_code == 400 and "twice" in r.json()["error"]
+    r = _no_traceback(server.http.post("/documents", json={"documents": [{"id": "x"}]}, headers=auth))
+    assert r.status_code == 422
+
+
+def test_info_health_metrics_and_openapi(server):
+    health = server.http.get("/health").json()
+    assert health["status"] == "ok" and health["documents"] >= 20
+    info = server.http.get("/info").json()
+    assert info["generation"] == health["generation"] and "dense" in info["components"]
+    m = server.http.get("/metrics")
+    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
+    text = m.text
+    assert 'ldr_requests_total{endpoint="/search",method="POST",status="200"}' in text
+    assert "ldr_request_seconds_bucket" in text and "ldr_errors_total" in text
+    assert f"ldr_index_generation {float(health['generation'])}" in text
+    assert server.http.get("/docs").status_code == 200
+    assert "/search" in server.http.get("/openapi.json").json()["paths"]
+
+
+def test_the_server_follows_generations_committed_by_other_processes(server, tmp_path):
+    before = server.http.get("/health").json()["generation"]
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "platypus.txt").write_text("the platypus lays eggs and hunts under water")
+    subprocess.run([sys.executable, "-m", "ldr.cli", "add", str(corpus), "-i", str(server.index), "--wait"],
+                   check=True, capture_output=True)
+    deadline = time.time() + 30
+    while server.http.get("/health").json()["generation"] == before and time.time() < deadline:
+        time.sleep(0.2)
+    r = server.http.post("/search", json={"query": "platypus eggs", "k": 1}).json()
+    assert r["generation"] > before and r["hits"][0]["id"] == "platypus.txt"
+
+
+def test_searches_during_concurrent_adds_never_mix_generations(server):
+    """Searches run while POST /documents commits: every answer is whole and from one generation
+    (its hits are exactly the documents that generation holds)."""
+    live_at: dict[int, set] = {}
+    g0 = server.http.get("/health").json()["generation"]
+    errors, answers, stop = [], [], threading.Event()
+
+    def searcher():
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            while not stop.is_set():
+                r = c.post("/search", json={"query": "batch marker", "k": 50, "mode": "bm25", "passages": 0})
+                if r.status_code != 200:
+                    errors.append(r.text)
+                else:
+                    answers.append(r.json())
+
+    threads = [threading.Thread(target=searcher) for _ in range(4)]
+    for t in threads:
+        t.start()
+    added = set()
+    try:
+        for b in range(3):
+            batch = [{"id": f"batch{b}-{i}", "text": f"batch marker {b} document {i}"} for i in range(5)]
+            r = server.http.post("/documents", json={"documents": batch}, headers={"X-API-Key": KEY})
+            assert r.status_code == 200, r.text
+            added |= {d["id"] for d in batch}
+            live_at[r.json()["generation"]] = set(added)
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors and len(answers) > 10
+    seen = set()
+    for a in answers:
+        ids = {h["id"] for h in a["hits"]}
+        g = a["generation"]
+        seen.add(g)
+        if g in live_at:
+            assert ids == live_at[g]
+        elif g < min(live_at):
+            assert ids == set() or g == g0
+    assert len(seen) >= 2      # the searches did cross commits
+
+
+def test_client_and_framework_retrievers_against_the_server(server):
+    from ldr.integrations.langchain import LdrRetriever as LangchainRetriever
+    from ldr.integrations.llamaindex import LdrRetriever as LlamaRetriever
+    from ldr.serve.client import Client
+
+    with Client(server.url, api_key=KEY) as c:
+        hits = c.search("secret word zebra", k=2, passages=1)
+        assert hits[0].id == "doc7" and "ZEBRA-99" in hits[0].passages[0].text and hits.generation >= 1
+        assert c.document("doc7").title == "Report 7"
+        with pytest.raises(KeyError):
+            c.document("nope")
+        with pytest.raises(ldr.ConfigError):
+            Client(server.url).add([{"id": "z", "text": "no key"}])
+        with pytest.raises(ldr.errors.QueryError):
+            c.search("")
+    docs = LangchainRetriever(url=server.url, k=2, passages=1).invoke("secret word zebra")
+    assert docs[0].metadata["doc_id"] == "doc7" and "ZEBRA-99" in docs[0].page_content
+    nodes = LlamaRetriever(url=server.url, k=2, passages=1, filters={"team": "red"}).retrieve("secret word zebra")
+    assert nodes[0].node.metadata["doc_id"] == "doc7" and all(n.node.metadata["team"] == "red" for n in nodes)
+    with pytest.raises(ldr.LdrError, match="cannot reach"):
+        Client("http://127.0.0.1:1").search("x")
+
+
+def test_a_read_only_server_refuses_writes(tmp_path):
+    idx = tmp_path / "ro"
+    ldr.Index.build(_docs(4), idx, dense=None, sparse=None)
+    s = Server(idx, "--read-only")
+    try:
+        r = _no_traceback(s.http.post("/documents", json={"documents": [{"id": "a", "text": "b"}]}))
+        assert r.status_code == 403 and "read-only" in r.json()["error"]
+        assert s.http.delete("/documents/doc1").status_code == 403
+        assert s.http.post("/search", json={"query": "bridges", "k": 1}).status_code == 200
+    finally:
+        assert "Traceback" not in s.stop()
+
+
+def test_serve_reports_a_bad_index_before_starting(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path / "missing"), "--port",
+                        str(_free_port())], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
