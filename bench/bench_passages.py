@@ -1,0 +1,151 @@
+"""Passage quality: does a hit's best passage hold the text that answers the query?
+
+- needle (synthetic, haystack: Paul Graham essays): a fact about a person inserted at a random
+  depth; the answer-bearing text is the fact sentence. Reported per document length:
+  `located`: the best passage of the relevant document (the search filtered to it) holds the fact;
+  `top1`: the first hit is the relevant document and its best passage holds the fact. Each for
+  the default passage scoring (dense MaxP passages + BM25 windows) and each stage alone.
+- qmsum-train: QMSum's BEIR form has no answer spans, so two honest proxies: how often the best
+  passage of the first hit comes from a relevant meeting, and how often the best passage of the
+  relevant meeting is (or overlaps) its "oracle" window: the one that shares the most distinct
+  content words with the query summary (a lexical proxy, favourable to BM25).
+
+    python bench/bench_passages.py --lengths 1024,2048,4096,8192 --qmsum-index /tmp/ldr-bench/qmsum-index
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+WEIGHTS = {"default": None, "dense only": {"dense": 1.0, "bm25": 0.0}, "bm25 only": {"dense": 0.0, "bm25": 1.0}}
+_WORD = re.compile(r"[a-z0-9]+")
+STOP = set("the a an and or of to in on for with is are was were be been it this that as at by from we they "
+           "i you he she our their about which who what when how also there had has have not but so if into".split())
+
+
+def finder_for(ix, weights):
+    """The index's passage finder with these passage weights (retrieval itself unchanged)."""
+    view = ix._view
+    retrievers = {n: ix.retriever(n, view) for n in ix.retriever_names}
+    return ix._finder(view, weights, retrievers)
+
+
+def needle_bench(lengths, n_docs, n_queries, haystack: Path) -> dict:
+    import ldr
+    from ldr.eval.synthetic import needle
+
+    task = needle(haystack, lengths=lengths, n_docs=n_docs, n_queries=n_queries)
+    out = {}
+    for length in lengths:
+        corpus, queries, qrels = task.split(length)
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            ix = ldr.Index.build([{"id": d, "text": x} for d, x in corpus.items()], Path(tmp) / "idx")
+            build_s = time.perf_counter() - t
+            res = {"build_s": round(build_s, 1)}
+            facts = {}   # "What is NAME's THING?" asks back the sentence "NAME's THING is VALUE."
+            for qid, q in queries.items():
+                rel = next(iter(qrels[qid]))
+                head = re.match(r"What is (.+)\?$", q).group(1) + " is "
+                i = corpus[rel].index(head)
+                facts[rel] = corpus[rel][i:corpus[rel].index(".", i + len(head)) + 1]
+            for label, w in WEIGHTS.items():
+                finder = finder_for(ix, w)
+                located = top1 = 0
+                for qid, q in queries.items():
+                    rel = next(iter(qrels[qid]))
+                    qvec = ix.retriever("dense").encode(q)
+                    best = finder.find(q, qvec, {ix.docstore.row(rel): ix.document(rel).text}, 1)
+                    p = next(iter(best.values()))
+                    located += bool(p) and facts[rel] in p[0].text
+                    if label == "default":
+                        hit = ix.search(q, k=1, passages=1)[0]
+                        top1 += hit.id == rel and facts[rel] in hit.passages[0].text
+                res[label] = {"located": round(100 * located / len(queries), 1)}
+                if label == "default":
+                    res[label]["top1"] = round(100 * top1 / len(queries), 1)
+            ix.close()
+        out[length] = res
+        print(length, json.dumps(res), file=sys.stderr)
+    return out
+
+
+def _content(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in STOP and len(w) > 2}
+
+
+def qmsum_bench(index: Path, beir: Path, max_queries: int | None) -> dict:
+    import ldr
+    from ldr.eval.beir import load_qrels, load_queries
+
+    ix = ldr.open(index)
+    queries = load_queries(beir)
+    qrels = load_qrels(beir / "qrels" / "test.tsv")
+    qids = [q for q in queries if q in qrels][:max_queries]
+    res = {"queries": len(qids)}
+    for label, w in WEIGHTS.items():
+        finder = finder_for(ix, w)
+        relevant_top = oracle_hit = oracle_overlap = 0
+        t = time.perf_counter()
+        for qid in qids:
+            q = queries[qid]
+            rel = next(d for d, g in qrels[qid].items() if g > 0)
+            qvec = ix.retriever("dense").encode(q)
+            text = ix.document(rel).text
+            cands = finder.find(q, qvec, {ix.docstore.row(rel): text}, 1000)
+            ps = next(iter(cands.values()))
+            qc = _content(q)
+            oracle = max(ps, key=lambda p: (len(qc & _content(p.text)), -p.start))
+            best = max(ps, key=lambda p: p.score)
+            oracle_hit += (best.start, best.end) == (oracle.start, oracle.end)
+            oracle_overlap += best.start < oracle.end and oracle.start < best.end
+            if label == "default":
+                hit = ix.search(q, k=1, passages=1)[0]
+                relevant_top += qrels[qid].get(hit.id, 0) > 0
+        n = len(qids)
+        res[label] = {"best_is_oracle": round(100 * oracle_hit / n, 1),
+                      "best_overlaps_oracle": round(100 * oracle_overlap / n, 1),
+                      "seconds": round(time.perf_counter() - t, 1)}
+        if label == "default":
+            res[label]["top1_passage_from_relevant"] = round(100 * relevant_top / n, 1)
+        print("qmsum", label, json.dumps(res[label]), file=sys.stderr)
+    windows = [len(next(iter(finder.find("x", None, {ix.docstore.row(d): ix.document(d).text}, 10_000).values())))
+               for d in list(ix.docstore.live_ids())[:50]]
+    res["windows_per_meeting_median"] = float(np.median(windows))
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", default="1024,2048,4096,8192")
+    ap.add_argument("--docs", type=int, default=50)
+    ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument("--haystack", default=str(ROOT.parent / "shared/data/paul-graham-essays"))
+    ap.add_argument("--beir", default=str(ROOT.parent / "shared/data/qmsum-train"))
+    ap.add_argument("--qmsum-index", default="/tmp/ldr-bench/qmsum-index")
+    ap.add_argument("--qmsum-queries", type=int, default=None)
+    ap.add_argument("--skip", default="", help="needle or qmsum")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/passages.json"))
+    args = ap.parse_args()
+    out = {}
+    if "needle" not in args.skip:
+        out["needle"] = needle_bench([int(x) for x in args.lengths.split(",")], args.docs, args.queries, Path(args.haystack))
+    if "qmsum" not in args.skip:
+        from bench_serve import ensure_index
+        ensure_index(Path(args.qmsum_index), Path(args.beir) / "corpus.jsonl")
+        out["qmsum"] = qmsum_bench(Path(args.qmsum_index), Path(args.beir), args.qmsum_queries)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
