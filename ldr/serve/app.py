@@ -136,19 +136,24 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
     def index() -> "api.Index":
         return state["index"]
 
+    def warm() -> None:
+        """Load the components of the generation just opened, off any user's request."""
+        if s.warm_up:
+            index().search("warm up", k=1, passages=1)
+
     async def follow_generations():
         while True:
             await asyncio.sleep(s.refresh_seconds)
             try:
-                await run_in_threadpool(index().refresh)
+                if await run_in_threadpool(index().refresh):
+                    await run_in_threadpool(warm)
             except Exception as e:  # a damaged newer generation: keep serving the one we have
                 log.warning("cannot move to the newest generation: %s", e)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         state["index"] = await run_in_threadpool(api.open, index_path, False, device, trust_remote_code)
-        if s.warm_up:   # load every model now, not in the first user's request
-            await run_in_threadpool(lambda: index().search("warm up", k=1, passages=1))
+        await run_in_threadpool(warm)   # load every model now, not in the first user's request
         task = asyncio.create_task(follow_generations())
         try:
             yield
@@ -272,6 +277,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             docs.append({"id": d.id, "text": d.text, "title": d.title, **extra, **(d.meta or {})})
         with write_lock:
             result = index().add(docs, wait=s.write_wait_seconds)
+            warm()
         report = result.pop("report", None)
         # nothing is lost silently: every document is added, replaced or a counted skip with its reason
         reasons = {r: {"count": n, "examples": report.examples.get(r, [])} for r, n in report.skipped.items()} \
@@ -284,6 +290,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
         check_write(request)
         with write_lock:
             result = index().delete([doc_id], wait=s.write_wait_seconds)
+            warm()
         if result["missing"]:
             raise HTTPException(404, f"no document {doc_id!r}")
         return {"deleted": result["deleted"], "generation": result["generation"]}
