@@ -80,6 +80,7 @@ class Index:
         self.verify = verify
         self._encoders: dict = {}
         self._rerankers: dict = {}
+        self._window_terms: dict = {}   # analysed passage windows by uid, per analyzer (ldr/search/passages.py)
         self._load_lock = threading.RLock()   # components load once, whichever thread asks first
         self._view = self._open_view(generation)
 
@@ -384,11 +385,17 @@ class Index:
         from .index.bm25.analysis import Analyzer
         from .search.passages import PassageFinder
 
+        from .search.passages import WindowTerms
+
         comps = view.manifest["components"]
         analyzer = Analyzer.from_dict(comps["bm25"]["analyzer"]) if "bm25" in comps else Analyzer()
         dense = retrievers.get("dense")
         maxp = "dense" in comps and comps["dense"]["model"].get("settings", {}).get("strategy") == "maxp"
-        return PassageFinder(analyzer, weights, dense if maxp else None)
+        # a uid's text never changes, but a rebuild may change the analyzer or the dense passages
+        sig = (str(sorted(analyzer.to_dict().items())), str(comps.get("dense", {}).get("model", {}).get("settings")))
+        with self._load_lock:
+            cache = self._window_terms.setdefault(sig, WindowTerms())
+        return PassageFinder(analyzer, weights, dense if maxp else None, cache=cache)
 
     def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
                 mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,
@@ -443,7 +450,7 @@ class Index:
         reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None
         finder = self._finder(view, opts.weights, retrievers) if (passages or rerank_model) else None
         rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank, allow=allow,
-                              finder=finder, reps=reps)
+                              finder=finder, reps=reps, uids=store.uids)
         hits = to_hits(rows, store.ids, store.titles)
         if passages:
             t = time.perf_counter()

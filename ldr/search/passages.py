@@ -11,9 +11,7 @@ index's fusion weights, so passage scores compare across hits.
 """
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -53,12 +51,53 @@ def word_windows(text: str, size: int = WORDS, stride: int = STRIDE) -> list[tup
     return out
 
 
+class WindowTerms:
+    """The analysed terms of each window of documents, kept by a key that never changes for the
+    same text (the document's uid): a document's windows are analysed once, and each later query
+    only counts its terms (numpy), instead of analysing megabytes of text per search. Bounded by
+    `max_tokens` (int32 term ids, least recently used dropped first); thread-safe."""
+
+    def __init__(self, max_tokens: int = 16_000_000):
+        import threading
+        from collections import OrderedDict
+
+        self.vocab: dict[str, int] = {}
+        self._docs: OrderedDict = OrderedDict()
+        self._tokens, self.max_tokens = 0, max_tokens
+        self._lock = threading.Lock()
+
+    def get(self, key, text: str, spans, analyse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(spans (m, 2), indptr (m + 1), term ids) of a document's windows: `spans` when given
+        (the dense passages), else word windows."""
+        with self._lock:
+            hit = self._docs.get(key) if key is not None else None
+            if hit is not None:
+                self._docs.move_to_end(key)
+                return hit
+        win = np.asarray(spans if spans is not None else word_windows(text), dtype=np.int64).reshape(-1, 2)
+        per = [analyse(text[a:e]) for a, e in win.tolist()]
+        with self._lock:
+            ids = np.fromiter((self.vocab.setdefault(t, len(self.vocab)) for toks in per for t in toks),
+                              dtype=np.int32, count=sum(len(t) for t in per))
+            indptr = np.zeros(len(per) + 1, dtype=np.int64)
+            np.cumsum([len(t) for t in per], out=indptr[1:])
+            entry = (win, indptr, ids)
+            if key is not None:
+                self._docs[key] = entry
+                self._tokens += len(ids)
+                while self._tokens > self.max_tokens and len(self._docs) > 1:
+                    _, (_, _, old) = self._docs.popitem(last=False)
+                    self._tokens -= len(old)
+        return entry
+
+
 class PassageFinder:
     """Scores windows of given documents for one query. `dense`: the generation's MultiDense when
     its vectors are passages (MaxP), else None; `analyzer`: the index's BM25 Analyzer settings;
-    `weights`: fusion weights."""
+    `weights`: fusion weights; `cache`: a WindowTerms shared by the searches of an index."""
 
-    def __init__(self, analyzer, weights: dict | None = None, dense=None, k1: float = 1.2, b: float = 0.75):
+    def __init__(self, analyzer, weights: dict | None = None, dense=None, k1: float = 1.2, b: float = 0.75,
+                 cache: WindowTerms | None = None):
         from ..index.bm25.analysis import cjk_pretokenize
         from ..index.bm25.tantivy_backend import _analyzer
 
@@ -71,6 +110,7 @@ class PassageFinder:
         if self.w_dense == 0 and self.w_terms == 0:   # a sparse-only weighting: words still locate passages
             self.w_terms = 1.0
         self.k1, self.b = k1, b
+        self.cache = cache if cache is not None else WindowTerms()
 
     def terms(self, text: str) -> list[str]:
         return self._an.analyze(self._pre(text))
@@ -79,40 +119,39 @@ class PassageFinder:
         from ..index.bm25.base import first_terms
         return set(first_terms(self.terms(query)))
 
-    def find(self, query: str, qvec, docs: dict[int, str], n: int) -> dict[int, list[Passage]]:
-        """{docno: its n best passages, best first} for the documents {docno: text}."""
+    def find(self, query: str, qvec, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
+        """{docno: its n best passages, best first} for the documents {docno: text}; `keys`
+        {docno: uid} lets the window terms of a document be reused by later queries."""
         if n < 1 or not docs:
             return {d: [] for d in docs}
         qterms = self.query_terms(query)
-        windows: list[tuple[int, int, int]] = []       # (docno, start, end)
-        dense_scores: list[float] = []
-        have_dense = []
+        owners, spans_all, dense_all, has_all, parts = [], [], [], [], []
         for d, text in docs.items():
             spans, sims = None, None
             if self.dense is not None and qvec is not None:
                 sims, spans = self.dense.passage_scores(qvec, d)
                 if spans is not None and (len(spans) == 0 or (spans < 0).any() or spans[:, 1].max() > len(text)):
                     spans = None   # a segment from before spans were kept, or not MaxP passages
-            if spans is not None:
-                for (a, e), s in zip(spans.tolist(), sims.tolist()):
-                    windows.append((d, a, e))
-                    dense_scores.append(s)
-                    have_dense.append(True)
-            else:
-                for a, e in word_windows(text):
-                    windows.append((d, a, e))
-                    dense_scores.append(0.0)
-                    have_dense.append(False)
-        term_scores = self._bm25([docs[d][a:e] for d, a, e in windows], qterms)
-        dense_arr = np.asarray(dense_scores, dtype=np.float64)
-        has = np.asarray(have_dense, dtype=bool)
+            key = (keys[d], spans is not None) if keys is not None else None
+            win, indptr, ids = self.cache.get(key, text, spans, self.terms)
+            m = len(win)
+            owners.append(np.full(m, d, dtype=np.int64))
+            spans_all.append(win)
+            dense_all.append(sims if spans is not None else np.zeros(m))
+            has_all.append(np.full(m, spans is not None))
+            parts.append((indptr, ids))
+        if not sum(len(o) for o in owners):
+            return {d: [] for d in docs}
+        owner, win = np.concatenate(owners), np.concatenate(spans_all)
+        dense_arr = np.concatenate(dense_all).astype(np.float64)
+        has = np.concatenate(has_all)
+        term_scores = self._bm25(parts, qterms)
         dn = _minmax(dense_arr, has)
-        tn = _minmax(term_scores, np.ones(len(windows), bool))
+        tn = _minmax(term_scores, np.ones(len(win), bool))
         total = self.w_dense * dn + self.w_terms * tn
         out: dict[int, list[Passage]] = {d: [] for d in docs}
-        order = sorted(range(len(windows)), key=lambda i: (-total[i], windows[i][1]))
-        for i in order:
-            d, a, e = windows[i]
+        for i in np.lexsort((win[:, 0], -total)).tolist():
+            d, (a, e) = int(owner[i]), win[i].tolist()
             chosen = out[d]
             if len(chosen) >= n or any(a < p.end and p.start < e for p in chosen):
                 continue   # overlapping word windows: the better one stands for both
@@ -122,22 +161,29 @@ class PassageFinder:
             stage = "dense" if has[i] and self.w_dense * dn[i] >= self.w_terms * tn[i] else "bm25"
             a, e = _tidy(docs[d], a, e)
             chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores))
+            if all(len(c) >= n for c in out.values()):
+                break
         return out
 
-    def _bm25(self, texts: list[str], qterms: set[str]) -> np.ndarray:
+    def _bm25(self, parts: list[tuple[np.ndarray, np.ndarray]], qterms: set[str]) -> np.ndarray:
         """BM25 of each window among these windows (Lucene's idf and length normalisation)."""
-        if not texts or not qterms:
-            return np.zeros(len(texts))
-        tfs, lengths = [], np.zeros(len(texts))
-        for i, t in enumerate(texts):
-            toks = self.terms(t)
-            lengths[i] = len(toks)
-            tfs.append(Counter(x for x in toks if x in qterms))
-        df = Counter(t for c in tfs for t in c)
-        n, avg = len(texts), max(lengths.mean(), 1.0)
-        idf = {t: math.log1p((n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        lengths = np.concatenate([np.diff(ip) for ip, _ in parts]).astype(np.float64)
+        qids = np.array(sorted(self.cache.vocab[t] for t in qterms if t in self.cache.vocab), dtype=np.int32)
+        if not len(qids) or not len(lengths):
+            return np.zeros(len(lengths))
+        tf = np.zeros((len(lengths), len(qids)))
+        row0 = 0
+        for indptr, ids in parts:
+            hit = np.flatnonzero(np.isin(ids, qids))
+            if len(hit):
+                rows = np.searchsorted(indptr, hit, side="right") - 1 + row0
+                np.add.at(tf, (rows, np.searchsorted(qids, ids[hit])), 1)
+            row0 += len(indptr) - 1
+        n, avg = len(lengths), max(lengths.mean(), 1.0)
+        df = (tf > 0).sum(axis=0)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
         norm = self.k1 * (1 - self.b + self.b * lengths / avg)
-        return np.array([sum(idf[t] * tf / (tf + norm[i]) for t, tf in c.items()) for i, c in enumerate(tfs)])
+        return (idf * tf / (tf + norm[:, None])).sum(axis=1)
 
     def marks(self, text: str, qterms: set[str]) -> list[tuple[int, int]]:
         """Character ranges of the words in `text` that match a query term (for highlighting)."""

@@ -60,13 +60,15 @@ class QueryContext:
     rerank_features: dict = field(default_factory=dict)  # docno → {feature: value}
     timings: dict = field(default_factory=dict)
     finder: object = None               # PassageFinder: a document's best windows for this query
+    uids: object = None                 # docno → uid (stable keys for the finder's window cache)
 
     def passages(self, docnos: list[int], n: int) -> dict:
         """{docno: its n best passages} (empty lists when the index cannot say)."""
         if self.finder is None or n < 1:
             return {d: [] for d in docnos}
         qvec = self.rep("dense") if self.finder.dense is not None else None
-        return self.finder.find(self.query, qvec, {d: self.text(d) for d in docnos}, n)
+        keys = {d: int(self.uids[d]) for d in docnos} if self.uids is not None else None
+        return self.finder.find(self.query, qvec, {d: self.text(d) for d in docnos}, n, keys)
 
     def rep(self, name: str):
         if name not in self.reps:
@@ -86,7 +88,7 @@ class QueryContext:
 
 
 def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranker=None, texts=None,
-              tiebreak=None, allow=None, finder=None, reps: dict | None = None) -> tuple[list, QueryContext]:
+              tiebreak=None, allow=None, finder=None, reps: dict | None = None, uids=None) -> tuple[list, QueryContext]:
     """Ranked [(docno, score, {stage: score})] for one query, and its context (timings, reps).
 
     `tiebreak[docno]` orders equal scores (the rank of the document's id, so that rankings do not
@@ -99,7 +101,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         if n not in retrievers:
             have = ", ".join(sorted(retrievers)) or "none"
             raise ConfigError(f"this index has no {n!r} component (it has: {have}); rebuild with it or pick another --mode")
-    ctx = QueryContext(query, retrievers, texts, finder=finder)
+    ctx = QueryContext(query, retrievers, texts, finder=finder, uids=uids)
     ctx.reps.update(reps or {})
     depth = max(opts.depth, k, opts.rerank_depth if reranker else 0)
     lists = {}
