@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-WEIGHTS = {"default": None, "dense only": {"dense": 1.0, "bm25": 0.0}, "bm25 only": {"dense": 0.0, "bm25": 1.0}}
+# passage weights: "default" = the index's fusion weights (what a search uses); the others ablate
+WEIGHTS = {"default": "index", "equal": {"dense": 1.0, "bm25": 1.0}, "dense only": {"dense": 1.0, "bm25": 0.0},
+           "bm25 only": {"dense": 0.0, "bm25": 1.0}}
 _WORD = re.compile(r"[a-z0-9]+")
 STOP = set("the a an and or of to in on for with is are was were be been it this that as at by from we they "
            "i you he she our their about which who what when how also there had has have not but so if into".split())
@@ -35,6 +37,8 @@ def finder_for(ix, weights):
     """The index's passage finder with these passage weights (retrieval itself unchanged)."""
     view = ix._view
     retrievers = {n: ix.retriever(n, view) for n in ix.retriever_names}
+    if weights == "index":
+        weights = ix.search_defaults(view).get("weights")
     return ix._finder(view, weights, retrievers)
 
 
@@ -88,7 +92,7 @@ def qmsum_bench(index: Path, beir: Path, max_queries: int | None) -> dict:
 
     ix = ldr.open(index)
     queries = load_queries(beir)
-    qrels = load_qrels(beir / "qrels" / "test.tsv")
+    qrels = load_qrels(beir, "test")
     qids = [q for q in queries if q in qrels][:max_queries]
     res = {"queries": len(qids)}
     for label, w in WEIGHTS.items():
@@ -133,10 +137,13 @@ def main():
     ap.add_argument("--qmsum-index", default="/tmp/ldr-bench/qmsum-index")
     ap.add_argument("--qmsum-queries", type=int, default=None)
     ap.add_argument("--skip", default="", help="needle or qmsum")
+    ap.add_argument("--needle-json", default=None, help="reuse the needle results of an earlier run")
     ap.add_argument("--out", default=str(ROOT / "bench/results/passages.json"))
     args = ap.parse_args()
     out = {}
-    if "needle" not in args.skip:
+    if args.needle_json:
+        out["needle"] = json.loads(Path(args.needle_json).read_text())["needle"]
+    elif "needle" not in args.skip:
         out["needle"] = needle_bench([int(x) for x in args.lengths.split(",")], args.docs, args.queries, Path(args.haystack))
     if "qmsum" not in args.skip:
         from bench_serve import ensure_index

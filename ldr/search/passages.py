@@ -151,15 +151,17 @@ class PassageFinder:
         total = self.w_dense * dn + self.w_terms * tn
         out: dict[int, list[Passage]] = {d: [] for d in docs}
         for i in np.lexsort((win[:, 0], -total)).tolist():
-            d, (a, e) = int(owner[i]), win[i].tolist()
+            d = int(owner[i])
             chosen = out[d]
-            if len(chosen) >= n or any(a < p.end and p.start < e for p in chosen):
-                continue   # overlapping word windows: the better one stands for both
+            if len(chosen) >= n:
+                continue
+            a, e = _tidy(docs[d], *win[i].tolist())
+            if any(a < p.end and p.start < e for p in chosen):
+                continue   # overlapping windows: the better one stands for both
             scores = {"bm25": float(term_scores[i])}
             if has[i]:
                 scores["dense"] = float(dense_arr[i])
             stage = "dense" if has[i] and self.w_dense * dn[i] >= self.w_terms * tn[i] else "bm25"
-            a, e = _tidy(docs[d], a, e)
             chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores))
             if all(len(c) >= n for c in out.values()):
                 break
@@ -197,10 +199,30 @@ class PassageFinder:
         return out
 
 
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s|\n\s*\n")
+SNAP = 240   # characters a passage may grow by at each edge to end on whole sentences
+
+
 def _tidy(text: str, a: int, e: int) -> tuple[int, int]:
-    """Drop the whitespace and stray punctuation a token boundary leaves at a window's edges
-    (".\n\n## 8." becomes "## 8."), so a passage reads from a word."""
-    while a < e and (text[a].isspace() or (text[a] in ".,;:)]}!?" and a + 1 < e and text[a + 1].isspace())):
+    """A window cut at token boundaries, grown to whole sentences (at most SNAP characters at
+    each edge) and trimmed of whitespace: a passage reads from the start of a sentence to the end
+    of one, and a fact cut by a window boundary is whole in the passage."""
+    if a > 0:
+        lo = max(0, a - SNAP)
+        ends = [m.end() for m in _SENTENCE_END.finditer(text, lo, a)]
+        if ends:
+            a = ends[-1]
+        elif a - SNAP <= 0:
+            a = 0
+    if e < len(text):
+        m = _SENTENCE_END.search(text, max(a, e - 2), min(len(text), e + SNAP))
+        if m:
+            e = m.start() + 1 if text[m.start()] in ".!?" else m.start()
+            while e < len(text) and text[e] in "\"')]":
+                e += 1
+        elif e + SNAP >= len(text):
+            e = len(text)
+    while a < e and text[a].isspace():
         a += 1
     while e > a and text[e - 1].isspace():
         e -= 1
