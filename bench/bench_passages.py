@@ -127,6 +127,36 @@ def qmsum_bench(index: Path, beir: Path, max_queries: int | None) -> dict:
     return res
 
 
+def plot(out: dict, png: Path) -> None:
+    """Needle located by the best passage, per length and passage scoring; qmsum oracle agreement."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    if "needle" in out:
+        lengths = sorted(out["needle"], key=int)
+        for label, style in zip(WEIGHTS, ("-", "--", "-.", ":")):   # lines that coincide stay visible
+            axes[0].plot([int(x) for x in lengths], [out["needle"][x][label]["located"] for x in lengths], marker="o",
+                         linestyle=style, linewidth=3 if label == "default" else 1.5, label=label)
+        axes[0].set_xscale("log", base=2)
+        axes[0].set_xlabel("document length (tokens)")
+        axes[0].set_ylabel("best passage holds the needle (%)")
+        axes[0].set_ylim(0, 105)
+        axes[0].legend()
+        axes[0].set_title("needle: passage localisation in the relevant document")
+    if "qmsum" in out:
+        labels = list(WEIGHTS)
+        axes[1].bar(labels, [out["qmsum"][x]["best_is_oracle"] for x in labels], color="tab:blue")
+        axes[1].set_ylim(0, 100)
+        axes[1].set_ylabel("best passage = lexical oracle window (%)")
+        axes[1].set_title("qmsum-train (proxy)")
+        axes[1].tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="1024,2048,4096,8192")
@@ -139,7 +169,12 @@ def main():
     ap.add_argument("--skip", default="", help="needle or qmsum")
     ap.add_argument("--needle-json", default=None, help="reuse the needle results of an earlier run")
     ap.add_argument("--out", default=str(ROOT / "bench/results/passages.json"))
+    ap.add_argument("--png", default=str(ROOT / "bench/figures/passages.png"))
+    ap.add_argument("--plot-only", action="store_true", help="only redraw the PNG from --out")
     args = ap.parse_args()
+    if args.plot_only:
+        plot(json.loads(Path(args.out).read_text()), Path(args.png))
+        return
     out = {}
     if args.needle_json:
         out["needle"] = json.loads(Path(args.needle_json).read_text())["needle"]
@@ -151,6 +186,7 @@ def main():
         out["qmsum"] = qmsum_bench(Path(args.qmsum_index), Path(args.beir), args.qmsum_queries)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
+    plot(out, Path(args.png))
     print(json.dumps(out, indent=2))
 
 
