@@ -81,6 +81,16 @@ class DocstoreWriter:
         self._writer.close()
 
 
+def _int64s(column) -> np.ndarray:
+    """An int64 column as numpy, straight from its buffers: pyarrow's to_numpy imports pandas,
+    which alone costs a cold `ldr search` ~0.3 s."""
+    if column.null_count:
+        raise ValueError(f"{column.null_count} missing values in an integer column")
+    parts = [np.frombuffer(c.buffers()[1], dtype=np.int64)[c.offset:c.offset + len(c)] for c in column.chunks
+             if len(c)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 def _damaged(path: Path, e: Exception) -> IndexFormatError:
     return IndexFormatError(f"{path} is damaged ({type(e).__name__}: {str(e)[:200]}); run `ldr check` on the index "
                             "and rebuild it with `ldr index`")
@@ -96,9 +106,9 @@ class Docstore:
             has_uid = "uid" in self._pf.schema_arrow.names   # format 2 docstores have none: uid = row
             small = self._pf.read(columns=(["uid"] if has_uid else []) + ["id", "title", "length"])
             self.ids: list[str] = small.column("id").to_pylist()
-            self.uids = small.column("uid").to_numpy() if has_uid else np.arange(len(self.ids), dtype=np.int64)
+            self.uids = _int64s(small.column("uid")) if has_uid else np.arange(len(self.ids), dtype=np.int64)
             self.titles: list[str] = small.column("title").to_pylist()
-            self.lengths = small.column("length").to_numpy()
+            self.lengths = _int64s(small.column("length"))
             md = self._pf.metadata
         except Exception as e:  # pyarrow raises OSError, ArrowInvalid, KeyError... for damaged files
             raise _damaged(self.path, e) from None
