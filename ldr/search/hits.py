@@ -23,7 +23,7 @@ class Hit:
             d["passages"] = [p.to_dict() for p in self.passages]
         if self.meta is not None:
             d["meta"] = self.meta
-        if (with_text or self.text is not None) and self.text is not None:
+        if with_text and self.text is not None:
             d["text"] = self.text
         return d
 
