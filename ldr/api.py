@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -223,10 +224,9 @@ class Index:
 
     def _encoder(self, name: str, comp: dict):
         """Encoders are shared by every generation built with the same model settings."""
-        import json as _json
         from .index.writer import model_settings
 
-        key = (name, _json.dumps(comp["model"]["settings"], sort_keys=True))
+        key = (name, json.dumps(comp["model"]["settings"], sort_keys=True))
         if key not in self._encoders:
             if name == "dense":
                 from .encode.dense import DenseEncoder, DenseSettings
@@ -347,6 +347,7 @@ class Index:
         queries takes a fraction of 1,000 `search` calls. `options` as for `search`."""
         items = list(queries.items()) if isinstance(queries, dict) else list(queries)
         view = self._view
+        retrievers = [self.retriever(n, view) for n in self._names(view, options.get("mode"))]
         for i in range(0, len(items), batch_size):
             chunk, ready = items[i:i + batch_size], []
             for qid, text in chunk:
@@ -355,10 +356,8 @@ class Index:
                 except QueryError as e:
                     ready.append((qid, None, e))
             texts = [t for _, t, e in ready if e is None]
-            names = self._names(view, options.get("mode"))
             reps = [{} for _ in texts]
-            for n in names:
-                r = self.retriever(n, view)
+            for n, r in zip(self._names(view, options.get("mode")), retrievers):
                 if hasattr(r, "encode_many"):
                     for j, rep in enumerate(r.encode_many(texts)):
                         reps[j][n] = rep
@@ -383,19 +382,19 @@ class Index:
     def _finder(self, view: _View, weights: dict | None, retrievers: dict):
         """Locates passages in this generation's documents (dense MaxP spans + BM25 windows)."""
         from .index.bm25.analysis import Analyzer
-        from .search.passages import PassageFinder
-
-        from .search.passages import WindowTerms
+        from .search.passages import PassageFinder, WindowTerms
 
         comps = view.manifest["components"]
-        analyzer = Analyzer.from_dict(comps["bm25"]["analyzer"]) if "bm25" in comps else Analyzer()
-        dense = retrievers.get("dense")
-        maxp = "dense" in comps and comps["dense"]["model"].get("settings", {}).get("strategy") == "maxp"
+        bm25 = comps.get("bm25", {}).get("analyzer")
+        dense = comps.get("dense", {}).get("model", {}).get("settings")
+        maxp = (dense or {}).get("strategy") == "maxp"
         # a uid's text never changes, but a rebuild may change the analyzer or the dense passages
-        sig = (str(sorted(analyzer.to_dict().items())), str(comps.get("dense", {}).get("model", {}).get("settings")))
+        sig = json.dumps([bm25, dense], sort_keys=True, default=str)
         with self._load_lock:
-            cache = self._window_terms.setdefault(sig, WindowTerms())
-        return PassageFinder(analyzer, weights, dense if maxp else None, cache=cache)
+            if sig not in self._window_terms:
+                self._window_terms[sig] = WindowTerms(Analyzer.from_dict(bm25) if bm25 else Analyzer())
+            terms = self._window_terms[sig]
+        return PassageFinder(terms, weights, retrievers.get("dense") if maxp else None)
 
     def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
                 mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,

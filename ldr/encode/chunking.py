@@ -7,22 +7,20 @@ EXTENSION_STRATEGIES = ("gp", "rp", "pi", "ntk", "selfextend")
 
 def pcw_chunks(ids: list[int], size: int) -> list[list[int]]:
     """L_o-sized chunks without overlap; the last chunk is shifted back so that it is full."""
-    if len(ids) <= size:
-        return [ids]
-    chunks = [ids[i:i + size] for i in range(0, len(ids) - size + 1, size)]
-    if len(ids) % size:
-        chunks.append(ids[-size:])
-    return chunks
+    return split("pcw", ids, size)
 
 
 def passages(ids: list[int], size: int, stride: int) -> list[list[int]]:
     """MaxP passages: windows of `size` every `stride` tokens; the last one ends at the end."""
-    if len(ids) <= size:
-        return [ids]
-    out = [ids[i:i + size] for i in range(0, len(ids) - size + 1, stride)]
-    if (len(ids) - size) % stride:
-        out.append(ids[-size:])
-    return out
+    return split("maxp", ids, size, stride)
+
+
+def _windows(n: int, size: int, stride: int) -> list[tuple[int, int]]:
+    """Windows of `size` every `stride` tokens over n tokens; the last one ends at the end."""
+    if n <= size:
+        return [(0, n)]
+    out = [(i, i + size) for i in range(0, n - size + 1, stride)]
+    return out + [(n - size, n)] if (n - size) % stride else out
 
 
 def split(strategy: str, ids: list[int], window: int, stride: int | None = None,
@@ -37,16 +35,9 @@ def split_ranges(strategy: str, n: int, window: int, stride: int | None = None,
     if strategy == "truncate":
         return [(0, min(n, window))]
     if strategy == "pcw":
-        if n <= window:
-            return [(0, n)]
-        out = [(i, i + window) for i in range(0, n - window + 1, window)]
-        return out + [(n - window, n)] if n % window else out
+        return _windows(n, window, window)
     if strategy == "maxp":
-        stride = stride or window
-        if n <= window:
-            return [(0, n)]
-        out = [(i, i + window) for i in range(0, n - window + 1, stride)]
-        return out + [(n - window, n)] if (n - window) % stride else out
+        return _windows(n, window, stride or window)
     if strategy in EXTENSION_STRATEGIES:
         return [(0, min(n, target))]
     raise ValueError(strategy)

@@ -202,10 +202,8 @@ class DenseEncoder(SerialEncoder):
             sums = np.zeros((len(texts), vecs.shape[1]), dtype=np.float64)
             np.add.at(sums, owner, vecs)
             vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
-            if spans:   # the averaged vector covers its whole document
-                w = where[0]
-                where = [np.stack([np.minimum.reduceat(w[:, 0], np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])),
-                                   np.maximum.reduceat(w[:, 1], np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]]))], 1)
-                         if len(w) else w]
+            if spans and len(where[0]):   # the averaged vector covers its whole document
+                w, first = where[0], np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+                where = [np.stack([np.minimum.reduceat(w[:, 0], first), np.maximum.reduceat(w[:, 1], first)], 1)]
             owner = np.arange(len(texts), dtype=np.int64)
         return (vecs, owner, where[0]) if spans else (vecs, owner)

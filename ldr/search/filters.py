@@ -147,15 +147,14 @@ def mask(filters: dict, segments) -> np.ndarray:
             values = segments.titles
         else:
             values = segments.meta_values(field)
-        cache: dict = {}
+        cache: dict = {}   # few distinct values: each is matched once
         for d in np.flatnonzero(allow).tolist():
             v = values[d]
-            hk = (type(v).__name__, v) if not isinstance(v, (list, dict)) else None
-            if hk is None or hk not in cache:
+            try:
+                ok = cache[(type(v), v)]
+            except KeyError:
+                ok = cache[(type(v), v)] = matches(v, cond)
+            except TypeError:          # an unhashable value given through the API (a list)
                 ok = matches(v, cond)
-                if hk is None:
-                    allow[d] = ok
-                    continue
-                cache[hk] = ok
-            allow[d] = cache[hk]
+            allow[d] = ok
     return allow

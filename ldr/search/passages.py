@@ -57,16 +57,25 @@ class WindowTerms:
     only counts its terms (numpy), instead of analysing megabytes of text per search. Bounded by
     `max_tokens` (int32 term ids, least recently used dropped first); thread-safe."""
 
-    def __init__(self, max_tokens: int = 16_000_000):
+    def __init__(self, analyzer, max_tokens: int = 16_000_000):
+        """`analyzer`: the index's BM25 Analyzer settings (built once here, used by every search)."""
         import threading
         from collections import OrderedDict
 
+        from ..index.bm25.analysis import cjk_pretokenize
+        from ..index.bm25.tantivy_backend import _analyzer
+
+        self._an = _analyzer(analyzer)
+        self._pre = cjk_pretokenize if analyzer.is_cjk else (lambda t: t)
         self.vocab: dict[str, int] = {}
         self._docs: OrderedDict = OrderedDict()
         self._tokens, self.max_tokens = 0, max_tokens
         self._lock = threading.Lock()
 
-    def get(self, key, text: str, spans, analyse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def terms(self, text: str) -> list[str]:
+        return self._an.analyze(self._pre(text))
+
+    def get(self, key, text: str, spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(spans (m, 2), indptr (m + 1), term ids) of a document's windows: `spans` when given
         (the dense passages), else word windows."""
         with self._lock:
@@ -75,7 +84,7 @@ class WindowTerms:
                 self._docs.move_to_end(key)
                 return hit
         win = np.asarray(spans if spans is not None else word_windows(text), dtype=np.int64).reshape(-1, 2)
-        per = [analyse(text[a:e]) for a, e in win.tolist()]
+        per = [self.terms(text[a:e]) for a, e in win.tolist()]
         with self._lock:
             ids = np.fromiter((self.vocab.setdefault(t, len(self.vocab)) for toks in per for t in toks),
                               dtype=np.int32, count=sum(len(t) for t in per))
@@ -92,17 +101,14 @@ class WindowTerms:
 
 
 class PassageFinder:
-    """Scores windows of given documents for one query. `dense`: the generation's MultiDense when
-    its vectors are passages (MaxP), else None; `analyzer`: the index's BM25 Analyzer settings;
-    `weights`: fusion weights; `cache`: a WindowTerms shared by the searches of an index."""
+    """Scores windows of given documents for one query. `terms`: the index's WindowTerms (its
+    analyzer and the analysed windows, shared by the searches of an index); `dense`: the
+    generation's MultiDense when its vectors are passages (MaxP), else None; `weights`: fusion
+    weights."""
 
-    def __init__(self, analyzer, weights: dict | None = None, dense=None, k1: float = 1.2, b: float = 0.75,
-                 cache: WindowTerms | None = None):
-        from ..index.bm25.analysis import cjk_pretokenize
-        from ..index.bm25.tantivy_backend import _analyzer
-
-        self._an = _analyzer(analyzer)
-        self._pre = cjk_pretokenize if analyzer.is_cjk else (lambda t: t)
+    def __init__(self, terms: WindowTerms, weights: dict | None = None, dense=None, k1: float = 1.2,
+                 b: float = 0.75):
+        self.cache = terms
         self.dense = dense
         w = weights or {}
         self.w_dense = float(w.get("dense", 1.0)) if dense is not None else 0.0
@@ -110,10 +116,9 @@ class PassageFinder:
         if self.w_dense == 0 and self.w_terms == 0:   # a sparse-only weighting: words still locate passages
             self.w_terms = 1.0
         self.k1, self.b = k1, b
-        self.cache = cache if cache is not None else WindowTerms()
 
     def terms(self, text: str) -> list[str]:
-        return self._an.analyze(self._pre(text))
+        return self.cache.terms(text)
 
     def query_terms(self, query: str) -> set[str]:
         from ..index.bm25.base import first_terms
@@ -133,7 +138,7 @@ class PassageFinder:
                 if spans is not None and (len(spans) == 0 or (spans < 0).any() or spans[:, 1].max() > len(text)):
                     spans = None   # a segment from before spans were kept, or not MaxP passages
             key = (keys[d], spans is not None) if keys is not None else None
-            win, indptr, ids = self.cache.get(key, text, spans, self.terms)
+            win, indptr, ids = self.cache.get(key, text, spans)
             m = len(win)
             owners.append(np.full(m, d, dtype=np.int64))
             spans_all.append(win)
