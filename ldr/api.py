@@ -229,12 +229,12 @@ class Index:
         key = (name, json.dumps(comp["model"]["settings"], sort_keys=True))
         if key not in self._encoders:
             if name == "dense":
-                from .encode.dense import DenseEncoder, DenseSettings
-                self._encoders[key] = DenseEncoder(model_settings(comp, DenseSettings, self.trust_remote_code,
+                from .encode.dense import DenseSettings, load_dense
+                self._encoders[key] = load_dense(model_settings(comp, DenseSettings, self.trust_remote_code,
                                                                   self.device, f"{self.path} ({name})"))
             else:
-                from .encode.sparse import SparseEncoder, SparseSettings
-                self._encoders[key] = SparseEncoder(model_settings(comp, SparseSettings, self.trust_remote_code,
+                from .encode.sparse import SparseSettings, load_sparse
+                self._encoders[key] = load_sparse(model_settings(comp, SparseSettings, self.trust_remote_code,
                                                                    self.device, f"{self.path} ({name})"))
         return self._encoders[key]
 

@@ -98,6 +98,11 @@ INDEX_OPTIONS = [
     click.option("--batch-tokens", type=int, default=16384, show_default=True, help="Token budget per forward pass."),
     click.option("--trust-remote-code", is_flag=True, help="Allow models that ship their own code."),
     click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)."),
+    click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default="auto",
+                 show_default=True,
+                 help="Engine for the dense and sparse models: auto is ONNX Runtime fp32 on a CPU (same vectors "
+                      "as PyTorch) and PyTorch on a GPU; onnx-int8 is faster with slightly different vectors. "
+                      "Recorded in the index; queries use the same."),
     click.option("--faiss", "faiss_index", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat",
                  show_default=True, help="FAISS index type."),
     click.option("--sparse", "sparse_model", default="splade-tiny", show_default=True,
@@ -121,7 +126,7 @@ def index_options(f):
 
 def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_doc_mb, dense_model, doc_strategy, max_length,
                  stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix, doc_prefix,
-                 batch_tokens, trust_remote_code, device, faiss_index, sparse_model, sparse_kind, sparse_head,
+                 batch_tokens, trust_remote_code, device, backend, faiss_index, sparse_model, sparse_kind, sparse_head,
                  sparse_top_k, sparse_top_k_per, sparse_threshold):
     from .encode.dense import DenseSettings
     from .encode.sparse import SparseSettings
@@ -132,10 +137,10 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_do
         model=dense_model, strategy=doc_strategy, max_length=max_length, stride=stride, target_length=target_length,
         ntk_lambda=ntk_lambda, group=group, window=window, attn_scaling=attn_scaling, dim=dim,
         query_prefix=query_prefix, doc_prefix=doc_prefix, batch_tokens=batch_tokens,
-        trust_remote_code=trust_remote_code, device=device)
+        trust_remote_code=trust_remote_code, device=device, backend=backend)
     sparse = None if sparse_model == "none" else SparseSettings(
         model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None, top_k_per=sparse_top_k_per,
-        threshold=sparse_threshold, device=device)
+        threshold=sparse_threshold, device=device, backend=backend)
     return BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
                        stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, max_doc_mb=max_doc_mb,
                        dense=dense, sparse=sparse,
@@ -548,13 +553,14 @@ def info_cmd(index_path, as_json):
             st = m.get("settings", {})
             if name == "sparse":
                 click.echo(f"{'sparse':<11} {m.get('name')} ({m.get('architecture')}, {st.get('kind')}), "
-                           f"{comp.get('postings')} postings")
+                           f"{comp.get('postings')} postings, backend={_backend(m)}")
             else:
                 ext = m.get("extension") or {}
                 click.echo(f"{'dense':<11} {m.get('name')} ({m.get('architecture')}, {m.get('positions')} positions, "
                            f"trained {m.get('trained_length')} tokens), strategy={st.get('strategy')}"
                            + (f" to {ext.get('target_length')}" if ext else "")
-                           + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}")
+                           + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}, "
+                           f"backend={_backend(m)}")
             # where the model is loaded from: a manifest names it, the user decides whether to trust it
             click.echo(f"{'':<11} model path {m.get('path') or st.get('model')}"
                        + ("  [needs --trust-remote-code: the model ships its own code]"
@@ -562,6 +568,12 @@ def info_cmd(index_path, as_json):
             continue
         desc = ", ".join(f"{k}={v}" for k, v in comp.items() if k != "path")
         click.echo(f"{name:<11} {desc or comp.get('path', '')}")
+
+
+def _backend(model: dict) -> str:
+    b = model.get("backend") or {"name": model.get("settings", {}).get("backend", "torch")}
+    q = b.get("int8")
+    return b["name"] + (f" ({q['isa']}, per-channel={q['per_channel']}, reduce-range={q['reduce_range']})" if q else "")
 
 
 @main.command("check")

@@ -1,5 +1,6 @@
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ SHARED = ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# ONNX exports go to a cache of this test session, not the user's (and CLI subprocesses inherit it)
+os.environ.setdefault("LDR_CACHE_DIR", tempfile.mkdtemp(prefix="ldr-test-cache-"))
 
 
 @pytest.fixture

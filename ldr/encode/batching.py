@@ -33,6 +33,15 @@ class SerialEncoder:
         with self._lock:
             return self._encode_documents(texts, *args, **kwargs)
 
+    def prepare_documents(self, texts: list[str], **kwargs):
+        """Tokenise a batch (the part that needs the tokenizer, so the lock); finish_documents
+        runs the model on it and may run on another thread while the next batch is prepared."""
+        with self._lock:
+            return self._prepare_documents(texts, **kwargs)
+
+    def finish_documents(self, job, progress=None):
+        return self._finish_documents(job, progress)  # the model alone: torch and ORT runs are thread-safe
+
 
 LONG_TEXT = 1 << 20   # characters tokenised per call for long documents
 

@@ -1,11 +1,15 @@
 """Dense encoder: whole long documents → L2-normalised float32 vectors.
 
 Tokenises once, splits per document strategy, sorts pieces by length and batches them by a
-token budget (no wasted padding), runs the model under inference_mode, and pools with the
-model's own sentence-transformers pooling module.
+token budget (no wasted padding), runs the model and pools with the model's own
+sentence-transformers pooling module. Two engines run the model: PyTorch (`DenseEncoder`: GPU,
+and the context-extension strategies, which patch the PyTorch model) and ONNX Runtime
+(`OnnxDenseEncoder`: the CPU default for truncate/pcw/maxp; no torch import on the query path).
+`load_dense` picks one.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import asdict, dataclass
@@ -17,6 +21,10 @@ from . import chunking
 from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
+from .runtime import choose
+
+# the strategies ONNX Runtime runs: plain positions (the extension strategies patch torch modules)
+ONNX_STRATEGIES = ("truncate", "pcw", "maxp")
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,7 @@ class DenseSettings:
     batch_tokens: int = 16384
     trust_remote_code: bool = False
     device: str | None = None             # default: cuda when available
+    backend: str = "auto"                 # auto | torch | onnx | onnx-int8 (an index records the one it used)
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -49,7 +58,107 @@ class DenseSettings:
         return d
 
 
-class DenseEncoder(SerialEncoder):
+def load_dense(settings: DenseSettings | None = None):
+    """The dense encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
+    s = settings or DenseSettings()
+    backend = choose(s.backend, s.device, s.strategy in ONNX_STRATEGIES,
+                     f"the {s.strategy} strategy (it patches a PyTorch model)")
+    return OnnxDenseEncoder(s, backend) if backend.startswith("onnx") else DenseEncoder(s)
+
+
+class _DenseCore(SerialEncoder):
+    """What both engines share: windows, prefixes, pieces, batching and document pooling.
+    Subclasses set the model facts and implement _forward (a batch of pieces → normalised rows)."""
+
+    def _setup(self, st_max: int | None, prompts: dict, dim: int) -> None:
+        s = self.settings
+        st_max = st_max or self.trained
+        self.window = min(s.max_length or st_max, self.trained) if self.kind == "ape" else (s.max_length or st_max)
+        if s.max_length and self.kind == "ape" and s.max_length > self.trained:
+            raise ConfigError(f"--max-length {s.max_length} exceeds the model's {self.trained} positions; "
+                              f"use an extension strategy (gp, rp, pi) with --target-length instead")
+        self.query_prefix = s.query_prefix if s.query_prefix is not None else prompts.get("query", "")
+        self.doc_prefix = s.doc_prefix if s.doc_prefix is not None else (
+            prompts.get("document") or prompts.get("passage") or "")
+        self.target = s.target_length or 4 * self.trained
+        self._head, self._tail = special_tokens(self.tokenizer)
+        self.specials = len(self._head) + len(self._tail)
+        self.dim = s.dim or dim
+
+    def _inference(self):
+        return contextlib.nullcontext()
+
+    def _forward(self, batch) -> np.ndarray:
+        raise NotImplementedError
+
+    # -- tokenisation ------------------------------------------------------------------------
+    def _pieces(self, texts, prefix, strategy, spans: bool = False):
+        """All model inputs (with special tokens and prefix), the document each belongs to and,
+        with `spans`, the characters of its document each covers ((m, 2), -1 when unknown)."""
+        enc = token_ids(self.tokenizer, list(texts), spans=spans)
+        pre = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        room = self.window - self.specials - len(pre)
+        target = (self.target - self.specials - len(pre)) if strategy in EXTENSION_STRATEGIES else None
+        if room < 1:
+            raise ConfigError(f"window {self.window} leaves no room for text after the prefix and special tokens")
+        pieces, owner, where = [], [], []
+        for d, item in enumerate(enc):
+            doc_ids, offsets = item if spans else (item, None)
+            for a, b in chunking.split_ranges(strategy, len(doc_ids), room, self._stride(room), target):
+                pieces.append(with_specials(self._head + pre, doc_ids[a:b], self._tail))
+                owner.append(d)
+                if spans:
+                    where.append(chunking.char_span(offsets, a, b) if offsets is not None else (-1, -1))
+        owner = np.asarray(owner, dtype=np.int64)
+        if spans:
+            return pieces, owner, np.asarray(where, dtype=np.int64).reshape(-1, 2)
+        return pieces, owner
+
+    def _stride(self, room: int) -> int:
+        st = self.settings.stride
+        return min(st, room) if st else room
+
+    def _encode_pieces(self, pieces: list[list[int]], progress=None) -> np.ndarray:
+        out = np.zeros((len(pieces), self.dim), dtype=np.float32)
+        with self._inference():
+            for rows in budget_batches([len(p) for p in pieces], self.settings.batch_tokens):
+                out[rows] = self._forward([pieces[r] for r in rows])
+                if progress is not None:
+                    progress(sum(len(pieces[r]) for r in rows))
+        return out
+
+    # -- public protocol ---------------------------------------------------------------------
+    def _encode_queries(self, texts: list[str]) -> np.ndarray:
+        """(n, d) float32, L2-normalised. Queries are short: always the plain model, truncated."""
+        # a query never needs more characters than its window of tokens could hold
+        pieces, _ = self._pieces([t[:self.window * 64] for t in texts], self.query_prefix, "truncate")
+        return self._encode_pieces(pieces)
+
+    def _encode_documents(self, texts: list[str], progress=None, spans: bool = False):
+        """(vectors (m, d), owner (m,)): one vector per document, or per passage for maxp; with
+        `spans`, also the (m, 2) character span of each vector in its document (hits show them)."""
+        return self._finish_documents(self._prepare_documents(texts, spans=spans), progress)
+
+    def _prepare_documents(self, texts: list[str], spans: bool = False):
+        pieces, owner, *where = self._pieces(texts, self.doc_prefix, self.settings.strategy, spans=spans)
+        return len(texts), pieces, owner, (where[0] if spans else None), spans
+
+    def _finish_documents(self, job, progress=None):
+        n_texts, pieces, owner, where, spans = job
+        vecs = self._encode_pieces(pieces, progress)
+        if self.settings.strategy == "pcw":
+            sums = np.zeros((n_texts, vecs.shape[1]), dtype=np.float64)
+            np.add.at(sums, owner, vecs)
+            vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
+            if spans and len(where):   # the averaged vector covers its whole document
+                first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+                where = np.stack([np.minimum.reduceat(where[:, 0], first), np.maximum.reduceat(where[:, 1], first)], 1)
+            owner = np.arange(n_texts, dtype=np.int64)
+        return (vecs, owner, where) if spans else (vecs, owner)
+
+class DenseEncoder(_DenseCore):
+    """PyTorch: any device, every strategy (the extension strategies patch this model)."""
+
     def __init__(self, settings: DenseSettings | None = None):
         import torch
 
@@ -85,24 +194,15 @@ class DenseEncoder(SerialEncoder):
         self.path = path
         self.kind = position_kind(self.hf)
         self.trained = trained_length(self.hf)
-        st_max = st.max_seq_length or self.trained
-        self.window = min(s.max_length or st_max, self.trained) if self.kind == "ape" else (s.max_length or st_max)
-        if s.max_length and self.kind == "ape" and s.max_length > self.trained:
-            raise ConfigError(f"--max-length {s.max_length} exceeds the model's {self.trained} positions; "
-                              f"use an extension strategy (gp, rp, pi) with --target-length instead")
-        prompts = getattr(st, "prompts", {}) or {}
-        self.query_prefix = s.query_prefix if s.query_prefix is not None else prompts.get("query", "")
-        self.doc_prefix = s.doc_prefix if s.doc_prefix is not None else (
-            prompts.get("document") or prompts.get("passage") or "")
+        s.backend = "torch"
+        self._accepts_tti = "token_type_ids" in self.tokenizer.model_input_names
+        self._setup(st.max_seq_length, getattr(st, "prompts", {}) or {},
+                    st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension")
+                    else st.get_sentence_embedding_dimension())
         self.ext_info = None
-        self.target = s.target_length or 4 * self.trained
         if s.strategy in EXTENSION_STRATEGIES:
             self.ext_info = apply_extension(self.hf, Extension(s.strategy, self.target, s.ntk_lambda, s.group,
                                                                s.window, s.attn_scaling))
-        self._head, self._tail = special_tokens(self.tokenizer)
-        self.specials = len(self._head) + len(self._tail)
-        self._accepts_tti = "token_type_ids" in self.tokenizer.model_input_names
-        self.dim = s.dim or (st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") else st.get_sentence_embedding_dimension())
 
     # -- info recorded in the manifest --------------------------------------------------------
     def describe(self) -> dict:
@@ -110,34 +210,7 @@ class DenseEncoder(SerialEncoder):
                 "architecture": type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
                 "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.pool],
-                "extension": self.ext_info, "settings": self.settings.to_dict()}
-
-    # -- tokenisation ------------------------------------------------------------------------
-    def _pieces(self, texts, prefix, strategy, spans: bool = False):
-        """All model inputs (with special tokens and prefix), the document each belongs to and,
-        with `spans`, the characters of its document each covers ((m, 2), -1 when unknown)."""
-        enc = token_ids(self.tokenizer, list(texts), spans=spans)
-        pre = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
-        room = self.window - self.specials - len(pre)
-        target = (self.target - self.specials - len(pre)) if strategy in EXTENSION_STRATEGIES else None
-        if room < 1:
-            raise ConfigError(f"window {self.window} leaves no room for text after the prefix and special tokens")
-        pieces, owner, where = [], [], []
-        for d, item in enumerate(enc):
-            doc_ids, offsets = item if spans else (item, None)
-            for a, b in chunking.split_ranges(strategy, len(doc_ids), room, self._stride(room), target):
-                pieces.append(with_specials(self._head + pre, doc_ids[a:b], self._tail))
-                owner.append(d)
-                if spans:
-                    where.append(chunking.char_span(offsets, a, b) if offsets is not None else (-1, -1))
-        owner = np.asarray(owner, dtype=np.int64)
-        if spans:
-            return pieces, owner, np.asarray(where, dtype=np.int64).reshape(-1, 2)
-        return pieces, owner
-
-    def _stride(self, room: int) -> int:
-        st = self.settings.stride
-        return min(st, room) if st else room
+                "extension": self.ext_info, "settings": self.settings.to_dict(), "backend": {"name": "torch"}}
 
     # -- forward -----------------------------------------------------------------------------
     def _position_ids(self, lengths: list[int], n: int):
@@ -174,36 +247,52 @@ class DenseEncoder(SerialEncoder):
             emb = emb[:, : self.settings.dim]
         return torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()
 
-    def _encode_pieces(self, pieces: list[list[int]], progress=None) -> np.ndarray:
+    def _inference(self):
         import torch
+        return torch.inference_mode()
 
-        out = np.zeros((len(pieces), self.dim), dtype=np.float32)
-        with torch.inference_mode():
-            for rows in budget_batches([len(p) for p in pieces], self.settings.batch_tokens):
-                out[rows] = self._forward([pieces[r] for r in rows])
-                if progress is not None:
-                    progress(sum(len(pieces[r]) for r in rows))
-        return out
 
-    # -- public protocol ---------------------------------------------------------------------
-    def _encode_queries(self, texts: list[str]) -> np.ndarray:
-        """(n, d) float32, L2-normalised. Queries are short: always the plain model, truncated."""
-        # a query never needs more characters than its window of tokens could hold
-        pieces, _ = self._pieces([t[:self.window * 64] for t in texts], self.query_prefix, "truncate")
-        return self._encode_pieces(pieces)
+class OnnxDenseEncoder(_DenseCore):
+    """ONNX Runtime on the CPU (fp32, or dynamic int8 with `backend="onnx-int8"`): the graph runs
+    the model and its pooling; tokenisation uses `tokenizers` alone (no torch, no transformers)."""
 
-    def _encode_documents(self, texts: list[str], progress=None, spans: bool = False):
-        """(vectors (m, d), owner (m,)): one vector per document, or per passage for maxp; with
-        `spans`, also the (m, 2) character span of each vector in its document (hits show them)."""
-        strategy = self.settings.strategy
-        pieces, owner, *where = self._pieces(texts, self.doc_prefix, strategy, spans=spans)
-        vecs = self._encode_pieces(pieces, progress)
-        if strategy == "pcw":
-            sums = np.zeros((len(texts), vecs.shape[1]), dtype=np.float64)
-            np.add.at(sums, owner, vecs)
-            vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
-            if spans and len(where[0]):   # the averaged vector covers its whole document
-                w, first = where[0], np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-                where = [np.stack([np.minimum.reduceat(w[:, 0], first), np.maximum.reduceat(w[:, 1], first)], 1)]
-            owner = np.arange(len(texts), dtype=np.int64)
-        return (vecs, owner, where[0]) if spans else (vecs, owner)
+    def __init__(self, settings: DenseSettings, backend: str = "onnx"):
+        from .onnx_export import exported
+        from .runtime import OrtModel
+
+        self.settings = s = settings
+        SerialEncoder.__init__(self)
+        self.device = "cpu"
+        path, _ = resolve(s.model)
+        if os.path.isdir(s.model):
+            s.model = path
+        if not os.path.isdir(path):
+            raise ModelError(f"--backend {backend} needs the model as a local folder (got {s.model!r}); "
+                             "download it first or use --backend torch")
+        s.backend = backend
+        self.path = path
+        self.model = OrtModel(exported("dense", path, int8=backend == "onnx-int8",
+                                       trust_remote_code=s.trust_remote_code))
+        m = self.model.meta
+        self.tokenizer = self.model.tokenizer
+        self.kind, self.trained = m["positions"], m["trained_length"]
+        self.ext_info = None
+        self._setup(m["st_max_length"], m["prompts"], m["dim"])
+
+    def describe(self) -> dict:
+        m = self.model.meta
+        return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
+                "architecture": m["architecture"], "positions": self.kind, "trained_length": self.trained,
+                "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
+                "doc_prefix": self.doc_prefix, "pooling": m["pooling"], "extension": None,
+                "settings": self.settings.to_dict(),
+                "backend": {"name": self.settings.backend, "int8": m["export"]["int8"], "fused": m.get("fused")}}
+
+    def _forward(self, batch) -> np.ndarray:
+        from .runtime import pad_np
+
+        ids, mask = pad_np(batch, self.tokenizer.pad_token_id or 0)
+        emb = self.model.run(ids, mask)
+        if self.settings.dim:
+            emb = emb[:, : self.settings.dim]
+        return (emb / np.linalg.norm(emb, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)

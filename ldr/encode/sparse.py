@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
+from .runtime import choose
 
 KINDS = ("splade", "head")
 
@@ -36,6 +37,7 @@ class SparseSettings:
     threshold: float = 0.0           # drop weights at or below this
     batch_tokens: int = 4096
     device: str | None = None
+    backend: str = "auto"            # auto | torch | onnx | onnx-int8 (an index records the one it used)
 
     def __post_init__(self):
         if self.top_k_per not in ("document", "window"):
@@ -68,9 +70,79 @@ def _load_head(path: Path, hidden: int):
     return layer
 
 
-class SparseEncoder(SerialEncoder):
+def load_sparse(settings: SparseSettings | None = None):
+    """The sparse encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
+    s = settings or SparseSettings()
+    backend = choose(s.backend, s.device, s.kind == "splade", "a sparse model with a separate head (kind=head)")
+    return OnnxSparseEncoder(s, backend) if backend.startswith("onnx") else SparseEncoder(s)
+
+
+class _SparseCore(SerialEncoder):
+    """Windows, max over windows and pruning; subclasses implement _weights (a batch of windows →
+    (b, V) float32 term weights) and set tokenizer, window, vocab_size, path."""
+
+    def _inference(self):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def vocabulary(self) -> list[str]:
+        inv = {i: t for t, i in self.tokenizer.get_vocab().items()}
+        return [inv.get(i, f"[{i}]") for i in range(self.vocab_size)]
+
+    def _encode(self, texts: list[str], prune: bool, first_window_only: bool = False):
+        return self._finish_documents(self._prepare_documents(texts, prune, first_window_only))
+
+    def _prepare_documents(self, texts: list[str], prune: bool = True, first_window_only: bool = False):
+        room = self.window - len(self._head_ids) - len(self._tail_ids)
+        if first_window_only:  # a query: never tokenise more than the window could hold
+            texts = [t[:room * 64] for t in texts]
+        all_ids = token_ids(self.tokenizer, list(texts))
+        pieces, owner = [], []
+        for d, ids in enumerate(all_ids):
+            if first_window_only:
+                ids = ids[:room]
+            for i in range(0, max(len(ids), 1), room):
+                pieces.append(with_specials(self._head_ids, ids[i:i + room], self._tail_ids))
+                owner.append(d)
+        return len(texts), pieces, np.asarray(owner), prune
+
+    def _finish_documents(self, job, progress=None):
+        import scipy.sparse as sp
+
+        s = self.settings
+        n_texts, pieces, owner, prune = job
+        mat = np.zeros((n_texts, self.vocab_size), dtype=np.float32)
+        with self._inference():
+            for rows in budget_batches([len(p) for p in pieces], s.batch_tokens):
+                w = self._weights([pieces[r] for r in rows])
+                np.maximum.at(mat, owner[rows], w)   # a term keeps its largest weight over windows
+        if prune:
+            if s.threshold > 0:
+                mat[mat <= s.threshold] = 0
+            if s.top_k:
+                # per window: the cap grows with the document, so a 13k-token transcript keeps
+                # its vocabulary instead of the 256 terms a one-page note keeps
+                windows = np.bincount(owner, minlength=n_texts) if s.top_k_per == "window" else None
+                for d in range(n_texts):
+                    k = int(s.top_k * (max(windows[d], 1) if windows is not None else 1))
+                    if k < mat.shape[1]:
+                        cut = np.partition(mat[d], -k)[-k]
+                        mat[d, mat[d] < cut] = 0
+        return sp.csr_matrix(mat, dtype=np.float32)
+
+    def _encode_documents(self, texts: list[str]):
+        return self._encode(texts, prune=True)
+
+    def _encode_queries(self, texts: list[str]):
+        """Queries: the first window only (as the dense encoder truncates), so a pasted book
+        costs one forward pass, not hundreds."""
+        return self._encode(texts, prune=False, first_window_only=True)
+
+
+class SparseEncoder(_SparseCore):
+    """PyTorch: any device, both kinds."""
+
     def __init__(self, settings: SparseSettings | None = None):
-        import torch
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -88,6 +160,7 @@ class SparseEncoder(SerialEncoder):
         except OSError as e:
             raise ModelError(offline_hint(s.model) + f" [{str(e)[:200]}]") from None
         self.path = path
+        s.backend = "torch"
         self.head = None
         if s.kind == "head":
             head = Path(s.head) if s.head else Path(path) / "sparse_linear.pt"
@@ -102,11 +175,7 @@ class SparseEncoder(SerialEncoder):
     def describe(self) -> dict:
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
                 "architecture": type(self.model).__name__, "vocab_size": self.vocab_size, "window": self.window,
-                "settings": self.settings.to_dict()}
-
-    def vocabulary(self) -> list[str]:
-        inv = {i: t for t, i in self.tokenizer.get_vocab().items()}
-        return [inv.get(i, f"[{i}]") for i in range(self.vocab_size)]
+                "settings": self.settings.to_dict(), "backend": {"name": "torch"}}
 
     def _weights(self, batch: list[list[int]]):
         """(b, V) max-pooled term weights of each window."""
@@ -118,54 +187,56 @@ class SparseEncoder(SerialEncoder):
             # log1p∘relu is monotone, so max over tokens can come first: one pass over the
             # (batch, tokens, vocab) tensor instead of four
             logits = logits.masked_fill_(~mask.bool().unsqueeze(-1), float("-inf"))
-            return torch.log1p(torch.relu(logits.amax(dim=1))).float()
+            return torch.log1p(torch.relu(logits.amax(dim=1))).float().cpu().numpy()
         hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         tok_w = torch.relu(self.head(hidden)).squeeze(-1).float() * mask
         for sid in self._special:
             tok_w = tok_w.masked_fill(ids == sid, 0)
         out = torch.zeros(len(batch), self.vocab_size, device=tok_w.device)
-        return out.scatter_reduce(1, ids, tok_w, reduce="amax", include_self=True)
+        return out.scatter_reduce(1, ids, tok_w, reduce="amax", include_self=True).cpu().numpy()
 
-    def _encode(self, texts: list[str], prune: bool, first_window_only: bool = False):
-        import scipy.sparse as sp
+    def _inference(self):
         import torch
+        return torch.inference_mode()
 
-        s = self.settings
-        room = self.window - len(self._head_ids) - len(self._tail_ids)
-        if first_window_only:  # a query: never tokenise more than the window could hold
-            texts = [t[:room * 64] for t in texts]
-        all_ids = token_ids(self.tokenizer, list(texts))
-        pieces, owner = [], []
-        for d, ids in enumerate(all_ids):
-            if first_window_only:
-                ids = ids[:room]
-            for i in range(0, max(len(ids), 1), room):
-                pieces.append(with_specials(self._head_ids, ids[i:i + room], self._tail_ids))
-                owner.append(d)
-        owner = np.asarray(owner)
-        mat = np.zeros((len(texts), self.vocab_size), dtype=np.float32)
-        with torch.inference_mode():
-            for rows in budget_batches([len(p) for p in pieces], s.batch_tokens):
-                w = self._weights([pieces[r] for r in rows]).cpu().numpy()
-                np.maximum.at(mat, owner[rows], w)   # a term keeps its largest weight over windows
-        if prune:
-            if s.threshold > 0:
-                mat[mat <= s.threshold] = 0
-            if s.top_k:
-                # per window: the cap grows with the document, so a 13k-token transcript keeps
-                # its vocabulary instead of the 256 terms a one-page note keeps
-                windows = np.bincount(owner, minlength=len(texts)) if s.top_k_per == "window" else None
-                for d in range(len(texts)):
-                    k = int(s.top_k * (max(windows[d], 1) if windows is not None else 1))
-                    if k < mat.shape[1]:
-                        cut = np.partition(mat[d], -k)[-k]
-                        mat[d, mat[d] < cut] = 0
-        return sp.csr_matrix(mat, dtype=np.float32)
 
-    def _encode_documents(self, texts: list[str]):
-        return self._encode(texts, prune=True)
+class OnnxSparseEncoder(_SparseCore):
+    """ONNX Runtime on the CPU, SPLADE models: the graph max-pools the MLM logits over each
+    window's tokens, so only (windows × vocabulary) weights leave it."""
 
-    def _encode_queries(self, texts: list[str]):
-        """Queries: the first window only (as the dense encoder truncates), so a pasted book
-        costs one forward pass, not hundreds."""
-        return self._encode(texts, prune=False, first_window_only=True)
+    def __init__(self, settings: SparseSettings, backend: str = "onnx"):
+        from .onnx_export import exported
+        from .runtime import OrtModel
+
+        self.settings = s = settings
+        SerialEncoder.__init__(self)
+        self.device = "cpu"
+        path, _ = resolve(s.model)
+        if os.path.isdir(s.model):
+            s.model = path
+        if not os.path.isdir(path):
+            raise ModelError(f"--backend {backend} needs the model as a local folder (got {s.model!r}); "
+                             "download it first or use --backend torch")
+        s.backend = backend
+        self.path = path
+        self.head = None
+        self.model = OrtModel(exported("splade", path, int8=backend == "onnx-int8"))
+        m = self.model.meta
+        self.tokenizer = self.model.tokenizer
+        self.vocab_size = m["vocab_size"]
+        self._head_ids, self._tail_ids = special_tokens(self.tokenizer)
+        self._special = set(self.tokenizer.all_special_ids)
+        self.window = min(s.max_length or m["max_position_embeddings"], m["max_position_embeddings"])
+
+    def describe(self) -> dict:
+        m = self.model.meta
+        return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
+                "architecture": m["architecture"], "vocab_size": self.vocab_size, "window": self.window,
+                "settings": self.settings.to_dict(),
+                "backend": {"name": self.settings.backend, "int8": m["export"]["int8"], "fused": m.get("fused")}}
+
+    def _weights(self, batch) -> np.ndarray:
+        from .runtime import pad_np
+
+        ids, mask = pad_np(batch, self.tokenizer.pad_token_id or 0)
+        return self.model.run(ids, mask)

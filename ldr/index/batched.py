@@ -1,5 +1,16 @@
-"""Shared by the encoder-backed components: documents are buffered and encoded in batches."""
+"""Shared by the encoder-backed components: documents are buffered and encoded in batches.
+
+With a `Pipeline`, a batch is tokenised on the calling thread and encoded on one worker thread,
+so reading, the docstore and BM25 writing (and the next batch's tokenisation) go on while the
+model runs: the encoder's cores do not wait for them. ONNX Runtime, PyTorch and `tokenizers`
+release the GIL while they work.
+"""
 from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 from ..corpus import Doc
 
@@ -9,10 +20,55 @@ def doc_text(doc: Doc) -> str:
     return f"{doc.title}\n{doc.text}" if doc.title else doc.text
 
 
+class Pipeline:
+    """One encode worker for all of a segment's encoders, in submission order; at most `depth`
+    batches in flight (memory stays bounded; the feeder waits when it is that far ahead)."""
+
+    def __init__(self, depth: int = 2):
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldr-encode")
+        self._inflight: deque = deque()
+        self._depth = depth
+        self._lock = threading.Lock()
+        self.seconds = {"tokenise": 0.0, "encode": 0.0, "wait": 0.0}
+
+    def timed(self, stage: str, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            with self._lock:
+                self.seconds[stage] += time.perf_counter() - t
+
+    def submit(self, fn, *args) -> None:
+        while len(self._inflight) >= self._depth:
+            self._wait_oldest()
+        self._inflight.append(self._pool.submit(self.timed, "encode", fn, *args))
+
+    def _wait_oldest(self) -> None:
+        t = time.perf_counter()
+        fut = self._inflight.popleft()
+        try:
+            fut.result()          # a failed batch fails the build here
+        finally:
+            self.seconds["wait"] += time.perf_counter() - t
+
+    def drain(self) -> None:
+        while self._inflight:
+            self._wait_oldest()
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for f in self._inflight:
+                f.cancel()
+            self._inflight.clear()
+        self._pool.shutdown(wait=True)
+
+
 class BatchedWriter:
-    def __init__(self, docs_per_batch: int = 32, chars_per_batch: int = 4 << 20):
+    def __init__(self, docs_per_batch: int = 32, chars_per_batch: int = 4 << 20, pipeline: Pipeline | None = None):
         self._pending: list[tuple[int, str, int]] = []
         self._per_batch, self._chars, self._max_chars = docs_per_batch, 0, chars_per_batch
+        self._pipe = pipeline
 
     def add(self, docno: int, doc: Doc) -> None:
         # the body starts after "title\n": spans into the encoded text shift by that much
@@ -23,10 +79,26 @@ class BatchedWriter:
             self._flush()
 
     def _flush(self) -> None:
-        if self._pending:
-            self._write_batch([d for d, _, _ in self._pending], [t for _, t, _ in self._pending],
-                              [b for _, _, b in self._pending])
-            self._pending, self._chars = [], 0
+        if not self._pending:
+            return
+        batch = ([d for d, _, _ in self._pending], [t for _, t, _ in self._pending],
+                 [b for _, _, b in self._pending])
+        self._pending, self._chars = [], 0
+        if self._pipe is None:
+            self._write_prepared(self._prepare_batch(*batch))
+        else:
+            self._pipe.submit(self._write_prepared, self._pipe.timed("tokenise", self._prepare_batch, *batch))
 
-    def _write_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]) -> None:
+    def _finish(self) -> None:
+        """Everything added is encoded and written (call before reading what was written)."""
+        self._flush()
+        if self._pipe is not None:
+            self._pipe.drain()
+
+    def _prepare_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]):
+        """Tokenise (on the feeding thread); returns what _write_prepared needs."""
+        raise NotImplementedError
+
+    def _write_prepared(self, prepared) -> None:
+        """Encode and append to disk (on the pipeline's worker, in batch order)."""
         raise NotImplementedError

@@ -64,8 +64,8 @@ class DenseWriter(BatchedWriter):
     """Encodes documents in batches as they stream past, appending vectors to disk."""
 
     def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32,
-                 allow_small: bool = False):
-        super().__init__(docs_per_batch)
+                 allow_small: bool = False, pipeline=None):
+        super().__init__(docs_per_batch, pipeline=pipeline)
         self.allow_small = allow_small
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -76,8 +76,12 @@ class DenseWriter(BatchedWriter):
         self._spans: list[np.ndarray] = []
         self.count = 0
 
-    def _write_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]) -> None:
-        vecs, owner, spans = self.encoder.encode_documents(texts, spans=True)
+    def _prepare_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]):
+        return docnos, body_starts, self.encoder.prepare_documents(texts, spans=True)
+
+    def _write_prepared(self, prepared) -> None:
+        docnos, body_starts, job = prepared
+        vecs, owner, spans = self.encoder.finish_documents(job)
         # spans into the document's text (the body), not into "title\n" + body
         shift = np.asarray(body_starts, dtype=np.int64)[owner][:, None]
         spans = np.where(spans >= 0, np.maximum(spans - shift, 0), spans)
@@ -90,7 +94,7 @@ class DenseWriter(BatchedWriter):
         self._raw.close()
 
     def close(self) -> dict:
-        self._flush()
+        self._finish()
         self._raw.close()
         d = self.encoder.dim
         vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d))

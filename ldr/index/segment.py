@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..corpus import Doc
+from .batched import Pipeline
 from .bm25.analysis import Analyzer
 from .dense import DenseWriter, FaissSettings, load_vectors, save_dense
 from .docstore import Docstore, DocstoreWriter
@@ -38,11 +39,14 @@ class SegmentWriter:
         self.path.mkdir(parents=True)
         self.store = DocstoreWriter(self.path)
         self.parts: dict = {}
+        # encoding overlaps reading, the docstore and BM25 (see batched.py)
+        self.pipeline = Pipeline() if encoders else None
         if "dense" in encoders:
-            self.parts["dense"] = DenseWriter(self.path / "dense", encoders["dense"], faiss, allow_small=allow_small)
+            self.parts["dense"] = DenseWriter(self.path / "dense", encoders["dense"], faiss, allow_small=allow_small,
+                                              pipeline=self.pipeline)
         if "sparse" in encoders:
             from .sparse import SparseWriter
-            self.parts["sparse"] = SparseWriter(self.path / "sparse", encoders["sparse"])
+            self.parts["sparse"] = SparseWriter(self.path / "sparse", encoders["sparse"], pipeline=self.pipeline)
         if native is not None:
             from .bm25.native_backend import NativeWriter
             self.parts["bm25"] = NativeWriter(self.path / "bm25", native)
@@ -74,9 +78,21 @@ class SegmentWriter:
             else:
                 about["sparse"] = {"vocab_size": info["vocab_size"], "model": info["model"]}
                 entry["sparse"] = {k: info[k] for k in ("path", "postings")}
+        if self.pipeline is not None:
+            self.pipeline.close()
         return entry, about
 
+    @property
+    def profile(self) -> dict:
+        """Seconds spent tokenising (feeding thread), encoding (worker) and waiting for the worker."""
+        return {k: round(v, 3) for k, v in self.pipeline.seconds.items()} if self.pipeline else {}
+
     def abort(self) -> None:
+        if self.pipeline is not None:
+            try:
+                self.pipeline.close(cancel=True)
+            except Exception as e:  # cleanup: keep the original error
+                log.debug("pipeline close failed: %s", e)
         for w in [self.store, *self.parts.values()]:
             try:
                 w.abort()

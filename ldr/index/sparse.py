@@ -32,8 +32,8 @@ def save_inverted(path: Path, terms: np.ndarray, values: np.ndarray, counts: lis
 
 
 class SparseWriter(BatchedWriter):
-    def __init__(self, path: Path, encoder, docs_per_batch: int = 32):
-        super().__init__(docs_per_batch)
+    def __init__(self, path: Path, encoder, docs_per_batch: int = 32, pipeline=None):
+        super().__init__(docs_per_batch, pipeline=pipeline)
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.encoder = encoder
@@ -41,8 +41,11 @@ class SparseWriter(BatchedWriter):
         self._weights = open(self.path / "weights.f32", "wb")
         self._lengths: list[int] = []
 
-    def _write_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]) -> None:
-        mat = self.encoder.encode_documents(texts)   # rows follow docnos, which arrive in order
+    def _prepare_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]):
+        return self.encoder.prepare_documents(texts)
+
+    def _write_prepared(self, job) -> None:
+        mat = self.encoder.finish_documents(job)   # rows follow docnos, which arrive in order
         mat.sort_indices()
         self._terms.write(mat.indices.astype(np.int32).tobytes())
         self._weights.write(mat.data.astype(np.float32).tobytes())
@@ -53,7 +56,7 @@ class SparseWriter(BatchedWriter):
         self._weights.close()
 
     def close(self) -> dict:
-        self._flush()
+        self._finish()
         self._terms.close()
         self._weights.close()
         terms = np.fromfile(self.path / "terms.i32", dtype=np.int32)

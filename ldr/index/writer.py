@@ -93,6 +93,7 @@ class IndexWriter:
         self.lock = WriteLock(self.root, wait)
         self.trust_remote_code, self.device = trust_remote_code, device
         self.threads = threads or os.cpu_count() or 1
+        self.profile: dict = {}      # seconds per build stage of the last segment written
         try:
             self.current = read_manifest(self.root) if gens.generations(self.root) else None
             self.collect()     # leftovers of writers that died
@@ -127,12 +128,12 @@ class IndexWriter:
     def _encoders(self, components: dict) -> dict:
         enc = {}
         if "dense" in components:
-            from ..encode.dense import DenseEncoder, DenseSettings
-            enc["dense"] = DenseEncoder(model_settings(components["dense"], DenseSettings, self.trust_remote_code,
+            from ..encode.dense import DenseSettings, load_dense
+            enc["dense"] = load_dense(model_settings(components["dense"], DenseSettings, self.trust_remote_code,
                                                        self.device, f"{self.root} (dense)"))
         if "sparse" in components:
-            from ..encode.sparse import SparseEncoder, SparseSettings
-            enc["sparse"] = SparseEncoder(model_settings(components["sparse"], SparseSettings, self.trust_remote_code,
+            from ..encode.sparse import SparseSettings, load_sparse
+            enc["sparse"] = load_sparse(model_settings(components["sparse"], SparseSettings, self.trust_remote_code,
                                                          self.device, f"{self.root} (sparse)"))
         return enc
 
@@ -227,11 +228,11 @@ class IndexWriter:
         params = resolve_params(config.bm25, config.k1, config.b) if config.bm25 else None
         encoders = {}
         if config.dense is not None:
-            from ..encode.dense import DenseEncoder
-            encoders["dense"] = DenseEncoder(config.dense)
+            from ..encode.dense import load_dense
+            encoders["dense"] = load_dense(config.dense)
         if config.sparse is not None:
-            from ..encode.sparse import SparseEncoder
-            encoders["sparse"] = SparseEncoder(config.sparse)
+            from ..encode.sparse import load_sparse
+            encoders["sparse"] = load_sparse(config.sparse)
         components = {}
         if config.bm25:
             components["bm25"] = {"backend": config.bm25, "k1": params[0], "b": params[1],
@@ -250,7 +251,8 @@ class IndexWriter:
         seconds = time.perf_counter() - t0
         retrievers = [n for n in ("bm25", "dense", "sparse") if n in components]
         search = {"mode": "hybrid" if len(retrievers) > 1 else retrievers[0], **config.search}
-        settings = {"build": {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads}}
+        settings = {"build": {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads,
+                              "stages": self.profile}}
         return self._commit("index", [seg], components, search, report.to_dict(), settings,
                             {"added": seg["docs"], "replaced": 0, "deleted": 0, "skipped": report.n_skipped,
                              "seconds": round(seconds, 3), "next_uid": prev_next_uid + seg["docs"],
@@ -276,6 +278,7 @@ class IndexWriter:
                 bm25_writer = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads,
                                           append=bm25_prev is not None)
             n_bytes, uid = 0, first_uid
+            t_start = time.perf_counter()
             try:
                 with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
                     for doc in check_documents(docs, report, max_doc_mb):
@@ -285,10 +288,17 @@ class IndexWriter:
                         uid += 1
                         n_bytes += utf8_len(doc.text)
                         bar.update(1)
+                t_fed = time.perf_counter()
                 entry, about = seg_writer.close()
+                t_closed = time.perf_counter()
                 if bm25_writer is not None:
                     log.info("committing the BM25 index (%s)", bm25["backend"])
                     bm25_writer.close()
+                # where the time went: the feeding loop (reading, docstore, BM25, tokenising; it
+                # waits only when the encoder is behind), then finishing the encoders and files
+                self.profile = {"feed": round(t_fed - t_start, 3), **seg_writer.profile,
+                                "finish_segment": round(t_closed - t_fed, 3),
+                                "commit_bm25": round(time.perf_counter() - t_closed, 3)}
             except BaseException:
                 for w in (seg_writer, bm25_writer):
                     if w is not None:

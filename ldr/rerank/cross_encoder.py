@@ -33,6 +33,7 @@ class CrossEncoderSettings:
     batch_size: int = 16
     trust_remote_code: bool = False
     device: str | None = None
+    backend: str = "auto"             # auto (ONNX Runtime fp32 on a CPU) | torch | onnx | onnx-int8
 
     def __post_init__(self):
         if self.aggregate not in AGGREGATES:
@@ -66,24 +67,36 @@ def aggregate(window_scores: list[float], how: str = "max", first_k: int = 3) ->
 
 class CrossEncoderReranker:
     def __init__(self, settings: CrossEncoderSettings):
-        import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
+
+        from ..encode.runtime import choose
 
         hf_logging.disable_progress_bar()
         self.settings = s = settings
         self.name = f"cross-encoder:{s.model}"
         self._lock = threading.Lock()
-        self.device = pick_device(s.device)
         path, _ = resolve(s.model)
+        s.backend = choose(s.backend, s.device, os.path.isdir(path), "a cross-encoder that is not a local folder")
+        self.device = "cpu" if s.backend.startswith("onnx") else pick_device(s.device)
+        self.ort = self.model = None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code)
-            self.model = AutoModelForSequenceClassification.from_pretrained(
-                path, trust_remote_code=s.trust_remote_code).to(self.device).eval()
+            if s.backend.startswith("onnx"):
+                from ..encode.onnx_export import exported
+                from ..encode.runtime import OrtModel
+                # the graph runs the model; the tokenizer's pair and overflow handling stays as it is
+                self.ort = OrtModel(exported("cross", path, int8=s.backend == "onnx-int8",
+                                             trust_remote_code=s.trust_remote_code))
+                limit, model_type = self.ort.meta["max_position_embeddings"], self.ort.meta["model_type"]
+            else:
+                self.model = AutoModelForSequenceClassification.from_pretrained(
+                    path, trust_remote_code=s.trust_remote_code).to(self.device).eval()
+                limit = int(getattr(self.model.config, "max_position_embeddings", 512))
+                model_type = self.model.config.model_type
         except OSError as e:
             raise ModelError(offline_hint(s.model) + f" [{str(e)[:200]}]") from None
-        limit = int(getattr(self.model.config, "max_position_embeddings", 512))
-        if self.model.config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        if model_type in ("roberta", "xlm-roberta", "camembert"):
             limit -= 2
         self.max_length = min(s.max_length or limit, limit, 8192)
 
@@ -103,14 +116,18 @@ class CrossEncoderReranker:
         return [{k: enc[k][i] for k in keys} for i in chosen]
 
     def _logits(self, batch: list[dict]) -> np.ndarray:
-        import torch
+        if self.ort is not None:
+            p = self.tokenizer.pad(batch, return_tensors="np")
+            logits = self.ort.run(p["input_ids"], p["attention_mask"], p.get("token_type_ids"))
+        else:
+            import torch
 
-        padded = self.tokenizer.pad(batch, return_tensors="pt")
-        with torch.inference_mode():
-            logits = self.model(**{k: v.to(self.device) for k, v in padded.items()}).logits.float()
+            padded = self.tokenizer.pad(batch, return_tensors="pt")
+            with torch.inference_mode():
+                logits = self.model(**{k: v.to(self.device) for k, v in padded.items()}).logits.float().cpu().numpy()
         if logits.shape[-1] == 1:
-            return logits[:, 0].cpu().numpy()
-        return (logits[:, -1] - logits[:, 0]).cpu().numpy()  # positive-class margin
+            return logits[:, 0]
+        return logits[:, -1] - logits[:, 0]  # positive-class margin
 
     def _pair(self, query: str, passage: str) -> dict:
         """(query, passage) as one model input, the passage cut to what fits."""

@@ -1,0 +1,246 @@
+"""Export a model to ONNX once, into a per-user cache keyed by the model's weights and the export
+settings; later runs (and every query) load the cached graph without torch.
+
+The exporter is torch's own (`torch.onnx.export`, what optimum drives; optimum-onnx itself does
+not support the transformers release installed here), ONNX Runtime's transformer optimizer fuses
+attention/LayerNorm/GELU for BERT-family models, and `onnxruntime.quantization.quantize_dynamic`
+makes the int8 variant. What each graph returns:
+- dense: the model's own sentence-transformers pooling of the token states (not normalised: ldr
+  truncates Matryoshka dims and normalises after);
+- splade: per window, max over tokens of log1p(relu(logits)), so the (tokens × vocabulary) logits
+  never leave the graph;
+- cross: the classification logits.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import ModelError
+from .runtime import ONNX_EXTRA, quantization_config
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1          # bump when what an export writes changes: old cache entries are ignored
+KINDS = ("dense", "splade", "cross")
+_FUSABLE = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "distilbert": "bert", "camembert": "bert"}
+
+
+def cache_root() -> Path:
+    env = os.environ.get("LDR_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ldr"
+
+
+def weights_hash(model_dir: Path) -> str:
+    """sha256 over the model's weight, config and tokenizer files, memoised per (file, size, mtime)
+    so that a query does not re-read 100 MB of weights."""
+    files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and (
+        p.suffix in (".safetensors", ".bin", ".pt") or p.name in ("config.json", "tokenizer.json", "vocab.txt",
+                                                                   "modules.json", "sentence_bert_config.json")))
+    files += sorted(Path(model_dir).glob("*_Pooling/config.json"))
+    if not files:
+        raise ModelError(f"{model_dir} holds no model weights to export")
+    stamp = json.dumps([(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files])
+    memo = cache_root() / "hashes.json"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    key = hashlib.sha256(stamp.encode()).hexdigest()
+    if key in known:
+        return known[key]
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.name.encode())
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+    digest = h.hexdigest()
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**known, key: digest}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass    # a read-only cache only costs the hash again next time
+    return digest
+
+
+def export_key(kind: str, model_dir: Path, int8: bool) -> tuple[str, dict]:
+    quant = quantization_config() if int8 else None
+    settings = {"kind": kind, "weights": weights_hash(model_dir), "int8": quant, "export_version": EXPORT_VERSION}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24], settings
+
+
+def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: bool = False) -> Path:
+    """The cached export of `model_dir` (a local model folder) as `kind`, exported on a miss."""
+    model_dir = Path(model_dir)
+    key, settings = export_key(kind, model_dir, int8)
+    folder = cache_root() / "onnx" / f"{kind}-{key}"
+    if (folder / "meta.json").is_file() and (folder / "model.onnx").is_file():
+        return folder
+    root = cache_root() / "onnx"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{kind}-{key}-", dir=root))
+    except OSError as e:
+        # a read-only or unwritable cache: export for this process only, and say how to fix it
+        log.warning("the ONNX cache %s is not writable (%s); exporting into a temporary folder for this run "
+                    "only. Set LDR_CACHE_DIR to a writable folder to keep exports.", root, e.strerror or e)
+        work = Path(tempfile.mkdtemp(prefix=f"ldr-onnx-{kind}-"))
+        _export(kind, model_dir, work, settings, trust_remote_code)
+        return work
+    try:
+        _export(kind, model_dir, work, settings, trust_remote_code)
+        try:
+            os.replace(work, folder)        # atomic: readers see a whole export or none
+        except OSError:
+            if not (folder / "meta.json").is_file():   # not another process winning the race
+                raise
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return folder
+
+
+def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool) -> None:
+    try:
+        import onnx  # noqa: F401  (the quantizer and the optimizer need it)
+        import torch
+    except ImportError as e:
+        raise ModelError(f"exporting a model to ONNX needs torch and onnx ({e.name} is missing): {ONNX_EXTRA}") from None
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    log.info("exporting %s (%s) to ONNX in %s", model_dir, kind, out)
+    module, meta, config, tokenizer = _wrapped(kind, model_dir, trust_remote_code)
+    ids = torch.randint(1000, 2000, (2, 16))
+    # a cross-encoder tells query from passage by token types; the other graphs fill zeros inside
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if kind == "cross" and
+                                               "token_type_ids" in tokenizer.model_input_names else [])
+    example = (ids, torch.ones_like(ids)) + ((torch.zeros_like(ids),) if len(names) == 3 else ())
+    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"output": {0: "batch"}}
+    raw = out / "raw.onnx"
+    import warnings
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        # the TorchScript exporter: one self-contained file, dynamic batch and length
+        torch.onnx.export(module, example, str(raw), input_names=names,
+                          output_names=["output"], dynamic_axes=axes, opset_version=17, dynamo=False)
+    graph = raw
+    fused = _FUSABLE.get(config.model_type)
+    if fused:
+        from onnxruntime.transformers.optimizer import optimize_model
+        opt = optimize_model(str(raw), model_type=fused, num_heads=config.num_attention_heads,
+                             hidden_size=config.hidden_size)
+        graph = out / "fused.onnx"
+        opt.save_model_to_file(str(graph))
+        meta["fused"] = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
+    if settings["int8"]:
+        import onnx as _onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        q = settings["int8"]
+        quantize_dynamic(str(graph), str(out / "model.onnx"), weight_type=QuantType.QInt8,
+                         per_channel=q["per_channel"], reduce_range=q["reduce_range"],
+                         op_types_to_quantize=["MatMul"],
+                         extra_options={"DefaultTensorType": _onnx.TensorProto.FLOAT})
+    else:
+        os.replace(graph, out / "model.onnx")
+    for leftover in (raw, out / "fused.onnx"):
+        leftover.unlink(missing_ok=True)
+    tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
+    meta.update(export=settings, inputs=names, source=str(model_dir), pad_token_id=tokenizer.pad_token_id or 0,
+                special_ids=sorted(set(tokenizer.all_special_ids)), model_input_names=list(tokenizer.model_input_names),
+                torch=torch.__version__)
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def _wrapped(kind: str, model_dir: Path, trust_remote_code: bool):
+    """(torch module taking (input_ids, attention_mask), facts about the model, config, tokenizer)."""
+    import torch
+
+    if not getattr(_tokenizer(model_dir, trust_remote_code), "is_fast", False):
+        raise ModelError(f"{model_dir} has no fast tokenizer (tokenizer.json); use --backend torch")
+    if kind == "dense":
+        from .dense import DenseEncoder, DenseSettings
+        enc = DenseEncoder(DenseSettings(model=str(model_dir), strategy="truncate", backend="torch", device="cpu",
+                                         trust_remote_code=trust_remote_code))
+        hf = enc.hf
+        _eager(hf)
+        tti = enc._accepts_tti
+
+        class Dense(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hf, self.pool = hf, torch.nn.ModuleList(enc.pool)
+
+            def forward(self, input_ids, attention_mask):
+                kw = {"token_type_ids": torch.zeros_like(input_ids)} if tti else {}
+                out = self.hf(input_ids=input_ids, attention_mask=attention_mask, **kw)
+                f = {"token_embeddings": out.last_hidden_state, "attention_mask": attention_mask}
+                for p in self.pool:
+                    f = p(f)
+                return f["sentence_embedding"].float()
+
+        st = enc.st
+        meta = {"kind": "dense", "architecture": type(hf).__name__, "positions": enc.kind,
+                "trained_length": enc.trained, "st_max_length": st.max_seq_length,
+                "prompts": dict(getattr(st, "prompts", {}) or {}), "dim": enc.dim,
+                "pooling": [p.get_config_dict() for p in enc.pool]}
+        return Dense().eval(), meta, hf.config, enc.tokenizer
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    cls = AutoModelForMaskedLM if kind == "splade" else AutoModelForSequenceClassification
+    try:
+        model = cls.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code).eval()
+    except OSError as e:
+        raise ModelError(f"cannot load {model_dir} for export: {str(e)[:200]}") from None
+    _eager(model)
+    tokenizer = _tokenizer(model_dir, trust_remote_code)
+    meta = {"kind": kind, "architecture": type(model).__name__, "vocab_size": model.config.vocab_size,
+            "max_position_embeddings": int(getattr(model.config, "max_position_embeddings", 512)),
+            "model_type": model.config.model_type}
+
+    class Splade(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            # max over tokens first (log1p∘relu is monotone): the graph returns (batch, vocab)
+            logits = logits.masked_fill(attention_mask.unsqueeze(-1) == 0, float("-inf"))
+            return torch.log1p(torch.relu(logits.amax(dim=1))).float()
+
+    class Cross(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):
+            kw = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **kw).logits.float()
+
+    return (Splade() if kind == "splade" else Cross()).eval(), meta, model.config, tokenizer
+
+
+def _tokenizer(model_dir: Path, trust_remote_code: bool):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+
+
+def _eager(model) -> None:
+    """Plain attention ops, which ONNX Runtime's optimizer fuses (SDPA's export does not fuse)."""
+    try:
+        model.set_attn_implementation("eager")
+    except Exception:       # older transformers, or a model without the switch
+        model.config._attn_implementation = "eager"

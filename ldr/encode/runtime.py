@@ -1,0 +1,165 @@
+"""Which engine runs an encoder's model: PyTorch, or ONNX Runtime (fp32 or dynamic int8) on a CPU.
+
+This module imports neither torch nor transformers: the query path of an ONNX index loads an
+exported graph and a `tokenizers` tokenizer, which is what keeps a cold `ldr search` fast.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, ModelError
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+ONNX_EXTRA = "pip install 'ldr[onnx]'"
+
+
+def cuda_present() -> bool:
+    """Whether a CUDA device is there, without importing torch on machines with no NVIDIA driver."""
+    if not (os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia")):
+        return False
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+    return bool(torch.cuda.is_available())
+
+
+def onnxruntime_available() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def choose(requested: str | None, device: str | None, supported: bool, what: str) -> str:
+    """The backend to run: `requested` (auto | torch | onnx | onnx-int8) resolved for this machine.
+
+    auto: ONNX Runtime fp32 on a CPU when it is installed and the model/strategy runs on it (it
+    gives PyTorch's vectors, cosine ≥ 0.9999); PyTorch on a GPU or otherwise. An ONNX backend
+    recorded in an index is kept on a CPU and becomes PyTorch on a GPU (same vectors, fp16)."""
+    requested = requested or "auto"
+    if requested not in BACKENDS:
+        raise ConfigError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
+    gpu = (device or "").startswith("cuda") or (device is None and requested != "torch" and cuda_present())
+    if requested == "torch" or gpu:
+        return "torch"
+    if requested == "auto":
+        if not supported or not onnxruntime_available():
+            return "torch"
+        return "onnx"
+    if not supported:
+        raise ConfigError(f"--backend {requested} cannot run {what}: use --backend torch (or auto)")
+    if not onnxruntime_available():
+        raise ModelError(f"--backend {requested} needs ONNX Runtime, which is not installed: {ONNX_EXTRA} "
+                         "(or use --backend torch)")
+    return requested
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def quantization_config() -> dict:
+    """Dynamic int8 settings for the CPU this runs on (chosen here, never on the build machine).
+
+    Weights are int8 per output channel (per-tensor loses too much: minimum cosine 0.91 against
+    0.99 on MiniLM). Without VNNI, u8×s8 products can saturate the 16-bit accumulators of
+    AVX2/AVX-512 (vpmaddubsw), so weights keep 7 bits there (reduce_range), as ONNX Runtime advises."""
+    flags = cpu_flags()
+    isa = "avx512_vnni" if "avx512_vnni" in flags else "avx_vnni" if "avx_vnni" in flags else \
+        "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
+    return {"isa": isa, "weights": "int8", "activations": "uint8", "per_channel": True,
+            "reduce_range": isa not in ("avx512_vnni", "avx_vnni")}
+
+
+# -- a tokenizer without transformers ----------------------------------------------------------
+
+class FastTokenizer:
+    """The part of a Hugging Face fast tokenizer's interface ldr's encoders use, over the
+    `tokenizers` library alone (importing transformers costs a cold search more than a second)."""
+
+    is_fast = True
+
+    def __init__(self, folder: Path, meta: dict):
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        self.pad_token_id = meta.get("pad_token_id")
+        self.all_special_ids = list(meta.get("special_ids", []))
+        self.model_input_names = list(meta.get("model_input_names", ["input_ids", "attention_mask"]))
+
+    def __call__(self, texts, add_special_tokens: bool = True, return_offsets_mapping: bool = False, **_):
+        single = isinstance(texts, str)
+        encs = self._tok.encode_batch([texts] if single else list(texts), add_special_tokens=add_special_tokens)
+        out = {"input_ids": [e.ids for e in encs]}
+        if return_offsets_mapping:
+            out["offset_mapping"] = [e.offsets for e in encs]
+        return {k: v[0] for k, v in out.items()} if single else out
+
+    def get_vocab(self) -> dict:
+        return self._tok.get_vocab(with_added_tokens=True)
+
+    def decode(self, ids) -> str:
+        return self._tok.decode(list(ids))
+
+
+# -- an ONNX Runtime session --------------------------------------------------------------------
+
+def threads() -> int:
+    env = os.environ.get("LDR_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class OrtModel:
+    """An exported model folder (model.onnx, tokenizer.json, meta.json) ready to run."""
+
+    def __init__(self, folder: Path):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise ModelError(f"ONNX Runtime is not installed: {ONNX_EXTRA} (or use --backend torch)") from None
+        self.folder = Path(folder)
+        self.meta = json.loads((self.folder / "meta.json").read_text())
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads()
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        self.session = ort.InferenceSession(str(self.folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.tokenizer = FastTokenizer(self.folder, self.meta)
+
+    def run(self, ids: np.ndarray, mask: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
+        feed = {"input_ids": ids.astype(np.int64, copy=False), "attention_mask": mask.astype(np.int64, copy=False)}
+        if "token_type_ids" in self.inputs:
+            feed["token_type_ids"] = (np.zeros_like(feed["input_ids"]) if token_type_ids is None
+                                      else token_type_ids.astype(np.int64, copy=False))
+        return self.session.run(None, feed)[0]
+
+
+def pad_np(pieces, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids, attention_mask) int64 arrays, right-padded."""
+    n = max(len(x) for x in pieces)
+    ids = np.full((len(pieces), n), pad_id, dtype=np.int64)
+    mask = np.zeros((len(pieces), n), dtype=np.int64)
+    for i, x in enumerate(pieces):
+        ids[i, :len(x)] = x
+        mask[i, :len(x)] = 1
+    return ids, mask

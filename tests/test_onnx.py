@@ -1,0 +1,145 @@
+"""ONNX Runtime backend: same outputs as PyTorch on the packaged models, the export cache, the
+backend choice and its errors, and an index that records its backend and searches without torch."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ldr.encode import onnx_export, runtime
+from ldr.encode.dense import DenseEncoder, DenseSettings, OnnxDenseEncoder, load_dense
+from ldr.encode.sparse import OnnxSparseEncoder, SparseEncoder, SparseSettings, load_sparse
+from ldr.errors import ConfigError, ModelError
+
+pytest.importorskip("onnxruntime")
+
+TEXTS = ["The committee agreed to move the budget vote to Thursday after a long discussion about the "
+         "remote control design and its battery life. " * 30,
+         "short note", ""]
+
+
+def _cos(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True).clip(1e-12)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True).clip(1e-12)
+    return (a * b).sum(1)
+
+
+@pytest.mark.parametrize("strategy", ["maxp", "pcw", "truncate"])
+def test_onnx_dense_matches_torch(strategy):
+    torch_enc = DenseEncoder(DenseSettings(strategy=strategy, max_length=128, device="cpu"))
+    ort_enc = load_dense(DenseSettings(strategy=strategy, max_length=128))
+    assert isinstance(ort_enc, OnnxDenseEncoder) and ort_enc.settings.backend == "onnx"
+    v1, o1, s1 = torch_enc.encode_documents(TEXTS, spans=True)
+    v2, o2, s2 = ort_enc.encode_documents(TEXTS, spans=True)
+    assert (o1 == o2).all() and (s1 == s2).all()
+    assert _cos(v1, v2).min() >= 0.9999
+    q = ["what did the committee decide about the budget"]
+    assert _cos(torch_enc.encode_queries(q), ort_enc.encode_queries(q)).min() >= 0.9999
+    assert ort_enc.window == torch_enc.window and ort_enc.dim == torch_enc.dim
+
+
+def test_onnx_int8_is_close_and_recorded():
+    ref = DenseEncoder(DenseSettings(strategy="maxp", device="cpu")).encode_documents(TEXTS)[0]
+    enc = load_dense(DenseSettings(backend="onnx-int8"))
+    assert _cos(ref, enc.encode_documents(TEXTS)[0]).min() > 0.95
+    q = enc.describe()["backend"]["int8"]
+    assert q["isa"] == runtime.quantization_config()["isa"] and q["per_channel"] is True
+
+
+def test_onnx_splade_matches_torch():
+    t = SparseEncoder(SparseSettings(device="cpu", top_k=None))
+    o = load_sparse(SparseSettings(top_k=None))
+    assert isinstance(o, OnnxSparseEncoder)
+    a, b = t.encode_documents(TEXTS).toarray(), o.encode_documents(TEXTS).toarray()
+    assert np.abs(a - b).max() < 1e-4 and ((a > 0) == (b > 0)).all()
+    assert o.vocabulary() == t.vocabulary()
+    q = ["budget vote"]
+    assert np.abs(t.encode_queries(q).toarray() - o.encode_queries(q).toarray()).max() < 1e-4
+
+
+def test_tokenizer_without_transformers_gives_the_same_ids():
+    t = DenseEncoder(DenseSettings(device="cpu"))
+    o = load_dense(DenseSettings())
+    for text in TEXTS + ["Ünïcödé, CAPS and   spaces\n\ttabs 1,234.5"]:
+        assert t.tokenizer(text, add_special_tokens=False)["input_ids"] == \
+            o.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert o.tokenizer.pad_token_id == t.tokenizer.pad_token_id
+
+
+def test_export_cache_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("LDR_CACHE_DIR", str(tmp_path / "cache"))
+    from ldr.encode.models import resolve
+    path = resolve("splade-tiny")[0]
+    first = onnx_export.exported("splade", path)
+    stamp = (first / "model.onnx").stat().st_mtime_ns
+    calls = []
+    monkeypatch.setattr(onnx_export, "_export", lambda *a: calls.append(a))
+    again = onnx_export.exported("splade", path)
+    assert again == first and not calls and (first / "model.onnx").stat().st_mtime_ns == stamp
+    # int8 is another cache entry, keyed by the quantisation settings
+    assert onnx_export.export_key("splade", Path(path), True)[0] != onnx_export.export_key("splade", Path(path), False)[0]
+    assert not list((tmp_path / "cache" / "onnx").glob(".*"))       # no half-written exports left
+
+
+def test_unwritable_cache_exports_to_a_temporary_folder(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LDR_CACHE_DIR", str(blocker / "cache"))   # cannot be created
+    from ldr.encode.models import resolve
+    folder = onnx_export.exported("splade", resolve("splade-tiny")[0])
+    assert (folder / "model.onnx").is_file()
+    assert "not writable" in caplog.text and "LDR_CACHE_DIR" in caplog.text
+
+
+def test_backend_choice_and_errors(monkeypatch):
+    assert runtime.choose("auto", "cpu", True, "x") == "onnx"
+    assert runtime.choose("auto", "cpu", False, "x") == "torch"       # an extension strategy
+    assert runtime.choose("onnx", "cuda", True, "x") == "torch"       # GPUs stay on PyTorch
+    with pytest.raises(ConfigError, match="cannot run the gp strategy"):
+        load_dense(DenseSettings(strategy="gp", backend="onnx", device="cpu"))
+    assert isinstance(load_dense(DenseSettings(strategy="gp", device="cpu", target_length=1024)), DenseEncoder)
+    with pytest.raises(ConfigError, match="unknown backend"):
+        runtime.choose("tensorrt", "cpu", True, "x")
+    monkeypatch.setattr(runtime, "onnxruntime_available", lambda: False)
+    with pytest.raises(ModelError, match=r"ldr\[onnx\]"):
+        load_dense(DenseSettings(backend="onnx"))
+    assert runtime.choose("auto", "cpu", True, "x") == "torch"        # auto falls back quietly
+
+
+def test_missing_onnxruntime_is_a_clear_cli_error(tmp_path, sample_corpus):
+    # a real interpreter where `import onnxruntime` fails, as on a machine without the extra
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "onnxruntime.py").write_text("raise ImportError('No module named onnxruntime')\n")
+    (shim / "sitecustomize.py").write_text(
+        "import importlib.util, sys\n_f = importlib.util.find_spec\n"
+        "def find_spec(name, *a, **k):\n    return None if name == 'onnxruntime' else _f(name, *a, **k)\n"
+        "importlib.util.find_spec = find_spec\n")
+    env = dict(os.environ, PYTHONPATH=f"{shim}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run([sys.executable, "-m", "ldr.cli", "index", str(sample_corpus), "-o", str(tmp_path / "i"),
+                        "--backend", "onnx", "-q"], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "ldr[onnx]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpus):
+    import ldr
+    idx = ldr.Index.build(sample_corpus, tmp_path / "i")
+    m = json.loads(sorted((tmp_path / "i").glob("manifest-*.json"))[-1].read_text())
+    assert m["components"]["dense"]["model"]["settings"]["backend"] == "onnx"
+    assert m["components"]["sparse"]["model"]["backend"]["name"] == "onnx"
+    assert {"feed", "encode", "tokenise", "wait"} <= set(m["settings"]["build"]["stages"])
+    expected = [h.id for h in idx.search("termination of the agreement", k=3)]
+    code = ("import sys, ldr\n"
+            "hits = ldr.Index(sys.argv[1]).search('termination of the agreement', k=3)\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'\n"
+            "print(','.join(h.id for h in hits))")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "i")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().split(",") == expected
+    # an index built on torch answers the same on onnx: the vectors agree
+    torch_idx = ldr.Index.build(sample_corpus, tmp_path / "t", dense=DenseSettings(backend="torch"),
+                                sparse=SparseSettings(backend="torch"))
+    assert [h.id for h in torch_idx.search("termination of the agreement", k=3)] == expected
