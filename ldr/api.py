@@ -224,7 +224,7 @@ class Index:
 
     def _encoder(self, name: str, comp: dict):
         """Encoders are shared by every generation built with the same model settings."""
-        from .index.writer import model_settings
+        from .encode.models import model_settings
 
         key = (name, json.dumps(comp["model"]["settings"], sort_keys=True))
         if key not in self._encoders:

@@ -38,12 +38,22 @@ def test_windows_are_bounded_and_aggregated(tiny_classifier):
 def test_two_label_models_use_the_positive_margin(tmp_path):
     import transformers as tf
     path = make("bert-classifier", tmp_path / "two", num_labels=2)
-    r = CrossEncoderReranker(CrossEncoderSettings(model=str(path), device="cpu"))
+    r = CrossEncoderReranker(CrossEncoderSettings(model=str(path), device="cpu", backend="torch"))
     w = r._windows("q", "some document")
     padded = r.tokenizer.pad(w, return_tensors="pt")
     with torch.inference_mode():
         logits = r.model(**padded).logits
     assert r._logits(w)[0] == pytest.approx(float(logits[0, 1] - logits[0, 0]), abs=1e-6)
+
+
+def test_onnx_cross_encoder_scores_like_torch(tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = make("bert-classifier", tmp_path / "two", num_labels=2)
+    docs = ["some document about apples " * 40, "short", "a pear and a query word"]
+    t = CrossEncoderReranker(CrossEncoderSettings(model=str(path), backend="torch"))
+    o = CrossEncoderReranker(CrossEncoderSettings(model=str(path)))
+    assert o.settings.backend == "onnx" and o.ort is not None and o.model is None
+    assert np.allclose(t.score("query word", docs), o.score("query word", docs), atol=1e-4)
 
 
 def test_cross_encoder_in_the_search_pipeline(tmp_path, tiny_classifier):

@@ -22,6 +22,12 @@ class RandomSparse:
         return sp.random(len(texts), self.vocab_size, density=0.05, format="csr", dtype=np.float32,
                          random_state=self.rng)
 
+    def prepare_documents(self, texts):
+        return texts
+
+    def finish_documents(self, texts, progress=None):
+        return self.encode_documents(texts)
+
     def describe(self):
         return {"name": "random"}
 

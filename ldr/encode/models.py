@@ -6,12 +6,13 @@ authors configured them) and transformers.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
 from pathlib import Path
 
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -87,3 +88,24 @@ def model_revision(path: str) -> str | None:
         with open(f, "rb") as fh:
             h.update(fh.read(1 << 20))  # first MiB + sizes: cheap, and changes with any re-export
     return "sha256-head:" + h.hexdigest()[:16] if files else None
+
+
+def model_settings(comp: dict, cls, trust_remote_code: bool, device: str | None, where: str = "the index"):
+    """The encoder settings a component was built with; trust_remote_code only from the user."""
+    settings = dict(comp["model"]["settings"])
+    wanted = bool(settings.pop("trust_remote_code", False))
+    if wanted and not trust_remote_code:
+        raise ConfigError(
+            f"{where}'s model ({comp['model'].get('name', '?')}) runs code that ships with the model "
+            "(trust_remote_code). An index is data and cannot grant that by itself: if you trust that model, "
+            "pass --trust-remote-code (API: trust_remote_code=True)")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(settings) - fields)
+    if unknown:  # settings schema: newer keys are ignored with a note, older indexes keep defaults
+        log.warning("%s: ignoring unknown model settings %s (written by a newer ldr?)", where, unknown)
+        settings = {k: v for k, v in settings.items() if k in fields}
+    if "trust_remote_code" in fields:
+        settings["trust_remote_code"] = wanted
+    if device is not None and "device" in fields:
+        settings["device"] = device
+    return cls(**settings)

@@ -129,7 +129,13 @@ def threads() -> int:
 
 
 class OrtModel:
-    """An exported model folder (model.onnx, tokenizer.json, meta.json) ready to run."""
+    """An exported model folder (model.onnx, tokenizer.json, meta.json) ready to run.
+
+    The session (reading and initialising ~100 MB of graph) is created on a background thread:
+    a cold search loads its dense and sparse models side by side and opens the index meanwhile;
+    the first run waits for it."""
+
+    _loader = None
 
     def __init__(self, folder: Path):
         try:
@@ -138,13 +144,25 @@ class OrtModel:
             raise ModelError(f"ONNX Runtime is not installed: {ONNX_EXTRA} (or use --backend torch)") from None
         self.folder = Path(folder)
         self.meta = json.loads((self.folder / "meta.json").read_text())
+        self.inputs = list(self.meta.get("inputs", ["input_ids", "attention_mask"]))
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads()
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
-        self.session = ort.InferenceSession(str(self.folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
-        self.inputs = [i.name for i in self.session.get_inputs()]
+        if OrtModel._loader is None:
+            from concurrent.futures import ThreadPoolExecutor
+            OrtModel._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ldr-ort-load")
+        self._session = OrtModel._loader.submit(
+            ort.InferenceSession, str(self.folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
         self.tokenizer = FastTokenizer(self.folder, self.meta)
+
+    @property
+    def session(self):
+        try:
+            return self._session.result()
+        except Exception as e:
+            raise ModelError(f"the exported model {self.folder / 'model.onnx'} cannot be loaded "
+                             f"({type(e).__name__}: {str(e)[:200]}); delete that folder to export it again") from None
 
     def run(self, ids: np.ndarray, mask: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
         feed = {"input_ids": ids.astype(np.int64, copy=False), "attention_mask": mask.astype(np.int64, copy=False)}

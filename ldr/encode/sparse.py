@@ -108,7 +108,21 @@ class _SparseCore(SerialEncoder):
 
     def _finish_documents(self, job, progress=None):
         import scipy.sparse as sp
+        return sp.csr_matrix(self._matrix(job), dtype=np.float32)
 
+    def query_terms(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query: (term ids ascending, weights), the first window only. No scipy: importing
+        it costs a cold search a quarter of a second."""
+        with self._lock:
+            job = self._prepare_documents(texts, prune=False, first_window_only=True)
+        out = []
+        for row in self._matrix(job):
+            terms = np.flatnonzero(row)
+            out.append((terms.astype(np.int32), row[terms]))
+        return out
+
+    def _matrix(self, job) -> np.ndarray:
+        """(documents, vocabulary) float32 weights of a prepared batch, pruned for documents."""
         s = self.settings
         n_texts, pieces, owner, prune = job
         mat = np.zeros((n_texts, self.vocab_size), dtype=np.float32)
@@ -128,7 +142,7 @@ class _SparseCore(SerialEncoder):
                     if k < mat.shape[1]:
                         cut = np.partition(mat[d], -k)[-k]
                         mat[d, mat[d] < cut] = 0
-        return sp.csr_matrix(mat, dtype=np.float32)
+        return mat
 
     def _encode_documents(self, texts: list[str]):
         return self._encode(texts, prune=True)

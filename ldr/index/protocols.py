@@ -16,6 +16,16 @@ class ComponentWriter(Protocol):
 
 
 @runtime_checkable
+class DocumentEncoder(Protocol):
+    """What the dense and sparse writers need of an encoder: tokenising a batch (on the feeding
+    thread) is split from running the model (on the build pipeline's worker, see batched.py)."""
+
+    def prepare_documents(self, texts: list[str], **kwargs) -> Any: ...
+    def finish_documents(self, job: Any, progress=None) -> Any: ...   # dense: (vectors, owner[, spans]); sparse: CSR
+    def describe(self) -> dict: ...
+
+
+@runtime_checkable
 class Retriever(Protocol):
     """A first-stage retriever: the query is encoded once, then searched (the pipeline shares reps)."""
 

@@ -291,9 +291,7 @@ class MultiSparse:
     def encode_many(self, queries: list[str]) -> list:
         if not queries:
             return []
-        m = self.encoder.encode_queries(queries).tocsr()
-        m.sort_indices()
-        return [(m.indices[m.indptr[i]:m.indptr[i + 1]], m.data[m.indptr[i]:m.indptr[i + 1]]) for i in range(len(queries))]
+        return self.encoder.query_terms(queries)
 
     def search_rep(self, rep, k: int, allow=None) -> list[tuple[int, float]]:
         return self.index.top_k(rep[0], rep[1], k, allow)

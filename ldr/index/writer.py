@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..corpus import Doc, IngestReport, check_documents
 from ..corpus.text import utf8_len
+from ..encode.models import model_settings  # noqa: F401  (ldr.index.writer.model_settings is public)
 from ..errors import ConfigError, IndexFormatError, IndexWriteError
 from . import generations as gens
 from .bm25.analysis import Analyzer
@@ -60,27 +61,6 @@ def _no_space(e: BaseException) -> bool:
     # tantivy, pyarrow and faiss report a full disk in their own exception types
     msg = str(e).lower()
     return "no space left" in msg or "disk quota exceeded" in msg or "(os error 28)" in msg
-
-
-def model_settings(comp: dict, cls, trust_remote_code: bool, device: str | None, where: str = "the index"):
-    """The encoder settings a component was built with; trust_remote_code only from the user."""
-    settings = dict(comp["model"]["settings"])
-    wanted = bool(settings.pop("trust_remote_code", False))
-    if wanted and not trust_remote_code:
-        raise ConfigError(
-            f"{where}'s model ({comp['model'].get('name', '?')}) runs code that ships with the model "
-            "(trust_remote_code). An index is data and cannot grant that by itself: if you trust that model, "
-            "pass --trust-remote-code (API: trust_remote_code=True)")
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(settings) - fields)
-    if unknown:  # settings schema: newer keys are ignored with a note, older indexes keep defaults
-        log.warning("%s: ignoring unknown model settings %s (written by a newer ldr?)", where, unknown)
-        settings = {k: v for k, v in settings.items() if k in fields}
-    if "trust_remote_code" in fields:
-        settings["trust_remote_code"] = wanted
-    if device is not None and "device" in fields:
-        settings["device"] = device
-    return cls(**settings)
 
 
 class IndexWriter:
