@@ -21,7 +21,7 @@ from . import chunking
 from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
-from .runtime import choose
+from .runtime import choose, with_fallback
 
 # the strategies ONNX Runtime runs: plain positions (the extension strategies patch torch modules)
 ONNX_STRATEGIES = ("truncate", "pcw", "maxp")
@@ -61,9 +61,11 @@ class DenseSettings:
 def load_dense(settings: DenseSettings | None = None):
     """The dense encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
     s = settings or DenseSettings()
-    backend = choose(s.backend, s.device, s.strategy in ONNX_STRATEGIES,
-                     f"the {s.strategy} strategy (it patches a PyTorch model)")
-    return OnnxDenseEncoder(s, backend) if backend.startswith("onnx") else DenseEncoder(s)
+    local = os.path.isdir(resolve(s.model)[0])
+    backend = choose(s.backend, s.device, s.strategy in ONNX_STRATEGIES and local,
+                     f"the {s.strategy} strategy (it patches a PyTorch model)" if local else
+                     f"{s.model!r}, which is not a local folder (download it first)")
+    return with_fallback(s, backend, OnnxDenseEncoder, DenseEncoder)
 
 
 class _DenseCore(SerialEncoder):

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 from ..errors import ModelError
@@ -123,14 +124,14 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
     hf_logging.disable_progress_bar()
     log.info("exporting %s (%s) to ONNX in %s", model_dir, kind, out)
     module, meta, config, tokenizer = _wrapped(kind, model_dir, trust_remote_code)
-    ids = torch.randint(1000, 2000, (2, 16))
+    vocab = int(getattr(config, "vocab_size", 1000) or 1000)
+    ids = torch.randint(min(5, vocab - 1), vocab, (2, 16))     # example ids: any in the vocabulary
     # a cross-encoder tells query from passage by token types; the other graphs fill zeros inside
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if kind == "cross" and
                                                "token_type_ids" in tokenizer.model_input_names else [])
     example = (ids, torch.ones_like(ids)) + ((torch.zeros_like(ids),) if len(names) == 3 else ())
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"output": {0: "batch"}}
     raw = out / "raw.onnx"
-    import warnings
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         # the TorchScript exporter: one self-contained file, dynamic batch and length
@@ -149,10 +150,15 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
         import onnx as _onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
         q = settings["int8"]
-        quantize_dynamic(str(graph), str(out / "model.onnx"), weight_type=QuantType.QInt8,
-                         per_channel=q["per_channel"], reduce_range=q["reduce_range"],
-                         op_types_to_quantize=["MatMul"],
-                         extra_options={"DefaultTensorType": _onnx.TensorProto.FLOAT})
+        root, level = logging.getLogger(), logging.getLogger().level
+        root.setLevel(logging.ERROR)   # the quantizer logs advice on the root logger ("consider pre-processing")
+        try:
+            quantize_dynamic(str(graph), str(out / "model.onnx"), weight_type=QuantType.QInt8,
+                             per_channel=q["per_channel"], reduce_range=q["reduce_range"],
+                             op_types_to_quantize=["MatMul"],
+                             extra_options={"DefaultTensorType": _onnx.TensorProto.FLOAT})
+        finally:
+            root.setLevel(level)
     else:
         os.replace(graph, out / "model.onnx")
     for leftover in (raw, out / "fused.onnx"):

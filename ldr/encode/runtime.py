@@ -59,6 +59,27 @@ def choose(requested: str | None, device: str | None, supported: bool, what: str
     return requested
 
 
+def with_fallback(settings, backend: str, onnx_cls, torch_cls):
+    """The encoder on `backend`. When auto chose ONNX and the export fails (a model whose code
+    the exporter cannot trace), say so and run on PyTorch: auto promises the fastest engine that
+    works, an explicit --backend onnx promises ONNX and fails instead."""
+    if not backend.startswith("onnx"):
+        return torch_cls(settings)
+    asked = settings.backend
+    try:
+        return onnx_cls(settings, backend)
+    except (ConfigError, ModelError):
+        raise
+    except Exception as e:
+        if asked not in (None, "auto"):
+            raise ModelError(f"exporting {settings.model} to ONNX failed ({type(e).__name__}: {str(e)[:300]}); "
+                             "use --backend torch") from None
+        log.warning("exporting %s to ONNX failed (%s: %s); using PyTorch", settings.model, type(e).__name__,
+                    str(e)[:200])
+        settings.backend = "auto"
+        return torch_cls(settings)
+
+
 def cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:

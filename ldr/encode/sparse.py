@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
-from .runtime import choose
+from .runtime import choose, with_fallback
 
 KINDS = ("splade", "head")
 
@@ -73,8 +73,11 @@ def _load_head(path: Path, hidden: int):
 def load_sparse(settings: SparseSettings | None = None):
     """The sparse encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
     s = settings or SparseSettings()
-    backend = choose(s.backend, s.device, s.kind == "splade", "a sparse model with a separate head (kind=head)")
-    return OnnxSparseEncoder(s, backend) if backend.startswith("onnx") else SparseEncoder(s)
+    local = os.path.isdir(resolve(s.model)[0])
+    backend = choose(s.backend, s.device, s.kind == "splade" and local,
+                     "a sparse model with a separate head (kind=head)" if local else
+                     f"{s.model!r}, which is not a local folder (download it first)")
+    return with_fallback(s, backend, OnnxSparseEncoder, SparseEncoder)
 
 
 class _SparseCore(SerialEncoder):
