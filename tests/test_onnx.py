@@ -143,3 +143,15 @@ def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpu
     torch_idx = ldr.Index.build(sample_corpus, tmp_path / "t", dense=DenseSettings(backend="torch"),
                                 sparse=SparseSettings(backend="torch"))
     assert [h.id for h in torch_idx.search("termination of the agreement", k=3)] == expected
+
+
+def test_an_index_without_a_recorded_backend_never_queries_int8(monkeypatch):
+    # written by PyTorch before backends were recorded: queries must give the same vectors
+    from ldr.encode.models import model_settings
+    monkeypatch.setattr(runtime, "CPU_DEFAULT", "onnx-int8")
+    comp = {"model": {"name": "m", "settings": {"model": "all-MiniLM-L6-v2", "strategy": "maxp"}}}
+    s = model_settings(comp, DenseSettings, False, None)
+    assert s.backend == runtime.EXACT
+    assert runtime.choose(s.backend, "cpu", True, "x") == "onnx"
+    assert runtime.choose("auto", "cpu", True, "x") == "onnx-int8"
+    assert runtime.choose(s.backend, "cpu", False, "x") == "torch"

@@ -104,6 +104,9 @@ def model_settings(comp: dict, cls, trust_remote_code: bool, device: str | None,
     if unknown:  # settings schema: newer keys are ignored with a note, older indexes keep defaults
         log.warning("%s: ignoring unknown model settings %s (written by a newer ldr?)", where, unknown)
         settings = {k: v for k, v in settings.items() if k in fields}
+    if "backend" in fields and "backend" not in settings:
+        from .runtime import EXACT
+        settings["backend"] = EXACT     # built by PyTorch before backends were recorded
     if "trust_remote_code" in fields:
         settings["trust_remote_code"] = wanted
     if device is not None and "device" in fields:

@@ -19,6 +19,12 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 ONNX_EXTRA = "pip install 'ldr[onnx]'"
+# what `auto` runs on a CPU. int8 is not it: on qmsum-train it keeps nDCG@10 (fused 88.5 vs 88.4)
+# but the dense stage's passkey Acc@1 drops at 512 and 1024 tokens (66/74 vs 76/82); bench/README.md
+CPU_DEFAULT = "onnx"
+# an index written before backends were recorded was encoded by PyTorch: its queries run on an
+# engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
+EXACT = "auto-fp32"
 
 
 def cuda_present() -> bool:
@@ -38,19 +44,20 @@ def onnxruntime_available() -> bool:
 def choose(requested: str | None, device: str | None, supported: bool, what: str) -> str:
     """The backend to run: `requested` (auto | torch | onnx | onnx-int8) resolved for this machine.
 
-    auto: ONNX Runtime fp32 on a CPU when it is installed and the model/strategy runs on it (it
-    gives PyTorch's vectors, cosine ≥ 0.9999); PyTorch on a GPU or otherwise. An ONNX backend
-    recorded in an index is kept on a CPU and becomes PyTorch on a GPU (same vectors, fp16)."""
+    auto: CPU_DEFAULT (ONNX Runtime fp32: PyTorch's vectors, cosine ≥ 0.9999) on a CPU when ONNX
+    Runtime is installed and the model/strategy runs on it; PyTorch on a GPU or otherwise. EXACT:
+    the same but never int8. An ONNX backend recorded in an index is kept on a CPU and becomes
+    PyTorch on a GPU (same vectors, fp16)."""
     requested = requested or "auto"
-    if requested not in BACKENDS:
+    if requested not in BACKENDS + (EXACT,):
         raise ConfigError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
     gpu = (device or "").startswith("cuda") or (device is None and requested != "torch" and cuda_present())
     if requested == "torch" or gpu:
         return "torch"
-    if requested == "auto":
+    if requested in ("auto", EXACT):
         if not supported or not onnxruntime_available():
             return "torch"
-        return "onnx"
+        return "onnx" if requested == EXACT else CPU_DEFAULT
     if not supported:
         raise ConfigError(f"--backend {requested} cannot run {what}: use --backend torch (or auto)")
     if not onnxruntime_available():
@@ -71,7 +78,7 @@ def with_fallback(settings, backend: str, onnx_cls, torch_cls):
     except (ConfigError, ModelError):
         raise
     except Exception as e:
-        if asked not in (None, "auto"):
+        if asked not in (None, "auto", EXACT):
             raise ModelError(f"exporting {settings.model} to ONNX failed ({type(e).__name__}: {str(e)[:300]}); "
                              "use --backend torch") from None
         log.warning("exporting %s to ONNX failed (%s: %s); using PyTorch", settings.model, type(e).__name__,
