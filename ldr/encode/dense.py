@@ -162,8 +162,6 @@ class DenseEncoder(_DenseCore):
     """PyTorch: any device, every strategy (the extension strategies patch this model)."""
 
     def __init__(self, settings: DenseSettings | None = None):
-        import torch
-
         from .extend import Extension, apply_extension, position_kind, trained_length  # imports torch
 
         self.settings = s = settings or DenseSettings()
@@ -259,22 +257,12 @@ class OnnxDenseEncoder(_DenseCore):
     the model and its pooling; tokenisation uses `tokenizers` alone (no torch, no transformers)."""
 
     def __init__(self, settings: DenseSettings, backend: str = "onnx"):
-        from .onnx_export import exported
-        from .runtime import OrtModel
+        from . import onnx_export
 
-        self.settings = s = settings
+        self.settings = settings
         SerialEncoder.__init__(self)
         self.device = "cpu"
-        path, _ = resolve(s.model)
-        if os.path.isdir(s.model):
-            s.model = path
-        if not os.path.isdir(path):
-            raise ModelError(f"--backend {backend} needs the model as a local folder (got {s.model!r}); "
-                             "download it first or use --backend torch")
-        s.backend = backend
-        self.path = path
-        self.model = OrtModel(exported("dense", path, int8=backend == "onnx-int8",
-                                       trust_remote_code=s.trust_remote_code))
+        self.path, self.model = onnx_export.load("dense", settings, backend, settings.trust_remote_code)
         m = self.model.meta
         self.tokenizer = self.model.tokenizer
         self.kind, self.trained = m["positions"], m["trained_length"]
@@ -288,7 +276,7 @@ class OnnxDenseEncoder(_DenseCore):
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
                 "doc_prefix": self.doc_prefix, "pooling": m["pooling"], "extension": None,
                 "settings": self.settings.to_dict(),
-                "backend": {"name": self.settings.backend, "int8": m["export"]["int8"], "fused": m.get("fused")}}
+                "backend": self.model.about(self.settings.backend)}
 
     def _forward(self, batch) -> np.ndarray:
         from .runtime import pad_np

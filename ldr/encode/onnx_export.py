@@ -113,6 +113,22 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
     return folder
 
 
+def load(kind: str, settings, backend: str, trust_remote_code: bool = False):
+    """(model folder, OrtModel) for an encoder's `settings` on an ONNX `backend`, exported on a
+    cache miss; records the absolute model path and the backend in `settings`."""
+    from .models import resolve
+    from .runtime import OrtModel
+
+    path, _ = resolve(settings.model)
+    if os.path.isdir(settings.model):   # an absolute path: search may run from another directory
+        settings.model = path
+    if not os.path.isdir(path):
+        raise ModelError(f"--backend {backend} needs the model as a local folder (got {settings.model!r}); "
+                         "download it first or use --backend torch")
+    settings.backend = backend
+    return path, OrtModel(exported(kind, path, int8=backend == "onnx-int8", trust_remote_code=trust_remote_code))
+
+
 def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool) -> None:
     try:
         import onnx  # noqa: F401  (the quantizer and the optimizer need it)

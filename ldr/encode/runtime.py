@@ -184,6 +184,10 @@ class OrtModel:
             ort.InferenceSession, str(self.folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
         self.tokenizer = FastTokenizer(self.folder, self.meta)
 
+    def about(self, backend: str) -> dict:
+        """What an encoder's describe() records about its engine."""
+        return {"name": backend, "int8": self.meta["export"]["int8"], "fused": self.meta.get("fused")}
+
     @property
     def session(self):
         try:

@@ -222,22 +222,13 @@ class OnnxSparseEncoder(_SparseCore):
     window's tokens, so only (windows × vocabulary) weights leave it."""
 
     def __init__(self, settings: SparseSettings, backend: str = "onnx"):
-        from .onnx_export import exported
-        from .runtime import OrtModel
+        from . import onnx_export
 
         self.settings = s = settings
         SerialEncoder.__init__(self)
         self.device = "cpu"
-        path, _ = resolve(s.model)
-        if os.path.isdir(s.model):
-            s.model = path
-        if not os.path.isdir(path):
-            raise ModelError(f"--backend {backend} needs the model as a local folder (got {s.model!r}); "
-                             "download it first or use --backend torch")
-        s.backend = backend
-        self.path = path
         self.head = None
-        self.model = OrtModel(exported("splade", path, int8=backend == "onnx-int8"))
+        self.path, self.model = onnx_export.load("splade", s, backend)
         m = self.model.meta
         self.tokenizer = self.model.tokenizer
         self.vocab_size = m["vocab_size"]
@@ -250,7 +241,7 @@ class OnnxSparseEncoder(_SparseCore):
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
                 "architecture": m["architecture"], "vocab_size": self.vocab_size, "window": self.window,
                 "settings": self.settings.to_dict(),
-                "backend": {"name": self.settings.backend, "int8": m["export"]["int8"], "fused": m.get("fused")}}
+                "backend": self.model.about(self.settings.backend)}
 
     def _weights(self, batch) -> np.ndarray:
         from .runtime import pad_np

@@ -45,12 +45,7 @@ class Pipeline:
         self._inflight.append(self._pool.submit(self.timed, "encode", fn, *args))
 
     def _wait_oldest(self) -> None:
-        t = time.perf_counter()
-        fut = self._inflight.popleft()
-        try:
-            fut.result()          # a failed batch fails the build here
-        finally:
-            self.seconds["wait"] += time.perf_counter() - t
+        self.timed("wait", self._inflight.popleft().result)   # a failed batch fails the build here
 
     def drain(self) -> None:
         while self._inflight:

@@ -13,7 +13,6 @@ and work folders, a `.part` manifest) is listed by no manifest and removed by th
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os

@@ -83,11 +83,9 @@ class CrossEncoderReranker:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code)
             if s.backend.startswith("onnx"):
-                from ..encode.onnx_export import exported
-                from ..encode.runtime import OrtModel
+                from ..encode import onnx_export
                 # the graph runs the model; the tokenizer's pair and overflow handling stays as it is
-                self.ort = OrtModel(exported("cross", path, int8=s.backend == "onnx-int8",
-                                             trust_remote_code=s.trust_remote_code))
+                _, self.ort = onnx_export.load("cross", s, s.backend, s.trust_remote_code)
                 limit, model_type = self.ort.meta["max_position_embeddings"], self.ort.meta["model_type"]
             else:
                 self.model = AutoModelForSequenceClassification.from_pretrained(
