@@ -6,7 +6,8 @@ from .corpus import Doc, IngestReport  # noqa: E402
 from .errors import (BackendUnavailable, ConfigError, CorpusError, DataError, IndexFormatError,  # noqa: E402
                      LdrError, ModelError)
 from .index.build import BuildConfig  # noqa: E402
+from .index.ray_build import RayOptions  # noqa: E402
 from .search.hits import Hit  # noqa: E402
 
-__all__ = ["Index", "open", "Doc", "Hit", "IngestReport", "BuildConfig", "LdrError", "ConfigError",
+__all__ = ["Index", "open", "Doc", "Hit", "IngestReport", "BuildConfig", "RayOptions", "LdrError", "ConfigError",
            "CorpusError", "IndexFormatError", "BackendUnavailable", "ModelError", "DataError", "__version__"]

@@ -19,11 +19,18 @@ from .corpus import Doc, IngestReport, iter_corpus
 from .errors import ConfigError, CorpusError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
 from .index.manifest import inside, read_manifest, verify_files
+from .index.ray_build import RayOptions
 from .search.hits import Hit, SearchResult
 from .search.pipeline import RETRIEVERS, SearchOptions, run_query, to_hits
 from .search.query import prepare
 
 log = logging.getLogger(__name__)
+
+
+def _ray_options(ray):
+    if ray is None or ray is False:
+        return None
+    return RayOptions() if ray is True else ray
 
 
 def _corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out) -> Iterable[Doc]:
@@ -154,9 +161,11 @@ class Index:
     @classmethod
     def build(cls, corpus: str | os.PathLike | Iterable, path: str | os.PathLike, *,
               config: BuildConfig | None = None, report: IngestReport | None = None,
-              progress: bool = False, wait: bool | float = False, **options) -> "Index":
+              progress: bool = False, wait: bool | float = False, ray: "RayOptions | bool | None" = None,
+              **options) -> "Index":
         """Build an index from a corpus path or an iterable of Docs/dicts, then open it. On an
-        existing index this commits a new generation holding only this corpus.
+        existing index this commits a new generation holding only this corpus. `ray`: encode on a
+        Ray cluster (True: a local one; RayOptions(address=...) for a running cluster).
 
         `options` are BuildConfig fields (bm25="lucene", dense=None, sparse=None, language="de",
         k1=..., b=..., search={...}). The ingestion report is available as `index.report`.
@@ -166,7 +175,7 @@ class Index:
         config = config or BuildConfig(**options)
         report = report if report is not None else IngestReport()
         docs = _corpus_docs(corpus, report, config.max_doc_mb, path)
-        build_index(docs, path, config, report, progress=progress, wait=wait)
+        build_index(docs, path, config, report, progress=progress, wait=wait, ray=_ray_options(ray))
         index = cls(path, verify=False)
         index.report = report
         return index
@@ -176,14 +185,15 @@ class Index:
         return IndexWriter(self.path, wait=wait, trust_remote_code=self.trust_remote_code, device=self.device)
 
     def add(self, docs: str | os.PathLike | Iterable, *, wait: bool | float = False, progress: bool = False,
-            report: IngestReport | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True) -> dict:
+            report: IngestReport | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True,
+            ray: "RayOptions | bool | None" = None) -> dict:
         """Encode only these documents (a corpus path or Docs/dicts) into a new segment and commit;
         an id already in the index replaces its old copy. Returns {added, replaced (ids), skipped,
-        generation}; this handle then reads the new generation."""
+        generation}; this handle then reads the new generation. `ray`: as in `build`."""
         report = report if report is not None else IngestReport()
         with self._writer(wait) as w:
             result = w.add(_corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
-                           max_doc_mb=max_doc_mb, auto_merge=auto_merge)
+                           max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=_ray_options(ray))
         result["report"] = report
         self.refresh()
         return result

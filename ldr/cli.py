@@ -147,13 +147,55 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_do
                        faiss=FaissSettings(index=faiss_index))
 
 
+RAY_OPTIONS = [
+    click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+                 help="Encode on a Ray cluster: ADDRESS as ray.init takes it (auto, ray://head:10001, host:6379); "
+                      "without one, a local cluster on this machine. The index directory must be on storage "
+                      "every node mounts at the same path. Needs ldr[ray]."),
+    click.option("--ray-workers", type=int, default=None,
+                 help="Encoder actors (default: one per GPU, else the cluster's CPUs / --ray-cpus-per-worker)."),
+    click.option("--ray-cpus-per-worker", type=float, default=None,
+                 help="CPUs per encoder actor (default: 1 with GPUs, else up to 4)."),
+    click.option("--ray-shard-docs", type=int, default=None,
+                 help="Documents per shard, each one segment (default: ~4 shards per worker, at most 1000)."),
+]
+
+
+def ray_options(f):
+    for opt in reversed(RAY_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs):
+    from .index.ray_build import RayOptions
+    given = [n for n, v in (("--ray-workers", ray_workers), ("--ray-cpus-per-worker", ray_cpus_per_worker),
+                            ("--ray-shard-docs", ray_shard_docs)) if v is not None]
+    if ray_address is None:
+        if given:
+            from .errors import ConfigError
+            raise ConfigError(f"{', '.join(given)} only apply with --ray")
+        return None
+    return RayOptions(address=None if ray_address == "local" else ray_address, workers=ray_workers,
+                      cpus_per_worker=ray_cpus_per_worker, shard_docs=ray_shard_docs)
+
+
+def _echo_ray(info: dict) -> None:
+    if info:
+        retried = f", shards retried: {info['retried']}" if info["retried"] else ""
+        click.echo(f"encoded on Ray: {info['workers']} workers x {info['cpus_per_worker']:g} CPUs"
+                   + (f" + {info['gpus_per_worker']:g} GPU" if info["gpus_per_worker"] else "")
+                   + f" on {info['nodes']} node{'s' if info['nodes'] != 1 else ''}, {info['shards']} shards{retried}")
+
+
 @main.command("index")
 @click.argument("corpus", type=click.Path(exists=True))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
 @index_options
+@ray_options
 @click.option("--wait", is_flag=True, help="Wait for another writer of OUTPUT to finish instead of failing.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def index_cmd(corpus, out, wait, quiet, **options):
+def index_cmd(corpus, out, wait, quiet, ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs, **options):
     """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT.
 
     On an existing index this commits a new generation holding only CORPUS: readers keep the
@@ -162,8 +204,11 @@ def index_cmd(corpus, out, wait, quiet, **options):
     from .corpus import IngestReport
 
     report = IngestReport()
-    index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet, wait=wait)
+    ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
+    index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet, wait=wait,
+                        ray=ray)
     click.echo(report.summary())
+    _echo_ray(index.manifest["settings"]["build"].get("ray"))
     for line in report.details():
         click.echo(line, err=True)
     secs = index.manifest["settings"]["build"]["seconds"]
@@ -190,18 +235,22 @@ def write_options(f):
 @click.option("--max-doc-mb", type=float, default=64.0, show_default=True,
               help="Skip (and count) documents larger than this.")
 @click.option("--no-merge", is_flag=True, help="Do not merge small segments after adding.")
+@ray_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, quiet):
+def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, quiet, ray_address, ray_workers,
+            ray_cpus_per_worker, ray_shard_docs):
     """Add the documents of CORPUS to an index (encoding only them); an existing id is replaced."""
     from .corpus import IngestReport, iter_corpus
     from .index.writer import IndexWriter
 
     report = IngestReport()
+    ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
     with IndexWriter(index_path, wait=wait, trust_remote_code=trust_remote_code, device=device) as w:
         docs = iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[index_path])
-        r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge)
+        r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge, ray=ray)
     for line in report.details():
         click.echo(line, err=True)
+    _echo_ray(w.ray_info if ray else None)
     click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {r['skipped']} skipped "
                f"(generation {r['generation']}, {w.current['doc_count']} documents in "
                f"{len(w.current['segments'])} segments)")

@@ -64,6 +64,7 @@ class BatchedWriter:
         self._pending: list[tuple[int, str, int]] = []
         self._per_batch, self._chars, self._max_chars = docs_per_batch, 0, chars_per_batch
         self._pipe = pipeline
+        self.tokens = 0     # model input tokens prepared so far (progress: tokens per second)
 
     def add(self, docno: int, doc: Doc) -> None:
         # the body starts after "title\n": spans into the encoded text shift by that much

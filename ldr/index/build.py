@@ -96,8 +96,9 @@ def _check_target(out: Path) -> None:
 
 def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig | None = None,
                 report: IngestReport | None = None, progress: bool = True, total: int | None = None,
-                wait: bool | float = False) -> dict:
-    """Index `docs` into directory `out` as its next generation; returns the manifest.
+                wait: bool | float = False, ray=None) -> dict:
+    """Index `docs` into directory `out` as its next generation; returns the manifest. `ray`
+    (RayOptions): encode on a Ray cluster.
 
     A new directory gets generation 1. An existing index gets a new generation holding only these
     documents: readers of the previous one keep answering from it until they refresh, and a
@@ -112,7 +113,7 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     created = not out.exists()
     try:
         with IndexWriter(out, wait=wait, threads=config.threads) as writer:
-            manifest = writer.rebuild(docs, config, report, progress=progress, total=total)
+            manifest = writer.rebuild(docs, config, report, progress=progress, total=total, ray=ray)
     except BaseException:
         # a first build that failed leaves no directory behind (only ldr's own files are in it)
         if created and out.is_dir() and not gens.generations(out):

@@ -77,7 +77,9 @@ class DenseWriter(BatchedWriter):
         self.count = 0
 
     def _prepare_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]):
-        return docnos, body_starts, self.encoder.prepare_documents(texts, spans=True)
+        job = self.encoder.prepare_documents(texts, spans=True)
+        self.tokens += sum(map(len, job[1]))
+        return docnos, body_starts, job
 
     def _write_prepared(self, prepared) -> None:
         docnos, body_starts, job = prepared

@@ -56,6 +56,14 @@ class SegmentWriter:
     def count(self) -> int:
         return self.store.count
 
+    @property
+    def tokens(self) -> int:
+        """Model input tokens prepared so far (the dense model's, else the sparse model's)."""
+        for name in ("dense", "sparse"):
+            if name in self.parts:
+                return self.parts[name].tokens
+        return 0
+
     def add(self, doc: Doc, uid: int) -> None:
         row = self.store.add(doc, uid)
         self.uids.append(uid)

@@ -42,7 +42,9 @@ class SparseWriter(BatchedWriter):
         self._lengths: list[int] = []
 
     def _prepare_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]):
-        return self.encoder.prepare_documents(texts)
+        job = self.encoder.prepare_documents(texts)
+        self.tokens += sum(map(len, job[1]))
+        return job
 
     def _write_prepared(self, job) -> None:
         mat = self.encoder.finish_documents(job)   # rows follow docnos, which arrive in order

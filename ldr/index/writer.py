@@ -73,6 +73,7 @@ class IndexWriter:
         self.trust_remote_code, self.device = trust_remote_code, device
         self.threads = threads or os.cpu_count() or 1
         self.profile: dict = {}      # seconds per build stage of the last segment written
+        self.ray_info: dict = {}     # the last Ray build: cluster, workers, shards, retries
         try:
             self.current = read_manifest(self.root) if gens.generations(self.root) else None
             self.collect()     # leftovers of writers that died
@@ -104,16 +105,28 @@ class IndexWriter:
                 "in the same directory), then add, delete and merge")
         return self.current
 
-    def _encoders(self, components: dict) -> dict:
-        enc = {}
+    def _encoder_settings(self, components: dict) -> dict:
+        """{"dense": DenseSettings, "sparse": SparseSettings} the index's models were built with."""
+        out = {}
         if "dense" in components:
-            from ..encode.dense import DenseSettings, load_dense
-            enc["dense"] = load_dense(model_settings(components["dense"], DenseSettings, self.trust_remote_code,
-                                                       self.device, f"{self.root} (dense)"))
+            from ..encode.dense import DenseSettings
+            out["dense"] = model_settings(components["dense"], DenseSettings, self.trust_remote_code, self.device,
+                                          f"{self.root} (dense)")
         if "sparse" in components:
-            from ..encode.sparse import SparseSettings, load_sparse
-            enc["sparse"] = load_sparse(model_settings(components["sparse"], SparseSettings, self.trust_remote_code,
-                                                         self.device, f"{self.root} (sparse)"))
+            from ..encode.sparse import SparseSettings
+            out["sparse"] = model_settings(components["sparse"], SparseSettings, self.trust_remote_code, self.device,
+                                           f"{self.root} (sparse)")
+        return out
+
+    @staticmethod
+    def _load_encoders(settings: dict) -> dict:
+        enc = {}
+        if "dense" in settings:
+            from ..encode.dense import load_dense
+            enc["dense"] = load_dense(settings["dense"])
+        if "sparse" in settings:
+            from ..encode.sparse import load_sparse
+            enc["sparse"] = load_sparse(settings["sparse"])
         return enc
 
     def _bm25_work(self, previous: str | None) -> Path:
@@ -137,7 +150,7 @@ class IndexWriter:
         return rel
 
     def _commit(self, op: str, segments: list[dict], components: dict, search: dict, ingest: dict,
-                settings: dict, record: dict) -> dict:
+                settings: dict, record: dict, known: dict | None = None) -> dict:
         gen = self.generation + 1
         segments = [s for s in segments if s["live"] > 0]   # an emptied segment is dropped
         rels = [s["path"] for s in segments if s["path"] != "."]
@@ -147,7 +160,8 @@ class IndexWriter:
         for rel in rels:
             if not (self.root / rel).is_dir():
                 raise IndexFormatError(f"{self.root / rel} is missing; the index is damaged: run `ldr check`")
-        files = file_entries(self.root, rels, previous)
+        # `known`: files already hashed (a Ray build's segments, checked by the driver)
+        files = file_entries(self.root, rels, {**previous, **(known or {})})
         deletes = {s["deletes"] for s in segments if s.get("deletes")}
         files = {r: f for r, f in files.items() if not Path(r).name.startswith("deletes-") or r in deletes}
         manifest = new_manifest(gen, components, segments, ingest, settings)
@@ -198,20 +212,15 @@ class IndexWriter:
 
     # -- operations ---------------------------------------------------------------------------
     def rebuild(self, docs: Iterable[Doc], config, report: IngestReport | None = None, progress: bool = True,
-                total: int | None = None) -> dict:
-        """Index `docs` from scratch with `config` (a BuildConfig) as the next generation."""
+                total: int | None = None, ray=None) -> dict:
+        """Index `docs` from scratch with `config` (a BuildConfig) as the next generation; with
+        `ray` (RayOptions) the encoding runs on a Ray cluster (see ray_build.py)."""
         from .bm25.base import resolve_params
 
         report = report if report is not None else IngestReport()
         analyzer = config.analyzer()
         params = resolve_params(config.bm25, config.k1, config.b) if config.bm25 else None
-        encoders = {}
-        if config.dense is not None:
-            from ..encode.dense import load_dense
-            encoders["dense"] = load_dense(config.dense)
-        if config.sparse is not None:
-            from ..encode.sparse import load_sparse
-            encoders["sparse"] = load_sparse(config.sparse)
+        settings = {name: s for name, s in (("dense", config.dense), ("sparse", config.sparse)) if s is not None}
         components = {}
         if config.bm25:
             components["bm25"] = {"backend": config.bm25, "k1": params[0], "b": params[1],
@@ -219,9 +228,9 @@ class IndexWriter:
         prev_next_uid = (self.current or {}).get("next_uid", 0)
         number = (self.current or {}).get("next_segment", 1)
         t0 = time.perf_counter()
-        seg, bm25_work, n_bytes, about = self._write_segment(
-            docs, report, encoders, components, number, prev_next_uid, None, config.faiss, progress, total,
-            max_doc_mb=config.max_doc_mb, allow_small=False)
+        segs, bm25_work, n_bytes, about, known = self._write_segments(
+            docs, report, settings, components, number, prev_next_uid, None, config.faiss, progress, total,
+            config.max_doc_mb, False, ray)
         components.update(about)
         if "dense" in components:
             components["dense"]["faiss"] = config.faiss.to_dict()
@@ -230,12 +239,97 @@ class IndexWriter:
         seconds = time.perf_counter() - t0
         retrievers = [n for n in ("bm25", "dense", "sparse") if n in components]
         search = {"mode": "hybrid" if len(retrievers) > 1 else retrievers[0], **config.search}
-        settings = {"build": {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads,
-                              "stages": self.profile}}
-        return self._commit("index", [seg], components, search, report.to_dict(), settings,
-                            {"added": seg["docs"], "replaced": 0, "deleted": 0, "skipped": report.n_skipped,
-                             "seconds": round(seconds, 3), "next_uid": prev_next_uid + seg["docs"],
-                             "next_segment": number + 1})
+        build = {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads, "stages": self.profile}
+        if ray is not None:
+            build["ray"] = self.ray_info
+        n_docs = sum(s["docs"] for s in segs)
+        return self._commit("index", segs, components, search, report.to_dict(), {"build": build},
+                            {"added": n_docs, "replaced": 0, "deleted": 0, "skipped": report.n_skipped,
+                             "seconds": round(seconds, 3), "next_uid": prev_next_uid + n_docs,
+                             "next_segment": number + len(segs)}, known)
+
+    def _write_segments(self, docs, report, settings, components, number, first_uid, bm25_prev, faiss, progress,
+                        total, max_doc_mb, allow_small, ray):
+        """(segment entries, bm25 work folder or None, bytes, index-level component info, files
+        already hashed): one local segment, or one per shard on Ray."""
+        if ray is not None:
+            return self._write_segments_ray(docs, report, settings, components, number, first_uid, bm25_prev,
+                                            faiss, progress, total, max_doc_mb, ray)
+        seg, work, n_bytes, about = self._write_segment(
+            docs, report, self._load_encoders(settings), components, number, first_uid, bm25_prev, faiss, progress,
+            total, max_doc_mb=max_doc_mb, allow_small=allow_small)
+        return [seg], work, n_bytes, about, {}
+
+    def _write_segments_ray(self, docs, report, settings, components, number, first_uid, bm25_prev, faiss,
+                            progress, total, max_doc_mb, opts):
+        from dataclasses import asdict
+
+        from . import ray_build as rb
+        from .dense import FaissSettings
+
+        bm25 = components.get("bm25")
+        analyzer = bm25["analyzer"] if bm25 and bm25["backend"] == "native" else None
+        faiss_dict = (faiss or FaissSettings()).to_dict() if "dense" in settings else None
+        staging = self.root / "segments" / f"ray-work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        created: list[Path] = []
+
+        def run():
+            cluster = rb.Cluster(opts.address)     # a wrong address fails before the corpus is read
+            bm25_writer = bar = None
+            try:
+                plan = cluster.plan(opts)
+                work = self._bm25_work(bm25_prev) if bm25 and not analyzer else None
+                created.extend([p for p in (work, staging) if p is not None])
+                staging.mkdir(parents=True)
+                if work is not None:
+                    bm25_writer = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]),
+                                              self.threads, append=bm25_prev is not None)
+                bar = rb._Bar(progress, total)
+                t0 = time.perf_counter()
+                chunks, ids, n_bytes = rb.stage_documents(
+                    docs, report, max_doc_mb, staging, first_uid, bm25_writer, bar,
+                    chunk_docs=min(rb.CHUNK_DOCS, opts.shard_docs or rb.CHUNK_DOCS))
+                if bm25_writer is not None:
+                    bm25_writer.close()
+                    bm25_writer = None
+                t_read = time.perf_counter()
+                shards = rb.plan_shards(chunks, plan[0], opts, first_uid, number)
+
+                def names(i):
+                    return rb._shard_name(shards[i], ids, first_uid)
+                bar.encoding(min(plan[0], len(shards)))
+                results = rb.run_shards(cluster, shards, staging, settings, analyzer, faiss_dict, opts, plan, bar,
+                                        names)
+                t_enc = time.perf_counter()
+                entries, about, known = rb.verify_shards(staging, shards, results, components, faiss_dict, ids,
+                                                         first_uid, names)
+            except BaseException:
+                if bm25_writer is not None:
+                    try:
+                        bm25_writer.abort()
+                    except Exception as e:  # cleanup: keep the original error
+                        log.debug("abort failed: %s", e)
+                raise
+            finally:
+                if bar is not None:
+                    bar.close()
+                cluster.close()
+            for e in entries:
+                created.append(self.root / e["path"])
+                os.rename(staging / e["path"], self.root / e["path"])
+            shutil.rmtree(staging)
+            t_done = time.perf_counter()
+            self.profile = {"read": round(t_read - t0, 3), "encode": round(t_enc - t_read, 3),
+                            "verify": round(t_done - t_enc, 3)}
+            retried = sorted(r["shard"] for r in results.values() if r["attempt"] > 1)
+            self.ray_info = {"address": opts.address, "nodes": cluster.nodes, "workers": min(plan[0], len(shards)),
+                             "cpus_per_worker": plan[1], "gpus_per_worker": plan[2], "shards": len(shards),
+                             "retried": retried, "tokens": sum(r["tokens"] for r in results.values()),
+                             "worker_seconds": round(sum(r["seconds"] for r in results.values()), 3),
+                             "options": {k: v for k, v in asdict(opts).items() if k != "faults"}}
+            return entries, work, n_bytes, about, known
+
+        return self._guard(run, created)
 
     def _write_segment(self, docs, report, encoders, components, number, first_uid, bm25_prev, faiss,
                        progress, total, max_doc_mb, allow_small):
@@ -337,12 +431,13 @@ class IndexWriter:
         return found
 
     def add(self, docs: Iterable[Doc], report: IngestReport | None = None, progress: bool = True,
-            total: int | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True) -> dict:
-        """Encode only `docs` into a new segment; ids already in the index are replaced."""
+            total: int | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True, ray=None) -> dict:
+        """Encode only `docs` into a new segment (with `ray`, one per shard, encoded on a Ray
+        cluster); ids already in the index are replaced."""
         current = self._writable()
         report = report if report is not None else IngestReport()
         components = {k: dict(v) for k, v in current["components"].items()}
-        encoders = self._encoders(components)
+        settings = self._encoder_settings(components)
         number, first_uid = current["next_segment"], current["next_uid"]
         t0 = time.perf_counter()
         # documents are streamed once; the ids they replace are found after the segment is written
@@ -350,16 +445,17 @@ class IndexWriter:
         prev_bm25 = bm25.get("path") if bm25 and bm25["backend"] != "native" else None
         from .dense import FaissSettings
         fs = FaissSettings(**components["dense"]["faiss"]) if "dense" in components else None
-        seg, work, n_bytes, _ = self._write_segment(
-            docs, report, encoders, components, number, first_uid, prev_bm25, fs, progress, total,
-            max_doc_mb=max_doc_mb, allow_small=True)
-        created = [self.root / seg["path"]] + ([work] if work else [])
+        segs, work, n_bytes, _, known = self._write_segments(
+            docs, report, settings, components, number, first_uid, prev_bm25, fs, progress, total, max_doc_mb, True,
+            ray)
+        created = [self.root / seg["path"] for seg in segs] + ([work] if work else [])
+        n_new = sum(seg["docs"] for seg in segs)
 
         crash_point("add:segment-written")
 
         def finish():
             from .docstore import Docstore
-            new_ids = Docstore(self.root / seg["path"], seg["docs"]).ids
+            new_ids = [i for seg in segs for i in Docstore(self.root / seg["path"], seg["docs"]).ids]
             old = self._rows_of(new_ids)
             segments = self._delete_rows(old)
             if work is not None:
@@ -367,14 +463,16 @@ class IndexWriter:
                     self._bm25_delete(work, bm25, old)
                 components["bm25"]["path"] = self._publish_bm25(work, self.generation + 1)
             seconds = time.perf_counter() - t0
-            record = {"added": seg["docs"] - len(old), "replaced": len(old), "deleted": 0,
+            record = {"added": n_new - len(old), "replaced": len(old), "deleted": 0,
                       "skipped": report.n_skipped, "seconds": round(seconds, 3), "bytes": n_bytes,
-                      "next_uid": first_uid + seg["docs"], "next_segment": number + 1}
-            return self._commit("add", segments + [seg], components, current.get("search", {}), report.to_dict(),
-                                current.get("settings", {}), record), old
+                      "next_uid": first_uid + n_new, "next_segment": number + len(segs)}
+            if ray is not None:
+                record["ray"] = self.ray_info
+            return self._commit("add", segments + segs, components, current.get("search", {}), report.to_dict(),
+                                current.get("settings", {}), record, known), old
 
         manifest, old = self._guard(finish, created)
-        result = {"added": seg["docs"] - len(old), "replaced": sorted(old), "skipped": report.n_skipped,
+        result = {"added": n_new - len(old), "replaced": sorted(old), "skipped": report.n_skipped,
                   "generation": manifest["generation"]}
         if auto_merge and len(manifest["segments"]) > AUTO_MERGE_ABOVE:
             self.merge(AUTO_MERGE_TO)

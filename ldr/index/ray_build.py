@@ -1,0 +1,357 @@
+"""`--ray`: encode an index's new documents on a Ray cluster; the driver checks and commits.
+
+    driver   reads the corpus (the same checks and skip counts as a local build), gives uids,
+             writes tantivy/Lucene, and stages the documents as Parquet row groups in
+             `segments/ray-work-*/docs.parquet` inside the index directory
+    Ray Data one row per shard (a run of row groups), `map_batches` over an actor pool: each actor
+             (ray_worker.ShardEncoder) loads the models once and writes one segment per shard
+             next to the staged documents, on storage every node mounts at the same path
+    driver   checks every segment (documents, uids, ids, file sizes and SHA-256, vectors and
+             postings, the same engine everywhere), moves them into `segments/` and commits them
+             with the BM25 index as one generation, or nothing
+
+The staging folder sits under `segments/`, so a driver that dies leaves nothing a later writer
+does not remove (it lists no manifest)."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+import warnings
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..corpus import check_documents
+from ..corpus.text import utf8_len
+from ..errors import ConfigError, IndexWriteError
+
+log = logging.getLogger(__name__)
+CHUNK_DOCS = 16                # staging row group: at most this many documents ...
+CHUNK_CHARS = 8 << 20          # ... or this much text (shards are whole row groups)
+FILE_DOCS = 4096               # documents per staging file
+SHARDS_PER_WORKER = 4          # default shard size: about this many shards per worker ...
+MAX_SHARD_DOCS = 1000          # ... and at most this many documents in one (a retry redoes one shard)
+
+
+@dataclass
+class RayOptions:
+    address: str | None = None        # as ray.init takes it; None: a local cluster on this machine
+    workers: int | None = None        # actors; default: as many as the cluster's CPUs (GPUs) allow
+    cpus_per_worker: float | None = None   # default: 1 with GPUs, else min(4, the cluster's CPUs)
+    shard_docs: int | None = None     # documents per shard; default: ~4 shards per worker, at most 1000
+    shard_mb: float = 256.0           # and at most this much text per shard
+    retries: int = 3                  # a shard whose worker died is tried again this many times
+    faults: dict = field(default_factory=dict)   # tests: {"kill_shard": i} / {"fail_shard": i}
+
+    def __post_init__(self):
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError(f"--ray-workers must be at least 1 (got {self.workers})")
+        if self.cpus_per_worker is not None and self.cpus_per_worker <= 0:
+            raise ConfigError(f"--ray-cpus-per-worker must be positive (got {self.cpus_per_worker})")
+        if self.shard_docs is not None and self.shard_docs < 1:
+            raise ConfigError(f"--ray-shard-docs must be at least 1 (got {self.shard_docs})")
+        if not self.faults and os.environ.get("LDR_RAY_FAULTS"):
+            self.faults = json.loads(os.environ["LDR_RAY_FAULTS"])
+
+
+def import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise ConfigError("--ray needs Ray, an optional part of ldr: pip install 'ldr[ray]'") from None
+    return ray
+
+
+class Cluster:
+    """Connected to Ray for one build: joins a running cluster (`address`), reuses the one this
+    process already runs, or starts a local one (stopped again afterwards)."""
+
+    def __init__(self, address: str | None):
+        self.ray = import_ray()
+        self.started = False
+        if not self.ray.is_initialized():
+            env = {k: v for k, v in os.environ.items() if k.startswith("LDR_") and k != "LDR_RAY_FAULTS"}
+            # Ray Data's actors always get max_restarts with their arguments in the object store, which
+            # Ray's core logs as an error at every build; set RAY_BACKEND_LOG_LEVEL to see its logs
+            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+            try:
+                self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                              logging_level=logging.ERROR, configure_logging=True,
+                              runtime_env={"env_vars": env} if env else None)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise ConfigError(f"cannot connect to the Ray cluster at {address or 'a new local cluster'}: {e}") from None
+            self.started = True
+        from ray.data import DataContext
+        ctx = DataContext.get_current()
+        ctx.enable_progress_bars = False          # ldr shows one bar for the whole build
+        ctx.print_on_execution_start = False
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        res = self.ray.cluster_resources()
+        self.cpus, self.gpus = float(res.get("CPU", 0)), float(res.get("GPU", 0))
+        self.nodes = sum(1 for n in self.ray.nodes() if n.get("Alive"))
+
+    def plan(self, opts: RayOptions) -> tuple[int, float, float]:
+        """(workers, CPUs per worker, GPUs per worker) for this cluster."""
+        if self.gpus >= 1:
+            cpus = opts.cpus_per_worker or 1
+            workers = opts.workers or int(self.gpus)
+            return workers, cpus, 1.0
+        if self.cpus <= 0:
+            raise ConfigError("the Ray cluster has no CPUs to run encoders on")
+        cpus = opts.cpus_per_worker or min(4.0, self.cpus)
+        if cpus > self.cpus:
+            raise ConfigError(f"--ray-cpus-per-worker {cpus:g} is more than the cluster's {self.cpus:g} CPUs")
+        workers = opts.workers or max(1, int(self.cpus // cpus))
+        return workers, cpus, 0.0
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+
+def _settings_dicts(encoders: dict) -> dict:
+    return {name: asdict(s) for name, s in encoders.items()}
+
+
+class _Bar:
+    """The build's one progress bar: documents encoded, tokens per second, documents read."""
+
+    def __init__(self, enabled: bool, total: int | None):
+        from tqdm.auto import tqdm
+        self.bar = tqdm(desc="indexing (ray)", unit="doc", total=total, disable=not enabled, leave=False)
+        self.t0 = time.perf_counter()
+        self.read = 0
+
+    def reading(self, n: int) -> None:
+        self.read = n
+        if n % 64 == 0:
+            self.bar.set_postfix_str(f"read {n}", refresh=True)
+
+    def encoding(self, workers: int) -> None:
+        self.bar.total = self.read
+        self.bar.set_description(f"encoding on {workers} Ray worker{'s' if workers > 1 else ''}")
+        self.t0 = time.perf_counter()
+
+    def update(self, docs: int, tokens: int) -> None:
+        self.bar.n = min(docs, self.read)
+        rate = tokens / max(time.perf_counter() - self.t0, 1e-6)
+        self.bar.set_postfix_str(f"{rate:,.0f} tok/s", refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def plan_shards(chunks: list[tuple[int, int, int, int]], workers: int, opts: RayOptions, first_uid: int,
+                first_segment: int) -> list[dict]:
+    """Consecutive row groups into shards: about SHARDS_PER_WORKER per worker (so a slow or
+    retried shard does not hold the build), bounded in documents and text."""
+    n_docs = sum(c[2] for c in chunks)
+    per = opts.shard_docs or min(MAX_SHARD_DOCS, max(1, math.ceil(n_docs / (workers * SHARDS_PER_WORKER))))
+    limit = opts.shard_mb * (1 << 20)
+    shards, groups, docs, chars, uid = [], [], 0, 0, first_uid
+
+    def close():
+        nonlocal groups, docs, chars, uid
+        shards.append({"shard": len(shards), "segment": first_segment + len(shards), "first_uid": uid,
+                       "docs": docs, "groups": json.dumps(groups)})
+        uid += docs
+        groups, docs, chars = [], 0, 0
+
+    for f, g, d, c in chunks:
+        if groups and (docs + d > per or chars + c > limit):
+            close()
+        groups.append([f, g])
+        docs, chars = docs + d, chars + c
+    if groups:
+        close()
+    return shards
+
+
+def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: int, bm25_writer, bar: _Bar,
+                    chunk_docs: int = CHUNK_DOCS):
+    """Check and number the documents as a local build does, feed tantivy/Lucene, and write them
+    to staging files `docs-NNNNNN.parquet` in row groups (a file holds at most FILE_DOCS
+    documents, which bounds its footer). Returns (row groups [(file, group, docs, chars)], ids, bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .docstore import SCHEMA
+
+    chunks, ids, pending, chars, n_bytes, uid = [], [], [], 0, 0, first_uid
+    out, n_file, in_file = None, -1, 0
+
+    def flush():
+        nonlocal pending, chars, out, n_file, in_file
+        if out is None or in_file >= FILE_DOCS:
+            if out is not None:
+                out.close()
+            n_file, in_file = n_file + 1, 0
+            out = pq.ParquetWriter(staging / f"docs-{n_file:06d}.parquet", SCHEMA, compression="zstd",
+                                   write_page_checksum=True, write_statistics=["uid"])
+        out.write_table(pa.table({
+            "uid": [u for u, _ in pending], "id": [d.id for _, d in pending],
+            "title": [d.title for _, d in pending], "text": [d.text for _, d in pending],
+            "length": [0] * len(pending),
+            "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for _, d in pending]},
+            schema=SCHEMA))
+        chunks.append((n_file, out_groups(), len(pending), chars))
+        in_file += len(pending)
+        pending, chars = [], 0
+
+    groups_in_file: dict[int, int] = {}
+
+    def out_groups() -> int:
+        g = groups_in_file.get(n_file, 0)
+        groups_in_file[n_file] = g + 1
+        return g
+
+    try:
+        for doc in check_documents(docs, report, max_doc_mb):
+            pending.append((uid, doc))
+            ids.append(doc.id)
+            if bm25_writer is not None:
+                bm25_writer.add(uid, doc)
+            uid += 1
+            chars += len(doc.text)
+            n_bytes += utf8_len(doc.text)
+            bar.reading(len(ids))
+            if len(pending) >= chunk_docs or chars >= CHUNK_CHARS:
+                flush()
+        if pending:
+            flush()
+    finally:
+        if out is not None:
+            out.close()
+    return chunks, ids, n_bytes
+
+
+def _shard_name(shard: dict, ids: list[str], first_uid: int) -> str:
+    a = shard["first_uid"] - first_uid
+    b = a + shard["docs"] - 1
+    return f"shard {shard['shard']} (documents {ids[a]!r} … {ids[b]!r})"
+
+
+def _attempts(staging: Path) -> dict[int, int]:
+    from .ray_worker import ATTEMPTS
+    out: dict[int, int] = {}
+    for p in (staging / ATTEMPTS).glob("shard-*.*"):
+        s, n = p.name[len("shard-"):].split(".")
+        out[int(s)] = max(out.get(int(s), 0), int(n))
+    return out
+
+
+def run_shards(cluster: Cluster, shards: list[dict], staging: Path, encoders: dict, analyzer: dict | None,
+               faiss: dict, opts: RayOptions, plan: tuple[int, float, float], bar: _Bar, names) -> dict[int, dict]:
+    """Encode every shard on the actor pool; {shard: worker result}. Fails naming the shard."""
+    ray = cluster.ray
+    from .ray_worker import SHARD_COLUMNS, Progress, ShardEncoder
+
+    workers, cpus, gpus = plan
+    progress = ray.remote(Progress).options(num_cpus=0).remote()
+    env = {k: v for k, v in os.environ.items() if k in ("LDR_CACHE_DIR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    ds = ray.data.from_items([{k: s[k] for k in SHARD_COLUMNS} for s in shards], override_num_blocks=len(shards))
+    with warnings.catch_warnings():
+        # Ray Data takes the actors' retry limits only as `ray_remote_args` (deprecated in 2.60, kept
+        # until 2.64: the [ray] extra stays below it); its default retries a shard forever
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ds = ds.map_batches(
+            ShardEncoder, batch_size=1, compute=ray.data.ActorPoolStrategy(size=min(workers, len(shards))),
+            num_cpus=cpus, num_gpus=gpus or None,
+            fn_constructor_kwargs={"staging": str(staging), "settings": _settings_dicts(encoders),
+                                   "analyzer": analyzer, "faiss": faiss, "threads": max(1, int(cpus)), "env": env,
+                                   "faults": opts.faults, "progress": progress},
+            max_restarts=-1, max_task_retries=opts.retries)
+    done = threading.Event()
+
+    def poll():
+        while not done.wait(0.5):
+            try:
+                bar.update(*ray.get(progress.totals.remote(), timeout=5))
+            except Exception as e:  # the bar is cosmetic: never fail the build for it
+                log.debug("progress: %s", e)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    results: dict[int, dict] = {}
+    try:
+        for row in ds.iter_rows():
+            r = json.loads(row["result"])
+            if "error" in r:
+                log.debug("shard %s failed on %s:\n%s", r["shard"], r.get("node"), r.get("traceback"))
+                raise IndexWriteError(f"{names(r['shard'])} failed on Ray worker {r.get('node')} "
+                                      f"(pid {r.get('pid')}): {r['error']}")
+            results[r["shard"]] = r
+    except IndexWriteError:
+        raise
+    except Exception as e:
+        # Ray gave up: a worker died on every attempt at a shard (or the cluster went away)
+        tries = _attempts(staging)
+        failing = sorted((s for s in tries if s not in results), key=lambda s: -tries[s])
+        what = (f"{names(failing[0])} failed on {tries[failing[0]]} attempts (its worker died each time)"
+                if failing else "the Ray build failed")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise IndexWriteError(f"{what}: {type(e).__name__}: {first[:300]}") from None
+    finally:
+        done.set()
+        poller.join()
+        try:
+            ray.kill(progress)
+        except Exception as e:  # already gone with the cluster
+            log.debug("progress actor: %s", e)
+    bar.update(*(sum(r["segment"]["docs"] for r in results.values()), sum(r["tokens"] for r in results.values())))
+    missing = [s["shard"] for s in shards if s["shard"] not in results]
+    if missing:
+        raise IndexWriteError(f"the Ray build returned no result for {', '.join(names(s) for s in missing[:3])}")
+    return results
+
+
+def verify_shards(staging: Path, shards: list[dict], results: dict[int, dict], components: dict, faiss: dict | None,
+                  ids: list[str], first_uid: int, names) -> tuple[list[dict], dict, dict]:
+    """Check every worker's segment before anything is committed; returns (segment entries,
+    component info from the workers, {file: size, sha256, inode} as the driver read them)."""
+    import numpy as np
+
+    from .check import _segments
+    from .docstore import Docstore
+    from .ray_worker import file_hashes
+    from .segment import segment_rel
+
+    abouts = {json.dumps(results[s["shard"]]["about"], sort_keys=True) for s in shards}
+    if len(abouts) > 1:
+        raise IndexWriteError("the Ray workers did not all run the same model engine "
+                              f"({' vs '.join(sorted(abouts)[:2])}); pass --backend explicitly (e.g. torch or "
+                              "onnx) so every node encodes alike")
+    about = results[shards[0]["shard"]]["about"]
+    comps = {**components, **{name: {**components.get(name, {}), **info} for name, info in about.items()}}
+    entries, known = [], {}
+    for s in shards:
+        r, name = results[s["shard"]], names(s["shard"])
+        e, rel = r["segment"], segment_rel(s["segment"])
+        folder = staging / rel
+        if e.get("path") != rel or e.get("docs") != s["docs"] or e.get("live") != s["docs"]:
+            raise IndexWriteError(f"{name}: the worker wrote {e.get('path')} with {e.get('docs')} documents, "
+                                  f"expected {rel} with {s['docs']}")
+        hashes = file_hashes(folder, inode=True)
+        plain = {f: {"size": h["size"], "sha256": h["sha256"]} for f, h in hashes.items()}
+        if plain != r["files"]:
+            bad = sorted(set(plain) ^ set(r["files"]) | {f for f in plain if plain[f] != r["files"].get(f)})
+            raise IndexWriteError(f"{name}: segment files differ from what the worker wrote ({', '.join(bad[:5])}): "
+                                  "is the index directory on storage every node shares?")
+        store = Docstore(folder, s["docs"])
+        a = s["first_uid"] - first_uid
+        if list(store.ids) != ids[a:a + s["docs"]] or \
+                not np.array_equal(store.uids, np.arange(s["first_uid"], s["first_uid"] + s["docs"])):
+            raise IndexWriteError(f"{name}: the segment's documents are not the shard's")
+        if "dense" in comps:
+            comps["dense"]["faiss"] = faiss or e["dense"]["faiss"]
+        problems = _segments(staging, {"components": comps, "segments": [e]}, lambda _: None)
+        if problems:
+            raise IndexWriteError(f"{name}: the segment does not check: {'; '.join(problems[:3])}")
+        known.update({f"{rel}/{f}": h for f, h in hashes.items()})
+        entries.append(e)
+    return entries, about, known

@@ -1,0 +1,164 @@
+"""What runs on a Ray worker: one actor per worker loads the models once and turns shards into segments.
+
+A shard is a run of row groups of the staging files the driver wrote (`docs-NNNNNN.parquet`,
+the docstore's schema, uids already given). The actor writes `seg-NNNNNN` under the staging
+folder, which is on storage every node reaches, and returns what the driver checks before it
+commits anything: the segment entry, the engine that ran and a size + SHA-256 per file.
+
+A Python error is returned as the shard's result (the driver stops and names the shard); a worker
+process that dies is restarted by Ray and its shard retried (`max_task_retries`)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+SHARD_COLUMNS = ("shard", "segment", "first_uid", "docs", "groups")
+ATTEMPTS = "attempts"
+
+
+def shard_rel(segment: int) -> str:
+    from .segment import segment_rel
+    return segment_rel(segment)
+
+
+def file_hashes(folder: Path, inode: bool = False) -> dict[str, dict]:
+    """{path inside `folder`: {size, sha256}} of every file in it (and the inode, which a rename
+    keeps: the commit then need not hash the file again)."""
+    from .manifest import file_digest
+
+    out = {}
+    for d, _, names in os.walk(folder):
+        for n in names:
+            p = Path(d, n)
+            st = p.stat()
+            out[p.relative_to(folder).as_posix()] = {"size": st.st_size, "sha256": file_digest(p),
+                                                     **({"inode": st.st_ino} if inode else {})}
+    return dict(sorted(out.items()))
+
+
+def _attempt(staging: Path, shard: int) -> int:
+    """Count this attempt at `shard` in a file on the shared storage (1 for the first): a retry
+    after a worker died is visible to the next attempt and to the driver."""
+    folder = staging / ATTEMPTS
+    folder.mkdir(exist_ok=True)
+    n = 1
+    while True:
+        try:
+            fd = os.open(folder / f"shard-{shard:06d}.{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.close(fd)
+            return n
+        except FileExistsError:
+            n += 1
+
+
+class ShardEncoder:
+    """A Ray Data callable class: `map_batches(ShardEncoder, batch_size=1, concurrency=N, ...)`."""
+
+    def __init__(self, staging: str, settings: dict, analyzer: dict | None, faiss: dict, threads: int,
+                 env: dict | None = None, faults: dict | None = None, progress=None):
+        # the encoders size their thread pools from LDR_THREADS: the CPUs Ray gave this actor
+        os.environ.update(env or {})
+        os.environ["LDR_THREADS"] = str(max(1, int(threads)))
+        self.staging = Path(staging)
+        if not self.staging.is_dir():
+            raise FileNotFoundError(
+                f"worker on {socket.gethostname()} cannot see {self.staging}: the index directory must be on "
+                "storage every Ray node mounts at the same path")
+        from ..encode.dense import DenseSettings, load_dense
+        from ..encode.sparse import SparseSettings, load_sparse
+        from .bm25.analysis import Analyzer
+        from .dense import FaissSettings
+
+        self.encoders = {}
+        if settings.get("dense"):
+            self.encoders["dense"] = load_dense(DenseSettings(**settings["dense"]))
+        if settings.get("sparse"):
+            self.encoders["sparse"] = load_sparse(SparseSettings(**settings["sparse"]))
+        self.native = Analyzer.from_dict(analyzer) if analyzer else None
+        self.faiss = FaissSettings(**faiss)
+        self.faults = faults or {}
+        self.progress = progress
+
+    def __call__(self, batch: dict) -> dict:
+        results = [self.encode_shard({k: batch[k][i] for k in SHARD_COLUMNS}) for i in range(len(batch["shard"]))]
+        return {"shard": np.asarray([r["shard"] for r in results], dtype=np.int64),
+                "result": np.asarray([json.dumps(r) for r in results], dtype=object)}
+
+    def encode_shard(self, row: dict) -> dict:
+        shard, number = int(row["shard"]), int(row["segment"])
+        attempt = _attempt(self.staging, shard)
+        where = {"shard": shard, "attempt": attempt, "node": socket.gethostname(), "pid": os.getpid()}
+        out = self.staging / shard_rel(number)
+        if out.exists():       # an attempt whose worker died left it half written
+            shutil.rmtree(out)
+        try:
+            self._inject(shard, attempt)
+            return {**where, **self._write(out, number, int(row["first_uid"]), int(row["docs"]),
+                                           json.loads(row["groups"]), shard)}
+        except Exception as e:
+            shutil.rmtree(out, ignore_errors=True)
+            return {**where, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
+
+    def _inject(self, shard: int, attempt: int) -> None:
+        """Fault injection for the tests: kill this worker process (SIGKILL, as a node loss) on the
+        first attempt at a shard, or fail a shard on every attempt."""
+        if self.faults.get("kill_shard") == shard and (attempt == 1 or self.faults.get("kill_always")):
+            import signal
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.faults.get("fail_shard") == shard:
+            raise RuntimeError(f"injected failure in shard {shard}")
+
+    def _write(self, out: Path, number: int, first_uid: int, n_docs: int, groups: list[int], shard: int) -> dict:
+        import pyarrow.parquet as pq
+
+        from ..corpus import Doc
+        from .segment import SegmentWriter
+
+        t0 = time.perf_counter()
+        writer = SegmentWriter(self.staging, number, self.encoders, self.native, self.faiss, allow_small=True)
+        uid, last = first_uid, 0.0
+        try:
+            files: dict[int, pq.ParquetFile] = {}
+            for f, g in groups:
+                if f not in files:
+                    files[f] = pq.ParquetFile(self.staging / f"docs-{f:06d}.parquet")
+                d = files[f].read_row_group(g, columns=["uid", "id", "title", "text", "meta"]).to_pydict()
+                for i in range(len(d["id"])):
+                    if d["uid"][i] != uid:
+                        raise ValueError(f"staging row group {g}: uid {d['uid'][i]}, expected {uid}")
+                    writer.add(Doc(d["id"][i], d["text"][i], d["title"][i], json.loads(d["meta"][i])), uid)
+                    uid += 1
+                    if self.progress is not None and time.monotonic() - last > 0.5:
+                        last = time.monotonic()
+                        self.progress.report.remote(shard, writer.count, writer.tokens)
+            if uid - first_uid != n_docs:
+                raise ValueError(f"read {uid - first_uid} documents, the shard has {n_docs}")
+            entry, about = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        if self.progress is not None:
+            self.progress.report.remote(shard, writer.count, writer.tokens)
+        return {"segment": entry, "about": about, "files": file_hashes(out), "tokens": writer.tokens,
+                "seconds": round(time.perf_counter() - t0, 3), "stages": writer.profile}
+
+
+class Progress:
+    """A small Ray actor the workers report to (documents and tokens per shard, the latest attempt
+    replacing an earlier one), read by the driver's progress bar."""
+
+    def __init__(self):
+        self.shards: dict[int, tuple[int, int]] = {}
+
+    def report(self, shard: int, docs: int, tokens: int) -> None:
+        self.shards[shard] = (docs, tokens)
+
+    def totals(self) -> tuple[int, int]:
+        return sum(d for d, _ in self.shards.values()), sum(t for _, t in self.shards.values())
