@@ -508,6 +508,14 @@ class IndexWriter:
         manifest = self._guard(run, created)
         return {"deleted": sorted(found), "missing": missing, "generation": manifest["generation"]}
 
+    def set_search_defaults(self, search: dict, record: dict | None = None) -> dict:
+        """Commit new query-time defaults (e.g. chosen by `ldr tune`); nothing else changes."""
+        current = self._writable()
+        return self._commit("tune", [dict(s) for s in current["segments"]],
+                            {k: dict(v) for k, v in current["components"].items()}, search, current.get("ingest", {}),
+                            current.get("settings", {}), {"added": 0, "replaced": 0, "deleted": 0, "skipped": 0,
+                                                          **(record or {})})
+
     def merge(self, max_segments: int = 1) -> dict:
         """Merge the smallest segments (dropping deleted rows) until at most `max_segments` remain;
         with one segment holding deletions, `max_segments=1` rewrites it without them."""

@@ -1,0 +1,251 @@
+"""`ldr tune`: choose an index's search defaults (fusion method and weights, reranking) on qrels.
+
+1. Each retriever runs once per query at the index's candidate depth (what hybrid search fuses).
+2. Every fusion setting of a grid (rrf / minmax / zscore × weights in {0, ¼, ½, 1} per retriever,
+   rrf k in {10, 60}) is fused offline from those runs, with numpy, and scored per query.
+3. Reranking (none, the passage rescorer, a cross-encoder) at a few depths is scored with the real
+   search pipeline for the fusion settings the previous step picked.
+4. Held-out halves: the queries are split in two at random (seeded); a setting chosen on one half
+   is scored on the other, so every query is scored by a choice made without it. The final
+   setting is chosen on all queries and committed as the index's defaults (a new generation).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigError
+from .defaults import DEFAULT_SEARCH
+
+log = logging.getLogger(__name__)
+GRID = (0.0, 0.25, 0.5, 1.0)
+RRF_KS = (10, 60)
+
+
+@dataclass
+class TuneOptions:
+    metric: str = "ndcg@10"
+    seed: int = 0
+    rerank_depths: tuple[int, ...] = (20, 100)     # () : never rerank
+    rerank_model: str | None = None                # a cross-encoder to consider besides the passage rescorer
+    max_queries: int | None = None
+    progress: bool = True
+    extra: list[dict] = field(default_factory=list)   # more settings to consider (tests)
+
+
+def _key(setting: dict) -> tuple:
+    w = setting.get("weights") or {}
+    return (setting["fusion"], tuple(sorted(w.items())), setting.get("rrf_k", 60), setting.get("rerank"),
+            setting.get("rerank_model"), setting.get("rerank_depth") if setting.get("rerank") or
+            setting.get("rerank_model") else None)
+
+
+def describe(setting: dict) -> str:
+    w = setting.get("weights") or {}
+    fusion = setting["fusion"] + (f" k={setting.get('rrf_k', 60)}" if setting["fusion"] == "rrf" else "")
+    weights = "/".join(f"{n}={v:g}" for n, v in w.items())
+    rr = setting.get("rerank_model") or setting.get("rerank")
+    return f"{fusion} {weights}" + (f", rerank {rr} top {setting['rerank_depth']}" if rr else ", no rerank")
+
+
+class _Offline:
+    """Per-query score matrices of the retrievers' runs, fused for many settings at once."""
+
+    def __init__(self, runs: dict[str, dict[str, dict[str, float]]], names: list[str], qids: list[str]):
+        self.names = names
+        self.q = {}
+        for q in qids:
+            docs = sorted(set().union(*[runs[n].get(q, {}).keys() for n in names]))
+            s = np.full((len(docs), len(names)), np.nan)
+            for j, n in enumerate(names):
+                r = runs[n].get(q, {})
+                for i, d in enumerate(docs):
+                    if d in r:
+                        s[i, j] = r[d]
+            self.q[q] = (docs, s)
+
+    @staticmethod
+    def _norm(s: np.ndarray, method: str, k: int) -> np.ndarray:
+        """As ldr.search.fusion does it: a document missing from a run gets that run's floor."""
+        out = np.zeros_like(s)
+        for j in range(s.shape[1]):
+            col, have = s[:, j], ~np.isnan(s[:, j])
+            if not have.any():
+                continue
+            v = col[have]
+            if method == "minmax":
+                lo, hi = v.min(), v.max()
+                out[have, j] = (v - lo) / (hi - lo) if hi > lo else 1.0
+            elif method == "zscore":
+                sd = v.std()
+                z = (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
+                out[have, j] = z
+                out[~have, j] = z.min()
+            else:   # rrf: 1 / (k + rank), ties by document id (the docs are sorted by id)
+                order = np.lexsort((np.flatnonzero(have), -v))
+                ranks = np.empty(len(v))
+                ranks[order] = np.arange(1, len(v) + 1)
+                out[have, j] = 1.0 / (k + ranks)
+        return out
+
+    def runs(self, method: str, k: int, weights: np.ndarray, depth: int) -> list[dict[str, dict[str, float]]]:
+        """For each row of `weights` (settings × retrievers), the fused top-`depth` of every query
+        (scores replaced by rank order, so ties cannot reorder them in the evaluator)."""
+        out = [dict() for _ in range(len(weights))]
+        for q, (docs, s) in self.q.items():
+            if not docs:
+                continue
+            fused = self._norm(s, method, k) @ weights.T          # (docs, settings)
+            ids = np.arange(len(docs))
+            for c in range(len(weights)):
+                top = np.lexsort((ids, -fused[:, c]))[:depth]
+                out[c][q] = {docs[i]: float(depth - r) for r, i in enumerate(top)}
+        return out
+
+
+def _grid(names: list[str]) -> list[dict]:
+    combos = set()
+    for w in itertools.product(GRID, repeat=len(names)):
+        if any(w):
+            m = max(w)
+            combos.add(tuple(round(x / m, 4) for x in w))    # scale does not change a ranking
+    out = []
+    for method in ("minmax", "zscore", "rrf"):
+        for w in sorted(combos):
+            for k in (RRF_KS if method == "rrf" else (60,)):
+                out.append({"fusion": method, "weights": dict(zip(names, w)), "rrf_k": k})
+    return out
+
+
+def _mean(per_query: dict[str, float], qids) -> float:
+    qs = [q for q in qids if q in per_query]
+    return float(np.mean([per_query[q] for q in qs])) * 100 if qs else float("nan")
+
+
+def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts: TuneOptions | None = None) -> dict:
+    """Choose search defaults for `index` on (queries, qrels); nothing is committed here.
+
+    Returns {"chosen", "default", "held_out": {"default", "tuned", "halves"}, "full", "queries",
+    "metric", "candidates"} (scores in percent)."""
+    from tqdm.auto import tqdm
+
+    from ..eval.metrics import evaluate_per_query
+
+    opts = opts or TuneOptions()
+    qids = sorted(q for q in queries if any(int(r) > 0 for r in qrels.get(q, {}).values()))
+    if opts.max_queries:
+        qids = random.Random(opts.seed).sample(qids, min(opts.max_queries, len(qids)))
+    if len(qids) < 4:
+        raise ConfigError(f"tuning needs at least 4 queries with relevance judgements (found {len(qids)})")
+    qrels = {q: qrels[q] for q in qids}
+    metric = opts.metric
+    cut = int(metric.split("@")[1]) if "@" in metric else 1000
+    names = [n for n in ("bm25", "dense", "sparse") if n in index.components]
+    defaults = index.search_defaults()
+    depth = min(int(defaults.get("depth", 1000)), len(index))
+    shuffled = qids[:]
+    random.Random(opts.seed).shuffle(shuffled)
+    halves = (sorted(shuffled[: len(shuffled) // 2]), sorted(shuffled[len(shuffled) // 2:]))
+    bar = tqdm(total=len(names) * len(qids), desc="tune: retrieving", unit="query", disable=not opts.progress,
+               leave=False)
+
+    def per_query(run) -> dict[str, float]:
+        return {q: v[metric] for q, v in evaluate_per_query(qrels, run, (metric,)).items()}
+
+    runs = {}
+    for n in names:
+        runs[n] = {}
+        for qid, res in index.search_many({q: queries[q] for q in qids}, k=depth, mode=n, rerank=False):
+            runs[n][qid] = {} if isinstance(res, Exception) else {h.id: h.score for h in res}
+            bar.update(1)
+    bar.close()
+    scores: dict[tuple, dict[str, float]] = {}
+    settings: dict[tuple, dict] = {}
+    if len(names) > 1:
+        offline = _Offline(runs, names, qids)
+        grid = _grid(names) + [s for s in opts.extra]
+        by_method: dict[tuple, list[dict]] = {}
+        for s in grid:
+            by_method.setdefault((s["fusion"], s.get("rrf_k", 60)), []).append(s)
+        for (method, k), group in tqdm(by_method.items(), desc="tune: fusion grid", disable=not opts.progress,
+                                       leave=False):
+            w = np.array([[s["weights"].get(n, 0.0) for n in names] for s in group])
+            for s, run in zip(group, offline.runs(method, k, w, max(cut, 10))):
+                s = {**s, "rerank": None}
+                scores[_key(s)], settings[_key(s)] = per_query(run), s
+    else:   # one retriever: nothing to fuse
+        s = {"fusion": defaults["fusion"], "weights": {names[0]: 1.0}, "rrf_k": defaults.get("rrf_k", 60),
+             "rerank": None}
+        scores[_key(s)], settings[_key(s)] = per_query(runs[names[0]]), s
+
+    def online(s: dict) -> dict[str, float]:
+        """Score a setting with the real search pipeline (reranking included)."""
+        kw = {"fusion": s["fusion"], "weights": s["weights"], "rerank": s.get("rerank") or False,
+              "rerank_model": s.get("rerank_model"), "rerank_depth": s.get("rerank_depth")}
+        if s["fusion"] == "rrf":
+            kw["rrf_k"] = s.get("rrf_k", 60)
+        run = {}
+        for qid, res in tqdm(index.search_many({q: queries[q] for q in qids}, k=max(cut, 10), **kw),
+                             total=len(qids), desc=f"tune: {describe(s)}", disable=not opts.progress, leave=False):
+            hits = [] if isinstance(res, Exception) else list(res)
+            run[qid] = {h.id: float(len(hits) - r) for r, h in enumerate(hits)}
+        return per_query(run)
+
+    default = {"fusion": defaults["fusion"], "weights": {n: (defaults.get("weights") or {}).get(n, 1.0) for n in names},
+               "rrf_k": defaults.get("rrf_k", 60), "rerank": defaults.get("rerank"),
+               "rerank_model": defaults.get("rerank_model"), "rerank_depth": defaults.get("rerank_depth", 100)}
+    if _key(default) not in scores:
+        scores[_key(default)], settings[_key(default)] = online(default), default
+
+    def best(qs) -> dict:
+        return settings[max(scores, key=lambda k: (_mean(scores[k], qs), k == _key(default)))]
+
+    # reranking, on the fusion settings chosen on each half and on all queries
+    rerankers = []
+    if opts.rerank_depths and ({"dense", "sparse"} & set(names)):
+        rerankers += [{"rerank": "passage", "rerank_depth": d} for d in opts.rerank_depths]
+    if opts.rerank_model:
+        rerankers += [{"rerank": None, "rerank_model": opts.rerank_model, "rerank_depth": d}
+                      for d in (opts.rerank_depths or (100,))]
+    fusion_only = {k: v for k, v in scores.items()}
+    bases = {_key(b): b for b in (best(halves[0]), best(halves[1]), best(qids))}
+    for base in bases.values():
+        for r in rerankers:
+            s = {**base, "rerank": None, "rerank_model": None, **r}
+            s["rerank_depth"] = min(s["rerank_depth"], len(index))
+            if _key(s) not in scores:
+                scores[_key(s)], settings[_key(s)] = online(s), s
+    del fusion_only
+
+    chosen_halves = [best(halves[0]), best(halves[1])]
+    held = {q: scores[_key(chosen_halves[0])][q] for q in halves[1]}
+    held.update({q: scores[_key(chosen_halves[1])][q] for q in halves[0]})
+    final = best(qids)
+    ranked = sorted(scores, key=lambda k: -_mean(scores[k], qids))
+    return {
+        "metric": metric, "queries": len(qids), "seed": opts.seed,
+        "default": default, "chosen": final,
+        "held_out": {"default": _mean(scores[_key(default)], qids), "tuned": _mean(held, qids),
+                     "halves": [{"chosen_on": i, "setting": describe(chosen_halves[i]),
+                                 "default": _mean(scores[_key(default)], halves[1 - i]),
+                                 "tuned": _mean(scores[_key(chosen_halves[i])], halves[1 - i])} for i in (0, 1)]},
+        "full": {"default": _mean(scores[_key(default)], qids), "chosen": _mean(scores[_key(final)], qids)},
+        "candidates": [{"setting": describe(settings[k]), "score": _mean(scores[k], qids)} for k in ranked[:10]],
+        "n_settings": len(scores),
+    }
+
+
+def as_search_defaults(chosen: dict, current: dict) -> dict:
+    """The manifest's `search` entry with the tuned setting."""
+    out = {**DEFAULT_SEARCH, **current}
+    out.update({"fusion": chosen["fusion"], "weights": dict(chosen["weights"]), "rrf_k": chosen.get("rrf_k", 60),
+                "rerank": chosen.get("rerank"), "rerank_depth": chosen.get("rerank_depth") or out["rerank_depth"]})
+    if chosen.get("rerank_model"):
+        out["rerank_model"] = chosen["rerank_model"]
+    else:
+        out.pop("rerank_model", None)
+    return out

@@ -1,0 +1,144 @@
+"""What `ldr train dense|reranker` does end to end: data → index → mined examples → a dev split →
+training → a model folder with its card, published only when everything succeeded."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import __version__
+from ..errors import ConfigError
+from .mining import mine, split_queries
+
+log = logging.getLogger(__name__)
+CARD = "ldr-train.json"
+
+
+def check_output(out: Path) -> None:
+    """A new or empty folder, or one ldr trained before (replaced as a whole); nothing else."""
+    if out.is_symlink() or out.is_file():
+        raise ConfigError(f"{out} is a file or a link; give a folder for the model")
+    if out.is_dir() and any(out.iterdir()) and not (out / CARD).is_file():
+        raise ConfigError(f"{out} exists and is not a model ldr trained; refusing to write into it (choose another -o)")
+
+
+@contextmanager
+def index_for(data: Path, index_path: str | None, progress: bool):
+    """The index to mine from: the one given, or a temporary BM25 + dense index of DATA/corpus.jsonl."""
+    import ldr
+
+    if index_path:
+        yield ldr.open(index_path)
+        return
+    corpus = data / "corpus.jsonl"
+    if not corpus.is_file():
+        raise ConfigError(f"no index given (-i) and no {corpus} to build one from")
+    with tempfile.TemporaryDirectory(prefix="ldr-train-index-") as tmp:
+        log.info("building a temporary index of %s to mine passages from (give -i IDX to reuse one)", corpus)
+        idx = ldr.Index.build(corpus, Path(tmp) / "idx", sparse=None, progress=progress)
+        yield idx
+        idx.close()
+
+
+def publish(tmp_out: Path, out: Path) -> None:
+    """Replace `out` by the finished folder (a model ldr trained earlier, or nothing)."""
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+        os.rename(tmp_out, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp_out, out)
+
+
+def write_card(folder: Path, info: dict) -> None:
+    """`ldr-train.json` (everything) and a section at the top of the README sentence-transformers wrote."""
+    (folder / CARD).write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
+    d = info["dev"]
+    s = info["settings"]
+    lines = [
+        f"# {info['kind']} model trained by ldr {__version__}", "",
+        f"- base model: `{info['base_model']}`",
+        f"- data: `{info['data']}` split `{info['split']}`: {info['train_queries']} training queries "
+        f"({info['rows']} rows), {info['dev_queries']} dev queries held out for early stopping; "
+        f"{info['skipped_queries']} queries skipped (no relevant document in the index)",
+        f"- examples: positives are each relevant document's best passage under the index's model (MaxP), "
+        f"negatives the best passages of the top non-relevant documents of ldr's search "
+        f"(index `{info['index']}`)",
+        f"- settings: " + ", ".join(f"{k}={v}" for k, v in s.items()),
+        f"- training: {info['steps']} steps in {info['seconds']:.0f} s on {info['device']}, final mean loss "
+        f"{info['train_loss']:.4f}",
+        f"- dev {d['metric']}: {100 * (d['before'] or 0):.2f} before, {100 * (d['after'] or 0):.2f} after "
+        f"(best checkpoint {d.get('best_checkpoint')})",
+        f"- trained at {info['at']}", "",
+        "Use it: " + ("`ldr index CORPUS -o IDX --dense THIS_FOLDER`" if info["kind"] == "dense" else
+                      "`ldr search -i IDX --rerank-model THIS_FOLDER \"query\"`, or make it an index's default "
+                      "reranker with `ldr tune -i IDX --data BEIR_DIR --rerank-model THIS_FOLDER`"), "", "",
+    ]
+    readme = folder / "README.md"
+    rest = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    readme.write_text("\n".join(lines) + rest, encoding="utf-8")
+
+
+def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path: str | None = None,
+          qids: list[str] | None = None, settings=None, base_model: str | None = None, dev_fraction: float = 0.1,
+          depth: int = 30, device: str | None = None, progress: bool = True) -> dict:
+    """Train a dense encoder (`kind="dense"`) or a reranker on the qrels of a BEIR folder; `qids`
+    restricts the queries (cross-validation). Returns the card's figures."""
+    from ..encode.models import resolve
+    from ..eval.beir import load_qrels, load_queries
+    from .dense import DenseTrainSettings, train_dense
+    from .reranker import RerankerTrainSettings, train_reranker
+
+    data, out = Path(data), Path(out).absolute()
+    check_output(out)
+    try:
+        import accelerate  # noqa: F401  (the transformers Trainer under sentence-transformers' trainers)
+    except ImportError:
+        raise ConfigError("training needs an optional part of ldr: pip install 'ldr[train]'") from None
+    queries, qrels = load_queries(data), load_qrels(data, split)
+    pool = sorted(q for q in (qids if qids is not None else qrels) if q in qrels and q in queries)
+    train_q, dev_q = split_queries(pool, dev_fraction, seed=getattr(settings, "seed", 0))
+    t0 = time.perf_counter()
+    with index_for(data, index_path, progress) as index:
+        if kind == "dense":
+            if "dense" not in index.components:
+                raise ConfigError(f"{index.path} has no dense component to start from")
+            settings = settings or DenseTrainSettings()
+            base = base_model or resolve(index.components["dense"]["model"]["settings"]["model"])[0]
+            n_neg = settings.negatives
+        else:
+            settings = settings or RerankerTrainSettings()
+            base = base_model or resolve("all-MiniLM-L6-v2")[0]
+            n_neg = settings.negatives
+        train_ex, skipped = mine(index, queries, qrels, train_q, negatives=max(n_neg, 1), depth=depth,
+                                 passages=1, progress=progress)
+        dev_ex, dev_skipped = mine(index, queries, qrels, dev_q, negatives=max(n_neg, 4), depth=depth,
+                                   passages=1, progress=progress)
+        index_name = str(index.path)
+    mined_s = time.perf_counter() - t0
+    if not train_ex or not dev_ex:
+        raise ConfigError(f"nothing to train on: {len(train_ex)} training and {len(dev_ex)} dev queries have a "
+                          "relevant document in the index")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = Path(tempfile.mkdtemp(prefix=f".{out.name}.part-", dir=out.parent))
+    try:
+        fn = train_dense if kind == "dense" else train_reranker
+        info = fn(base, train_ex, dev_ex, tmp_out, settings, device=device, progress=progress)
+        info.update({"data": str(data.resolve()), "split": split, "index": index_name,
+                     "train_queries": len(train_ex), "dev_queries": len(dev_ex),
+                     "skipped_queries": skipped + dev_skipped, "mining_seconds": round(mined_s, 1),
+                     "device": device or "cpu", "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                     "dev_qids": sorted(dev_q)})
+        write_card(tmp_out, info)
+        publish(tmp_out, out)
+    except BaseException:
+        shutil.rmtree(tmp_out, ignore_errors=True)
+        raise
+    return info

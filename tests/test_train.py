@@ -1,0 +1,113 @@
+"""`ldr train dense|reranker` on tiny data: training runs, the loss falls, the saved model loads
+through ldr's model resolution and changes the ranking; the model folder carries its card."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+from ldr.train.mining import mine, split_queries
+
+from test_tune import beir  # noqa: F401  (the module fixture: index + BEIR folder)
+
+
+@pytest.fixture(scope="module")
+def train_data(beir):  # noqa: F811
+    idx, data, queries, qrels = beir
+    # the qrels as a train split too
+    (data / "qrels" / "train.tsv").write_text((data / "qrels" / "dev.tsv").read_text())
+    return idx, data, queries, qrels
+
+
+def falls(curve: list[dict]) -> bool:
+    losses = [c["loss"] for c in curve]
+    return len(losses) >= 4 and np.mean(losses[-2:]) < np.mean(losses[:2])
+
+
+def test_mining_takes_maxp_positives_and_non_relevant_negatives(train_data):
+    idx, _, queries, qrels = train_data
+    index = ldr.Index(idx)
+    train, dev = split_queries(sorted(qrels), 0.25, seed=0)
+    assert len(dev) == 6 and not set(train) & set(dev)
+    examples, skipped = mine(index, queries, qrels, train, negatives=3, progress=False)
+    assert skipped == 0 and len(examples) == len(train)
+    for ex in examples:
+        rel = set(qrels[ex.qid])
+        assert ex.positive_docs == sorted(rel) and not rel & set(ex.negative_docs)
+        assert len(ex.negatives) == 3
+        doc = index.document(ex.positive_docs[0]).text
+        assert ex.positives[0] in doc          # a passage of the relevant document, verbatim
+
+
+def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_path):
+    idx, data, queries, _ = train_data
+    out = tmp_path / "dense-model"
+    r = CliRunner().invoke(main, ["train", "dense", "--data", str(data), "-i", str(idx), "-o", str(out),
+                                  "--epochs", "4", "--batch-size", "4", "--lr", "1e-4", "--dev-fraction", "0.25",
+                                  "--negatives", "1", "-q"])
+    assert r.exit_code == 0, r.output
+    card = json.loads((out / "ldr-train.json").read_text())
+    assert card["kind"] == "dense" and card["train_queries"] == 18 and card["dev_queries"] == 6
+    assert card["settings"]["loss"] == "mnrl" and card["dev"]["before"] is not None
+    assert falls(card["loss_curve"]), card["loss_curve"]
+    assert "trained by ldr" in (out / "README.md").read_text()
+    # the model folder is an ordinary local model: an index built with it ranks differently
+    from ldr.encode.dense import DenseSettings
+    base = ldr.Index(idx)
+    docs = [base.document(i) for i in base.docstore.live_ids()]
+    new = ldr.Index.build(docs, tmp_path / "idx2", dense=DenseSettings(model=str(out), max_length=32, device="cpu"),
+                          sparse=None, bm25=None)
+    assert new.components["dense"]["model"]["name"] == str(out)
+    changed = 0
+    for q in list(queries.values())[:8]:
+        a = [(h.id, round(h.score, 4)) for h in base.search(q, k=5, mode="dense")]
+        b = [(h.id, round(h.score, 4)) for h in new.search(q, k=5, mode="dense")]
+        changed += a != b
+    assert changed > 0
+
+
+def test_train_dense_with_opl(train_data, tmp_path):
+    idx, data, _, _ = train_data
+    from ldr.train.dense import DenseTrainSettings
+    from ldr.train.run import train
+    info = train("dense", data, tmp_path / "opl", index_path=str(idx), dev_fraction=0.25, progress=False,
+                 settings=DenseTrainSettings(loss="opl", epochs=3, batch_size=2, negatives=2, learning_rate=1e-4))
+    assert info["settings"]["loss"] == "opl" and falls(info["loss_curve"])
+
+
+def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
+    idx, data, queries, _ = train_data
+    out = tmp_path / "reranker"     # from the packaged MiniLM, the default
+    r = CliRunner().invoke(main, ["train", "reranker", "--data", str(data), "-i", str(idx), "-o", str(out),
+                                  "--epochs", "4", "--batch-size", "8", "--lr", "1e-4",
+                                  "--dev-fraction", "0.25", "--negatives", "3", "--max-length", "64", "-q"])
+    assert r.exit_code == 0, r.output
+    card = json.loads((out / "ldr-train.json").read_text())
+    assert card["kind"] == "reranker" and card["positives"] > 0 and falls(card["loss_curve"]), card["loss_curve"]
+    index = ldr.Index(idx)
+    changed = 0
+    for q in list(queries.values())[:6]:
+        plain = [h.id for h in index.search(q, k=8, rerank=False)]
+        reranked = index.search(q, k=8, rerank_model=str(out), rerank_depth=8)
+        assert reranked.reranker and sorted(h.id for h in reranked) == sorted(plain)
+        changed += [h.id for h in reranked] != plain
+    assert changed > 0
+    # CLI: the reranker works from `ldr search --rerank-model`
+    r = CliRunner().invoke(main, ["search", "-i", str(idx), "--rerank-model", str(out), "lease ref005k", "-k", "3"])
+    assert r.exit_code == 0, r.output
+
+
+def test_train_refuses_a_folder_it_did_not_write(train_data, tmp_path):
+    idx, data, _, _ = train_data
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    r = CliRunner().invoke(main, ["train", "dense", "--data", str(data), "-i", str(idx), "-o", str(out), "-q"])
+    assert r.exit_code == 2 and "not a model ldr trained" in r.output
+    assert (out / "notes.txt").read_text() == "keep me"
+    r = CliRunner().invoke(main, ["train", "dense", "--data", str(data), "--split", "nope", "-i", str(idx),
+                                  "-o", str(tmp_path / "x"), "-q"])
+    assert r.exit_code == 2 and "splits present" in r.output

@@ -1,0 +1,101 @@
+"""`ldr tune`: fusion settings fused offline rank like the real pipeline; the chosen setting is
+scored on held-out halves and committed as the index's search defaults (a new generation)."""
+import json
+import random
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+from ldr.search.tune import TuneOptions, _Offline, tune
+
+from conftest import manifest_of
+
+TOPICS = {
+    "harbour": "harbour lamp storm reef gannet kittiwake tide whale",
+    "lease": "contract clause tenant lease rent landlord deposit notice",
+    "budget": "meeting budget ledger audit invoice forecast spending cost",
+    "orbit": "river valley engine turbine orbit comet rocket launch",
+}
+
+
+def make_corpus(n: int = 24, seed: int = 0):
+    rng = random.Random(seed)
+    docs, queries, qrels = [], {}, {}
+    topics = list(TOPICS)
+    for i in range(n):
+        t = topics[i % len(topics)]
+        words = TOPICS[t].split()
+        body = " ".join(rng.choice(words) for _ in range(rng.randint(40, 90)))
+        code = f"ref{i:03d}k"      # a rare token only BM25 matches exactly
+        docs.append({"id": f"d{i:03d}", "title": f"{t} note {i}", "text": f"{body} {code} {body[:80]}"})
+        queries[f"q{i:03d}"] = f"{rng.choice(words)} {code}"
+        qrels[f"q{i:03d}"] = {f"d{i:03d}": 1}
+    return docs, queries, qrels
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory):
+    from ldr.encode.dense import DenseSettings
+
+    root = tmp_path_factory.mktemp("tune")
+    docs, queries, qrels = make_corpus()
+    data = root / "data"
+    (data / "qrels").mkdir(parents=True)
+    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{r}\n" for q, ds in qrels.items() for d, r in ds.items()))
+    idx = root / "idx"
+    ldr.Index.build(docs, idx, dense=DenseSettings(max_length=32, device="cpu"))
+    return idx, data, queries, qrels
+
+
+def test_offline_fusion_ranks_like_the_search_pipeline(beir):
+    idx, _, queries, _ = beir
+    index = ldr.Index(idx)
+    names = ["bm25", "dense", "sparse"]
+    runs = {n: {q: {h.id: h.score for h in index.search(t, k=len(index), mode=n, rerank=False)}
+                for q, t in queries.items()} for n in names}
+    off = _Offline(runs, names, sorted(queries))
+    for method, k, w in (("minmax", 60, (1, 0.25, 0.25)), ("zscore", 60, (0.5, 1, 0)), ("rrf", 10, (1, 1, 0.5))):
+        (fused,) = off.runs(method, k, np.array([w], float), 10)
+        for q, t in queries.items():
+            hits = index.search(t, k=10, fusion=method, weights=dict(zip(names, w)), rrf_k=k, rerank=False)
+            assert list(fused[q]) == [h.id for h in hits], (method, q)
+
+
+def test_tune_chooses_on_held_out_halves(beir):
+    idx, data, queries, qrels = beir
+    report = tune(ldr.Index(idx), queries, qrels, TuneOptions(rerank_depths=(5,), progress=False))
+    assert report["queries"] == 24 and report["n_settings"] > 100
+    h = report["held_out"]
+    assert len(h["halves"]) == 2 and 0 <= h["tuned"] <= 100 and 0 <= h["default"] <= 100
+    # the final choice is the best on all queries, at least as good as the defaults there
+    assert report["full"]["chosen"] >= report["full"]["default"]
+    assert report["candidates"][0]["score"] == pytest.approx(report["full"]["chosen"])
+
+
+def test_cli_tune_commits_the_defaults_and_info_shows_them(beir, tmp_path):
+    import shutil
+    idx = tmp_path / "idx"
+    shutil.copytree(beir[0], idx)
+    gen = manifest_of(idx)["generation"]
+    r = CliRunner().invoke(main, ["tune", "-i", str(idx), "--data", str(beir[1]), "--rerank-depths", "5", "-q"])
+    assert r.exit_code == 0, r.output
+    assert "held-out" in r.output and "committed as the search defaults" in r.output
+    m = manifest_of(idx)
+    assert m["generation"] == gen + 1 and m["history"][-1]["op"] == "tune"
+    t = m["search"]["tuned"]
+    assert t["split"] == "dev" and t["queries"] == 24
+    index = ldr.Index(idx)
+    d = index.search_defaults()
+    assert d["fusion"] in ("rrf", "minmax", "zscore") and set(d["weights"]) == {"bm25", "dense", "sparse"}
+    assert index.search("lease ref005k", k=3)[0].id == "d005"
+    info = CliRunner().invoke(main, ["info", str(idx)])
+    assert "tuned by `ldr tune`" in info.output and "held-out ndcg@10" in info.output
+    # a split that is not there: a clear error naming the ones that are
+    r = CliRunner().invoke(main, ["tune", "-i", str(idx), "--data", str(beir[1]), "--split", "test"])
+    assert r.exit_code == 2 and "splits present: dev" in r.output
+    assert manifest_of(idx)["generation"] == gen + 1
