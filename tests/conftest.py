@@ -12,7 +12,11 @@ SHARED = ROOT.parent / "shared" / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # ONNX exports go to a cache of this test session, not the user's (and CLI subprocesses inherit it)
-os.environ.setdefault("LDR_CACHE_DIR", tempfile.mkdtemp(prefix="ldr-test-cache-"))
+if "LDR_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    os.environ["LDR_CACHE_DIR"] = tempfile.mkdtemp(prefix="ldr-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["LDR_CACHE_DIR"], True)   # exports are 100s of MB
 
 
 @pytest.fixture
