@@ -1,7 +1,6 @@
 """`ldr train dense|reranker` on tiny data: training runs, the loss falls, the saved model loads
 through ldr's model resolution and changes the ranking; the model folder carries its card."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -21,7 +21,6 @@ import os
 import threading
 import time
 import warnings
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 

@@ -62,6 +62,16 @@ def _no_space(e: BaseException) -> bool:
     return "no space left" in msg or "disk quota exceeded" in msg or "(os error 28)" in msg
 
 
+def _abort(*writers) -> None:
+    """Abort the writers that were opened, keeping the error that made us abort them."""
+    for w in writers:
+        if w is not None:
+            try:
+                w.abort()
+            except Exception as e:  # cleanup: keep the original error
+                log.debug("abort failed: %s", e)
+
+
 class IndexWriter:
     """Holds an index directory's write lock; each operation commits one generation."""
 
@@ -304,11 +314,7 @@ class IndexWriter:
                 entries, about, known = rb.verify_shards(staging, shards, results, components, faiss_dict, ids,
                                                          first_uid, names)
             except BaseException:
-                if bm25_writer is not None:
-                    try:
-                        bm25_writer.abort()
-                    except Exception as e:  # cleanup: keep the original error
-                        log.debug("abort failed: %s", e)
+                _abort(bm25_writer)
                 raise
             finally:
                 if bar is not None:
@@ -373,12 +379,7 @@ class IndexWriter:
                                 "finish_segment": round(t_closed - t_fed, 3),
                                 "commit_bm25": round(time.perf_counter() - t_closed, 3)}
             except BaseException:
-                for w in (seg_writer, bm25_writer):
-                    if w is not None:
-                        try:
-                            w.abort()
-                        except Exception as e:  # cleanup: keep the original error
-                            log.debug("abort failed: %s", e)
+                _abort(seg_writer, bm25_writer)
                 raise
             return entry, work, n_bytes, about
 

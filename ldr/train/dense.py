@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from .common import figures, training_kwargs
 from .mining import Example
 
 log = logging.getLogger(__name__)
@@ -140,36 +141,18 @@ def train_dense(model_path: str, train: list[Example], dev: list[Example], out: 
     before = evaluator(model)
     key = evaluator.primary_metric          # e.g. dev_cosine_ndcg@10 (set by the first call)
     metric = f"eval_{key}"
-    steps_per_epoch = max(1, -(-len(data) // s.batch_size))
-    eval_steps = s.eval_steps or max(1, steps_per_epoch // 4)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ldr-train-") as work:
         args = SentenceTransformerTrainingArguments(
-            output_dir=work, num_train_epochs=s.epochs, max_steps=s.max_steps, per_device_train_batch_size=s.batch_size,
-            per_device_eval_batch_size=s.batch_size, learning_rate=s.learning_rate, **_warmup(s.warmup_ratio),
-            seed=s.seed, eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
-            save_total_limit=2, load_best_model_at_end=True, metric_for_best_model=metric, greater_is_better=True,
-            logging_steps=max(1, eval_steps // 2), report_to="none", disable_tqdm=not progress,
-            use_cpu=(device or "cpu") == "cpu", dataloader_num_workers=0,
+            **training_kwargs(s, len(data), metric, work, device, progress),
             batch_sampler="no_duplicates" if s.loss == "mnrl" else "batch_sampler")
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, eval_dataset=dev_data,
                                              loss=loss, evaluator=evaluator)
         result = trainer.train()
-        history = [h for h in trainer.state.log_history if "loss" in h or metric in h]
-    seconds = time.perf_counter() - t0
-    after = evaluator(model)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save(str(out))
-    return {"kind": "dense", "base_model": str(model_path), "settings": asdict(s),
-            "rows": len(data), "dev_rows": len(dev_data), "steps": result.global_step, "seconds": round(seconds, 1),
-            "train_loss": round(result.training_loss, 5),
-            "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
-            "dev": {"metric": key, "queries": len(dev), "before": before.get(key), "after": after.get(key),
-                    "best_checkpoint": trainer.state.best_model_checkpoint and Path(
-                        trainer.state.best_model_checkpoint).name}}
+        seconds = time.perf_counter() - t0
+        after = evaluator(model)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save(str(out))
+        return {"kind": "dense", "base_model": str(model_path), "settings": asdict(s), "rows": len(data),
+                "dev_rows": len(dev_data), **figures(trainer, result, key, before, after, len(dev), seconds)}
 
-
-def _warmup(ratio: float) -> dict:
-    """Transformers 5 takes the warm-up ratio as a float `warmup_steps`; 4 as `warmup_ratio`."""
-    import transformers
-    return {"warmup_steps": ratio} if int(transformers.__version__.split(".")[0]) >= 5 else {"warmup_ratio": ratio}

@@ -71,7 +71,7 @@ def write_card(folder: Path, info: dict) -> None:
         f"- examples: positives are each relevant document's best passage under the index's model (MaxP), "
         f"negatives the best passages of the top non-relevant documents of ldr's search "
         f"(index `{info['index']}`)",
-        f"- settings: " + ", ".join(f"{k}={v}" for k, v in s.items()),
+        "- settings: " + ", ".join(f"{k}={v}" for k, v in s.items()),
         f"- training: {info['steps']} steps in {info['seconds']:.0f} s on {info['device']}, final mean loss "
         f"{info['train_loss']:.4f}",
         f"- dev {d['metric']}: {100 * (d['before'] or 0):.2f} before, {100 * (d['after'] or 0):.2f} after "
