@@ -51,8 +51,15 @@ def pairs(examples: list[Example], negatives: int) -> dict[str, list]:
 def dev_evaluator(examples: list[Example], name: str = "dev"):
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
 
-    samples = [{"query": ex.query, "positive": ex.positives, "documents": ex.positives + ex.negatives}
-               for ex in examples if ex.negatives]
+    import random
+
+    samples = []
+    for ex in examples:
+        if ex.negatives:
+            # in a seeded random order: the evaluator's "base" score is then a random ranking's
+            docs = ex.positives + ex.negatives
+            random.Random(ex.qid).shuffle(docs)
+            samples.append({"query": ex.query, "positive": ex.positives, "documents": docs})
     return CrossEncoderRerankingEvaluator(samples, at_k=10, name=name, write_csv=False, show_progress_bar=False)
 
 
