@@ -182,14 +182,14 @@ def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: i
     from .docstore import SCHEMA
 
     chunks, ids, pending, chars, n_bytes, uid = [], [], [], 0, 0, first_uid
-    out, n_file, in_file = None, -1, 0
+    out, n_file, in_file, n_groups = None, -1, 0, 0
 
     def flush():
-        nonlocal pending, chars, out, n_file, in_file
+        nonlocal pending, chars, out, n_file, in_file, n_groups
         if out is None or in_file >= FILE_DOCS:
             if out is not None:
                 out.close()
-            n_file, in_file = n_file + 1, 0
+            n_file, in_file, n_groups = n_file + 1, 0, 0
             out = pq.ParquetWriter(staging / f"docs-{n_file:06d}.parquet", SCHEMA, compression="zstd",
                                    write_page_checksum=True, write_statistics=["uid"])
         out.write_table(pa.table({
@@ -198,16 +198,9 @@ def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: i
             "length": [0] * len(pending),
             "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for _, d in pending]},
             schema=SCHEMA))
-        chunks.append((n_file, out_groups(), len(pending), chars))
-        in_file += len(pending)
+        chunks.append((n_file, n_groups, len(pending), chars))
+        in_file, n_groups = in_file + len(pending), n_groups + 1
         pending, chars = [], 0
-
-    groups_in_file: dict[int, int] = {}
-
-    def out_groups() -> int:
-        g = groups_in_file.get(n_file, 0)
-        groups_in_file[n_file] = g + 1
-        return g
 
     try:
         for doc in check_documents(docs, report, max_doc_mb):

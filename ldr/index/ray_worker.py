@@ -23,11 +23,6 @@ SHARD_COLUMNS = ("shard", "segment", "first_uid", "docs", "groups")
 ATTEMPTS = "attempts"
 
 
-def shard_rel(segment: int) -> str:
-    from .segment import segment_rel
-    return segment_rel(segment)
-
-
 def file_hashes(folder: Path, inode: bool = False) -> dict[str, dict]:
     """{path inside `folder`: {size, sha256}} of every file in it (and the inode, which a rename
     keeps: the commit then need not hash the file again)."""
@@ -95,7 +90,9 @@ class ShardEncoder:
         shard, number = int(row["shard"]), int(row["segment"])
         attempt = _attempt(self.staging, shard)
         where = {"shard": shard, "attempt": attempt, "node": socket.gethostname(), "pid": os.getpid()}
-        out = self.staging / shard_rel(number)
+        from .segment import segment_rel
+
+        out = self.staging / segment_rel(number)
         if out.exists():       # an attempt whose worker died left it half written
             shutil.rmtree(out)
         try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,7 +34,6 @@ class TuneOptions:
     rerank_model: str | None = None                # a cross-encoder to consider besides the passage rescorer
     max_queries: int | None = None
     progress: bool = True
-    extra: list[dict] = field(default_factory=list)   # more settings to consider (tests)
 
 
 def _key(setting: dict) -> tuple:
@@ -167,7 +166,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     settings: dict[tuple, dict] = {}
     if len(names) > 1:
         offline = _Offline(runs, names, qids)
-        grid = _grid(names) + [s for s in opts.extra]
+        grid = _grid(names)
         by_method: dict[tuple, list[dict]] = {}
         for s in grid:
             by_method.setdefault((s["fusion"], s.get("rrf_k", 60)), []).append(s)
@@ -211,7 +210,6 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     if opts.rerank_model:
         rerankers += [{"rerank": None, "rerank_model": opts.rerank_model, "rerank_depth": d}
                       for d in (opts.rerank_depths or (100,))]
-    fusion_only = {k: v for k, v in scores.items()}
     bases = {_key(b): b for b in (best(halves[0]), best(halves[1]), best(qids))}
     for base in bases.values():
         for r in rerankers:
@@ -219,7 +217,6 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
             s["rerank_depth"] = min(s["rerank_depth"], len(index))
             if _key(s) not in scores:
                 scores[_key(s)], settings[_key(s)] = online(s), s
-    del fusion_only
 
     chosen_halves = [best(halves[0]), best(halves[1])]
     held = {q: scores[_key(chosen_halves[0])][q] for q in halves[1]}

@@ -24,8 +24,17 @@ def training_kwargs(s, n_rows: int, metric: str, work: str, device: str | None, 
                 use_cpu=(device or "cpu") == "cpu", dataloader_num_workers=0)
 
 
-def figures(trainer, result, key: str, before: dict, after: dict, n_dev: int, seconds: float) -> dict:
-    """Steps, time, loss curve and the dev metric before/after, for the model card."""
+def train_and_save(trainer, evaluator, key: str, before: dict, out: Path, n_dev: int) -> dict:
+    """Train (the best dev checkpoint is loaded at the end), score the dev split again, save the
+    model to `out`; returns steps, time, loss curve and the dev metric before/after, for the card."""
+    import time
+
+    t0 = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - t0
+    after = evaluator(trainer.model)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer.model.save_pretrained(str(out))
     best = trainer.state.best_model_checkpoint
     return {"steps": result.global_step, "seconds": round(seconds, 1), "train_loss": round(result.training_loss, 5),
             "loss_curve": [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h],

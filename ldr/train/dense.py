@@ -14,12 +14,11 @@ evaluation step; the best checkpoint is kept.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import figures, training_kwargs
+from .common import train_and_save, training_kwargs
 from .mining import Example
 
 log = logging.getLogger(__name__)
@@ -141,18 +140,12 @@ def train_dense(model_path: str, train: list[Example], dev: list[Example], out: 
     before = evaluator(model)
     key = evaluator.primary_metric          # e.g. dev_cosine_ndcg@10 (set by the first call)
     metric = f"eval_{key}"
-    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ldr-train-") as work:
         args = SentenceTransformerTrainingArguments(
             **training_kwargs(s, len(data), metric, work, device, progress),
             batch_sampler="no_duplicates" if s.loss == "mnrl" else "batch_sampler")
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, eval_dataset=dev_data,
                                              loss=loss, evaluator=evaluator)
-        result = trainer.train()
-        seconds = time.perf_counter() - t0
-        after = evaluator(model)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save(str(out))
         return {"kind": "dense", "base_model": str(model_path), "settings": asdict(s), "rows": len(data),
-                "dev_rows": len(dev_data), **figures(trainer, result, key, before, after, len(dev), seconds)}
+                "dev_rows": len(dev_data), **train_and_save(trainer, evaluator, key, before, out, len(dev))}
 

@@ -14,12 +14,11 @@ default reranker.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .common import figures, training_kwargs
+from .common import train_and_save, training_kwargs
 from .mining import Example
 
 log = logging.getLogger(__name__)
@@ -88,16 +87,10 @@ def train_reranker(base_model: str, train: list[Example], dev: list[Example], ou
     evaluator = dev_evaluator(dev)
     before = evaluator(model)
     key = evaluator.primary_metric          # set by the first call
-    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ldr-train-") as work:
         args = CrossEncoderTrainingArguments(**training_kwargs(s, len(data), f"eval_{key}", work, device, progress))
         trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data, eval_dataset=dev_data, loss=loss,
                                       evaluator=evaluator)
-        result = trainer.train()
-        seconds = time.perf_counter() - t0
-        after = evaluator(model)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(out))
         return {"kind": "reranker", "base_model": str(base_model), "settings": asdict(s), "rows": len(data),
                 "positives": int(n_pos), "dev_rows": len(dev_data),
-                **figures(trainer, result, key, before, after, len(dev), seconds)}
+                **train_and_save(trainer, evaluator, key, before, out, len(dev))}
