@@ -337,7 +337,7 @@ class Index:
     def search(self, query: str, k: int = 10, *, mode: str | None = None, fusion: str | None = None,
                weights: dict[str, float] | None = None, rerank: bool | str | None = None,
                rerank_model: str | None = None, depth: int | None = None, rerank_depth: int | None = None,
-               rrf_k: int | None = None,
+               rrf_k: int | None = None, rerank_weight: float | None = None,
                filters: dict | None = None, passages: int = 0, with_text: bool = False,
                with_meta: bool = True) -> SearchResult:
         """Top-k documents for `query`, best first; every hit carries each stage's score.
@@ -345,12 +345,14 @@ class Index:
         By default: every retriever of the index, fused, then the top candidates reranked, as
         recorded in the manifest. `rerank=False` skips reranking; `rerank_model=` uses a
         cross-encoder. `filters` ({"lang": "de", "path": "contracts/*"}, see ldr/search/filters.py)
-        restrict every retriever before fusion. `passages=N` gives each hit its N best passages
+        restrict every retriever before fusion. `rerank_weight` (0–1): the reranker's share of the
+        final score, mixed with the first stage's (z-normalised over the reranked candidates). `passages=N` gives each hit its N best passages
         (character offsets into its text); a hit's full text is read only with `with_text=True`.
         """
         return self._search(prepare(query), k, mode=mode, fusion=fusion, weights=weights, rerank=rerank,
                             rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, rrf_k=rrf_k,
-                            filters=filters, passages=passages, with_text=with_text, with_meta=with_meta)
+                            rerank_weight=rerank_weight, filters=filters, passages=passages, with_text=with_text,
+                            with_meta=with_meta)
 
     def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
         """Search many queries ({qid: text} or [(qid, text)]), yielding (qid, SearchResult or the
@@ -409,7 +411,7 @@ class Index:
 
     def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
                 mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,
-                rerank_depth=None, rrf_k=None, filters=None, passages: int = 0, with_text: bool = False,
+                rerank_depth=None, rrf_k=None, rerank_weight=None, filters=None, passages: int = 0, with_text: bool = False,
                 with_meta: bool = True) -> SearchResult:
         from .search import filters as _filters
 
@@ -442,6 +444,8 @@ class Index:
             opts.rerank_depth = rerank_depth
         if rrf_k is not None:
             opts.rrf_k = rrf_k
+        if rerank_weight is not None:
+            opts.rerank_weight = rerank_weight
         if rerank_model is None and rerank is None and opts.rerank is None and opts.mode == "hybrid":
             rerank_model = d.get("rerank_model")    # a cross-encoder recorded as the index's reranker
         opts.check()

@@ -300,14 +300,20 @@ def merge_cmd(index_path, wait, trust_remote_code, device, max_segments):
 @click.option("--rerank-depths", default="20,100", show_default=True,
               help="Rerank depths to try ('' : never rerank).")
 @click.option("--rerank-model", default=None, help="Also try this cross-encoder (e.g. from `ldr train reranker`).")
+@click.option("--rerank-weights", default="1,0.5,0.25", show_default=True,
+              help="The reranker's shares of the final score to try (1: its score alone; less: mixed with the fused "
+                   "score).")
+@click.option("--rerank-only", is_flag=True,
+              help="Keep the index's fusion setting and tune only reranking (e.g. a slow cross-encoder on a "
+                   "--max-queries sample, after tuning fusion on every query).")
 @click.option("--max-queries", type=int, default=None, help="Tune on a random sample of this many queries.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-out split.")
 @click.option("--dry-run", is_flag=True, help="Report only; commit nothing.")
 @click.option("--wait", is_flag=True, help="Wait for another writer of the index to finish instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, max_queries, seed, dry_run, wait, as_json,
-             quiet):
+def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, rerank_weights, rerank_only, max_queries,
+             seed, dry_run, wait, as_json, quiet):
     """Choose the index's search defaults (fusion, weights, reranking) on your qrels and commit them.
 
     Settings are chosen on one random half of the queries and scored on the other (and the
@@ -327,13 +333,22 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, max_q
         depths = tuple(int(x) for x in rerank_depths.split(",") if x.strip())
     except ValueError:
         raise ConfigError(f"--rerank-depths takes whole numbers, e.g. 20,100 (got {rerank_depths!r})") from None
+    try:
+        shares = tuple(float(x) for x in rerank_weights.split(",") if x.strip())
+    except ValueError:
+        shares = ()
+    if not shares or not all(0 < w <= 1 for w in shares):
+        raise ConfigError(f"--rerank-weights takes numbers above 0 and at most 1, e.g. 1,0.5 (got {rerank_weights!r})")
+    if rerank_only and not (depths or rerank_model):
+        raise ConfigError("--rerank-only needs something to rerank with: --rerank-depths or --rerank-model")
     index = api.open(index_path)
     known = set(index.docstore.ids)
     if not any(d in known for docs in qrels.values() for d in docs):
         raise ConfigError(f"no document of {qrels_file} is in {index_path}: tune on qrels over this index's ids")
     report = tune(index, load_queries(Path(data)), qrels,
                   TuneOptions(metric=metric, seed=seed, rerank_depths=depths, rerank_model=rerank_model,
-                              max_queries=max_queries, progress=not quiet))
+                              rerank_weights=shares, rerank_only=rerank_only, max_queries=max_queries,
+                              progress=not quiet))
     h = report["held_out"]
     if not dry_run:
         tuned = {"data": str(Path(data).resolve()), "split": split, "queries": report["queries"], "metric": metric,
@@ -550,6 +565,9 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--rerank-model", default=None, help="Cross-encoder (any HF sequence-classification model).")
 @click.option("--depth", type=int, default=None, help="Candidates per retriever (default 1000).")
 @click.option("--rerank-depth", type=int, default=None, help="Candidates reranked (default 100).")
+@click.option("--rerank-weight", type=float, default=None,
+              help="The reranker's share (0-1) of the final score, mixed with the first stage's (default: the "
+                   "index's, 1: the reranker's score alone).")
 @click.option("--filter", "filters", multiple=True, metavar="FIELD=VALUE",
               help="Only documents whose metadata matches (repeatable): lang=de, 'path=contracts/*', year>=2020.")
 @click.option("-p", "--passages", type=int, default=None,
@@ -564,7 +582,7 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")
 def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, rerank_model, depth, rerank_depth,
-               filters, passages, queries_file, output, run_tag, device, as_json, with_text, trust_remote_code):
+               rerank_weight, filters, passages, queries_file, output, run_tag, device, as_json, with_text, trust_remote_code):
     """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`).
     With --queries FILE, search every query of the file and write a TREC run."""
     from . import api
@@ -582,7 +600,7 @@ def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, r
     except ValueError as e:
         raise ConfigError(str(e)) from None
     options = dict(mode=mode, fusion=fusion, weights=w, rerank=False if (no_rerank or rerank == "none") else rerank,
-                   rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth,
+                   rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, rerank_weight=rerank_weight,
                    filters=_filters.parse(filters) if filters else None)
     if queries_file is not None:
         _batch_search(index, queries_file, output, k, run_tag, options)
@@ -753,7 +771,9 @@ def info_cmd(index_path, as_json):
     click.echo(f"search      mode={sd.get('mode')}, fusion={sd.get('fusion')}"
                + (f" (k={sd.get('rrf_k')})" if sd.get("fusion") == "rrf" else "")
                + f", weights={sd.get('weights') or 'equal'}, rerank={rr}"
-               + (f" (top {sd.get('rerank_depth')})" if rr != "none" else ""))
+               + (f" (top {sd.get('rerank_depth')}" + (f", weight {sd['rerank_weight']:g} mixed with the fused score"
+                                                        if sd.get("rerank_weight", 1) < 1 else "") + ")"
+                  if rr != "none" else ""))
     t = sd.get("tuned")
     if t:
         click.echo(f"{'':<11} tuned by `ldr tune` on {t['data']} ({t['split']}, {t['queries']} queries) at "

@@ -99,3 +99,55 @@ def test_cli_tune_commits_the_defaults_and_info_shows_them(beir, tmp_path):
     r = CliRunner().invoke(main, ["tune", "-i", str(idx), "--data", str(beir[1]), "--split", "test"])
     assert r.exit_code == 2 and "splits present: dev" in r.output
     assert manifest_of(idx)["generation"] == gen + 1
+
+
+def test_rerank_weight_mixes_the_second_stage_with_the_fused_score(beir):
+    from ldr.errors import QueryError
+    from ldr.search.pipeline import mix
+    from ldr.search.tune import _reweighted
+
+    idx, _, queries, _ = beir
+    index = ldr.Index(idx)
+    for q in sorted(queries)[:6]:
+        t = queries[q]
+        alone = index.search(t, k=8, rerank="passage", rerank_depth=8)
+        assert [h.score for h in alone] == [h.scores["rerank"] for h in alone]     # weight 1: as before
+        for w in (0.5, 0.25):
+            hits = index.search(t, k=8, rerank="passage", rerank_depth=8, rerank_weight=w)
+            final = mix([h.scores["rerank"] for h in hits], [h.scores["fused"] for h in hits], w)
+            assert [h.score for h in hits] == pytest.approx(list(final))
+            assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+            # what tune derives from the weight-1 run is what the pipeline does with the weight
+            assert _reweighted(list(alone), w) == [h.id for h in hits], (q, w)
+    assert [h.id for h in index.search(queries["q001"], k=5, rerank="passage", rerank_depth=5, rerank_weight=0)] == \
+        [h.id for h in index.search(queries["q001"], k=5, rerank=False)]
+    for bad in (1.5, -0.1, "half", True):
+        with pytest.raises(QueryError, match="rerank_weight"):
+            index.search("lease", rerank="passage", rerank_weight=bad)
+
+
+def test_tune_rerank_only_keeps_the_fusion_and_tries_weights(beir, tmp_path):
+    import shutil
+    idx = tmp_path / "idx"
+    shutil.copytree(beir[0], idx)
+    index = ldr.Index(idx)
+    before = index.search_defaults()
+    report = tune(index, beir[2], beir[3], TuneOptions(rerank_depths=(5,), rerank_weights=(1.0, 0.5), rerank_only=True,
+                                                       progress=False))
+    c = report["chosen"]
+    assert (c["fusion"], c["weights"]) == (before["fusion"], before["weights"])
+    # the index's fusion alone, and the passage rescorer at weights 1 and 0.5
+    assert report["n_settings"] == 3
+    assert {x["setting"].split(", ", 1)[1] for x in report["candidates"]} == {
+        "no rerank", "rerank passage top 5", "rerank passage top 5 weight 0.5"}
+    r = CliRunner().invoke(main, ["tune", "-i", str(idx), "--data", str(beir[1]), "--rerank-only",
+                                  "--rerank-depths", "5", "--rerank-weights", "0.5", "-q"])
+    assert r.exit_code == 0, r.output
+    d = ldr.Index(idx).search_defaults()
+    assert (d["fusion"], d["weights"]) == (before["fusion"], before["weights"])
+    assert d["rerank_weight"] in (0.5, 1.0) and (d["rerank"] == "passage") == ("rerank passage" in d["tuned"]["setting"])
+    info = CliRunner().invoke(main, ["info", str(idx)])
+    assert info.exit_code == 0, info.output
+    for bad in ("0", "2", "x"):
+        r = CliRunner().invoke(main, ["tune", "-i", str(idx), "--data", str(beir[1]), "--rerank-weights", bad])
+        assert r.exit_code == 2 and "--rerank-weights" in r.output

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import ConfigError, IndexFormatError, QueryError
 from .fusion import METHODS, fuse
 from ..index.topk import top_k_dict
+from ..rerank.passage import zscore
 from .hits import Hit
 from .query import check_weights
 
@@ -29,6 +30,7 @@ class SearchOptions:
     depth: int = 1000              # per retriever
     rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
     rerank_depth: int = 100
+    rerank_weight: float = 1.0     # the second stage's share of the final score (1: its score alone)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -44,6 +46,9 @@ class SearchOptions:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise QueryError(f"{name} must be a positive whole number (got {v!r})")
+        w = self.rerank_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
+            raise QueryError(f"rerank_weight must be a number from 0 to 1 (got {w!r})")
 
 
 @dataclass
@@ -127,19 +132,31 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         t = time.perf_counter()
         head, tail = rows[:opts.rerank_depth], rows[opts.rerank_depth:]
         scores, feats = reranker.rescore(ctx, [d for d, _, _ in head])
+        final = mix(scores, [sc for _, sc, _ in head], opts.rerank_weight)
         reranked = []
         for i, (d, _, st) in enumerate(head):
             st = dict(st, rerank=float(scores[i]))
             for f, vals in feats.items():
                 st[f"rerank.{f}"] = float(vals[i])
             ctx.rerank_features[d] = {f: float(vals[i]) for f, vals in feats.items()}
-            reranked.append((d, float(scores[i]), st))
+            reranked.append((d, float(final[i]), st))
         reranked.sort(key=lambda r: (-r[1], r[0] if tiebreak is None else tiebreak[r[0]]))
         ctx.reranked = {d: s for d, s, _ in reranked}
         # documents past the rerank depth keep their order, below every reranked one
         rows = reranked + tail
         ctx.timings["rerank"] = time.perf_counter() - t
     return rows[:k], ctx
+
+
+def mix(second, first, weight: float) -> np.ndarray:
+    """The reranked candidates' final scores: the second stage's own (weight 1), or
+    weight·z(second) + (1 - weight)·z(first) with both z-normalised over the candidates, so that
+    a reranker that knows the domain less well than the first stage refines its order instead
+    of replacing it (`ldr tune` chooses the weight)."""
+    second = np.asarray(second, dtype=np.float64)
+    if weight >= 1:
+        return second
+    return weight * zscore(second) + (1 - weight) * zscore(np.asarray(first, dtype=np.float64))
 
 
 def top_items(scores: dict, k: int, tiebreak=None) -> list[tuple[int, float]]:

@@ -4,7 +4,10 @@
 2. Every fusion setting of a grid (rrf / minmax / zscore × weights in {0, ¼, ½, 1} per retriever,
    rrf k in {10, 60}) is fused offline from those runs, with numpy, and scored per query.
 3. Reranking (none, the passage rescorer, a cross-encoder) at a few depths is scored with the real
-   search pipeline for the fusion settings the previous step picked.
+   search pipeline for the fusion settings the previous step picked; each run also gives the
+   scores of the reranker's score mixed with the fused one (`rerank_weight`), for several weights.
+   `rerank_only` keeps the index's fusion and tunes only the reranking (a cross-encoder is slow:
+   tune fusion on every query, then reranking on a sample with `max_queries`).
 4. Held-out halves: the queries are split in two at random (seeded); a setting chosen on one half
    is scored on the other, so every query is scored by a choice made without it. The final
    setting is chosen on all queries and committed as the index's defaults (a new generation).
@@ -32,15 +35,18 @@ class TuneOptions:
     seed: int = 0
     rerank_depths: tuple[int, ...] = (20, 100)     # () : never rerank
     rerank_model: str | None = None                # a cross-encoder to consider besides the passage rescorer
+    rerank_weights: tuple[float, ...] = (1.0, 0.5, 0.25)   # the reranker's share of the final score
+    rerank_only: bool = False                      # keep the index's fusion setting; tune only reranking
     max_queries: int | None = None
     progress: bool = True
 
 
 def _key(setting: dict) -> tuple:
     w = setting.get("weights") or {}
+    reranked = bool(setting.get("rerank") or setting.get("rerank_model"))
     return (setting["fusion"], tuple(sorted(w.items())), setting.get("rrf_k", 60), setting.get("rerank"),
-            setting.get("rerank_model"), setting.get("rerank_depth") if setting.get("rerank") or
-            setting.get("rerank_model") else None)
+            setting.get("rerank_model"), setting.get("rerank_depth") if reranked else None,
+            setting.get("rerank_weight", 1.0) if reranked else None)
 
 
 def describe(setting: dict) -> str:
@@ -48,7 +54,8 @@ def describe(setting: dict) -> str:
     fusion = setting["fusion"] + (f" k={setting.get('rrf_k', 60)}" if setting["fusion"] == "rrf" else "")
     weights = "/".join(f"{n}={v:g}" for n, v in w.items())
     rr = setting.get("rerank_model") or setting.get("rerank")
-    return f"{fusion} {weights}" + (f", rerank {rr} top {setting['rerank_depth']}" if rr else ", no rerank")
+    mixed = f" weight {setting['rerank_weight']:g}" if setting.get("rerank_weight", 1.0) < 1 else ""
+    return f"{fusion} {weights}" + (f", rerank {rr} top {setting['rerank_depth']}{mixed}" if rr else ", no rerank")
 
 
 class _Offline:
@@ -104,6 +111,19 @@ class _Offline:
                 top = np.lexsort((ids, -fused[:, c]))[:depth]
                 out[c][q] = {docs[i]: float(depth - r) for r, i in enumerate(top)}
         return out
+
+
+def _reweighted(hits, weight: float) -> list[str]:
+    """A reranked search's hit ids as the pipeline would order them with this rerank weight: the
+    reranked head re-mixed (ties by id, as the pipeline breaks them), the rest after it."""
+    from .pipeline import mix
+
+    head = [h for h in hits if "rerank" in h.scores]
+    tail = [h for h in hits if "rerank" not in h.scores]
+    first = [h.scores["fused"] if "fused" in h.scores else next(iter(h.scores.values())) for h in head]
+    final = mix([h.scores["rerank"] for h in head], first, weight)
+    order = sorted(range(len(head)), key=lambda i: (-final[i], head[i].id))
+    return [head[i].id for i in order] + [h.id for h in tail]
 
 
 def _grid(names: list[str]) -> list[dict]:
@@ -164,7 +184,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     bar.close()
     scores: dict[tuple, dict[str, float]] = {}
     settings: dict[tuple, dict] = {}
-    if len(names) > 1:
+    if len(names) > 1 and not opts.rerank_only:
         offline = _Offline(runs, names, qids)
         grid = _grid(names)
         by_method: dict[tuple, list[dict]] = {}
@@ -176,29 +196,43 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
             for s, run in zip(group, offline.runs(method, k, w, max(cut, 10))):
                 s = {**s, "rerank": None}
                 scores[_key(s)], settings[_key(s)] = per_query(run), s
+    elif len(names) > 1:   # the index's fusion, as it is
+        s = {"fusion": defaults["fusion"], "weights": {n: (defaults.get("weights") or {}).get(n, 1.0) for n in names},
+             "rrf_k": defaults.get("rrf_k", 60), "rerank": None}
+        w = np.array([[s["weights"][n] for n in names]])
+        scores[_key(s)], settings[_key(s)] = per_query(
+            _Offline(runs, names, qids).runs(s["fusion"], s["rrf_k"], w, max(cut, 10))[0]), s
     else:   # one retriever: nothing to fuse
         s = {"fusion": defaults["fusion"], "weights": {names[0]: 1.0}, "rrf_k": defaults.get("rrf_k", 60),
              "rerank": None}
         scores[_key(s)], settings[_key(s)] = per_query(runs[names[0]]), s
 
-    def online(s: dict) -> dict[str, float]:
-        """Score a setting with the real search pipeline (reranking included)."""
+    def online(s: dict, weights=(None,)) -> list[dict[str, float]]:
+        """Score a setting with the real search pipeline (reranking included), once per rerank
+        weight: the run gives each reranked hit's first-stage and reranker scores, so other
+        weights are the same mix the pipeline computes (pipeline.mix), without reranking again."""
         kw = {"fusion": s["fusion"], "weights": s["weights"], "rerank": s.get("rerank") or False,
-              "rerank_model": s.get("rerank_model"), "rerank_depth": s.get("rerank_depth")}
+              "rerank_model": s.get("rerank_model"), "rerank_depth": s.get("rerank_depth"),
+              "rerank_weight": s.get("rerank_weight", 1.0)}
         if s["fusion"] == "rrf":
             kw["rrf_k"] = s.get("rrf_k", 60)
-        run = {}
-        for qid, res in tqdm(index.search_many({q: queries[q] for q in qids}, k=max(cut, 10), **kw),
+        reranked = bool(s.get("rerank") or s.get("rerank_model"))
+        k = max(cut, 10, s.get("rerank_depth") or 0) if reranked else max(cut, 10)
+        runs = [{} for _ in weights]
+        for qid, res in tqdm(index.search_many({q: queries[q] for q in qids}, k=k, **kw),
                              total=len(qids), desc=f"tune: {describe(s)}", disable=not opts.progress, leave=False):
             hits = [] if isinstance(res, Exception) else list(res)
-            run[qid] = {h.id: float(len(hits) - r) for r, h in enumerate(hits)}
-        return per_query(run)
+            for run, w in zip(runs, weights):
+                order = [h.id for h in hits] if w is None else _reweighted(hits, w)
+                run[qid] = {d: float(len(order) - r) for r, d in enumerate(order[:max(cut, 10)])}
+        return [per_query(run) for run in runs]
 
     default = {"fusion": defaults["fusion"], "weights": {n: (defaults.get("weights") or {}).get(n, 1.0) for n in names},
                "rrf_k": defaults.get("rrf_k", 60), "rerank": defaults.get("rerank"),
-               "rerank_model": defaults.get("rerank_model"), "rerank_depth": defaults.get("rerank_depth", 100)}
+               "rerank_model": defaults.get("rerank_model"), "rerank_depth": defaults.get("rerank_depth", 100),
+               "rerank_weight": defaults.get("rerank_weight", 1.0)}
     if _key(default) not in scores:
-        scores[_key(default)], settings[_key(default)] = online(default), default
+        scores[_key(default)], settings[_key(default)] = online(default)[0], default
 
     def best(qs) -> dict:
         return settings[max(scores, key=lambda k: (_mean(scores[k], qs), k == _key(default)))]
@@ -210,13 +244,17 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     if opts.rerank_model:
         rerankers += [{"rerank": None, "rerank_model": opts.rerank_model, "rerank_depth": d}
                       for d in (opts.rerank_depths or (100,))]
+    weights = sorted({1.0, *opts.rerank_weights}, reverse=True)
     bases = {_key(b): b for b in (best(halves[0]), best(halves[1]), best(qids))}
     for base in bases.values():
         for r in rerankers:
-            s = {**base, "rerank": None, "rerank_model": None, **r}
+            s = {**base, "rerank": None, "rerank_model": None, **r, "rerank_weight": 1.0}
             s["rerank_depth"] = min(s["rerank_depth"], len(index))
-            if _key(s) not in scores:
-                scores[_key(s)], settings[_key(s)] = online(s), s
+            if _key(s) in scores:
+                continue
+            for w, sc in zip(weights, online(s, weights)):
+                sw = {**s, "rerank_weight": w}
+                scores[_key(sw)], settings[_key(sw)] = sc, sw
 
     chosen_halves = [best(halves[0]), best(halves[1])]
     held = {q: scores[_key(chosen_halves[0])][q] for q in halves[1]}
@@ -240,7 +278,8 @@ def as_search_defaults(chosen: dict, current: dict) -> dict:
     """The manifest's `search` entry with the tuned setting."""
     out = {**DEFAULT_SEARCH, **current}
     out.update({"fusion": chosen["fusion"], "weights": dict(chosen["weights"]), "rrf_k": chosen.get("rrf_k", 60),
-                "rerank": chosen.get("rerank"), "rerank_depth": chosen.get("rerank_depth") or out["rerank_depth"]})
+                "rerank": chosen.get("rerank"), "rerank_depth": chosen.get("rerank_depth") or out["rerank_depth"],
+                "rerank_weight": chosen.get("rerank_weight", 1.0)})
     if chosen.get("rerank_model"):
         out["rerank_model"] = chosen["rerank_model"]
     else:
