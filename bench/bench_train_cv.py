@@ -1,24 +1,29 @@
 """Cross-validated domain adaptation on qmsum-train: `ldr tune`, `ldr train dense`, `ldr train reranker`.
 
 The queries are split in K folds (seeded). For each fold, everything is chosen or trained on the
-other folds' queries only (the dev split for early stopping is carved from those), and scored
+other folds' queries only (the dev splits for early stopping are carved from those), and scored
 on the fold's queries (nDCG@10):
-- defaults: the index as built (minmax fusion 1/¼/¼, no rerank);
-- tuned: `ldr tune`'s choice on the training queries;
-- dense: the dense stage alone, base model vs the model `ldr train dense` made (the corpus
-  re-encoded with it);
-- fused with the trained dense model: BM25 and SPLADE runs of the base index fused with the new
-  dense run by the tuned setting (offline fusion ranks exactly as the pipeline: tests/test_tune.py);
-- reranked: the default fusion's top `--rerank-depth` reranked by the cross-encoder `ldr train
-  reranker` made, through the real search pipeline.
-Mean and spread over the folds run are printed and written as JSON.
+- defaults: the base index as built (minmax fusion 1/¼/¼, no rerank);
+- tuned: `ldr tune`'s fusion choice on the training queries, on the base index;
+- dense: the dense stage alone, base model vs the model `ldr train dense` made;
+- adapted index: the corpus indexed again with the trained dense model (BM25 and SPLADE as
+  before), its fusion tuned on the training queries (`ldr tune`, committed);
+- reranked: that index's fused top `--rerank-depth` reranked by the cross-encoder `ldr train
+  reranker` made, its score alone;
+- final pipeline: the adapted index with the reranking `ldr tune --rerank-only` chose on a sample
+  of the training queries (depth, and the reranker's share of the score mixed with the fused
+  score; or no reranking), through the real search pipeline.
+Every query is mined once (a query's examples depend only on its own judgements and the base
+index); each fold trains on its own queries' examples. Mean and spread over the folds run are
+printed and written as JSON.
 
-    python bench/bench_train_cv.py --index IDX [--folds 5] [--only 0,1] [--parts tune,dense,reranker]
+    python bench/bench_train_cv.py --index IDX [--folds 5] [--only 0,1] [--work DIR]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import random
 import sys
 import time
@@ -27,19 +32,17 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+NAMES = ["bm25", "dense", "sparse"]
 
 
-def ndcg(qrels, run, qids) -> dict[str, float]:
+def mean_ndcg(qrels, run, qids) -> float:
     from ldr.eval.metrics import evaluate_per_query
-    return {q: v["ndcg@10"] for q, v in evaluate_per_query({q: qrels[q] for q in qids}, run, ("ndcg@10",)).items()}
+    per = evaluate_per_query({q: qrels[q] for q in qids}, {q: run.get(q, {}) for q in qids}, ("ndcg@10",))
+    return 100 * float(np.mean([per[q]["ndcg@10"] for q in qids]))
 
 
-def search_run(index, queries, qids, k=10, **kw) -> dict:
-    run = {}
-    for qid, res in index.search_many({q: queries[q] for q in qids}, k=k, **kw):
-        hits = [] if isinstance(res, Exception) else list(res)
-        run[qid] = {h.id: float(len(hits) - r) for r, h in enumerate(hits)}
-    return run
+def as_run(ids: list[str]) -> dict[str, float]:
+    return {d: float(len(ids) - r) for r, d in enumerate(ids)}
 
 
 def retriever_runs(index, queries, qids, names) -> dict:
@@ -51,9 +54,8 @@ def retriever_runs(index, queries, qids, names) -> dict:
 
 def fused(runs: dict, qids, setting: dict) -> dict:
     from ldr.search.tune import _Offline
-    names = list(runs)
-    off = _Offline(runs, names, qids)
-    w = np.array([[setting["weights"].get(n, 0.0) for n in names]])
+    off = _Offline(runs, NAMES, qids)
+    w = np.array([[setting["weights"].get(n, 0.0) for n in NAMES]])
     return off.runs(setting["fusion"], setting.get("rrf_k", 60), w, 10)[0]
 
 
@@ -64,21 +66,24 @@ def main():
     ap.add_argument("--index", required=True, help="a default `ldr index` of DATA/corpus.jsonl")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--only", default=None, help="run only these folds, e.g. 0,1")
-    ap.add_argument("--parts", default="tune,dense,reranker")
     ap.add_argument("--work", default="/tmp/ldr-cv")
     ap.add_argument("--rerank-depth", type=int, default=20)
+    ap.add_argument("--rerank-windows", type=int, default=2,
+                    help="windows per document the cross-encoder scores (the first stage's best passages)")
+    ap.add_argument("--rerank-tune-queries", type=int, default=150)
     ap.add_argument("--dense-epochs", type=float, default=1.0)
     ap.add_argument("--dense-loss", default="mnrl")
     ap.add_argument("--reranker-epochs", type=float, default=1.0)
-    ap.add_argument("--reranker-max-steps", type=int, default=-1)
+    ap.add_argument("--reranker-lr", type=float, default=2e-4)
     ap.add_argument("--json", default=str(ROOT / "bench/results/train_cv.json"))
     args = ap.parse_args()
 
     import ldr
     from ldr.encode.dense import DenseSettings
     from ldr.eval.beir import load_qrels, load_queries
-    from ldr.search.tune import TuneOptions, describe, tune
+    from ldr.search.tune import TuneOptions, _reweighted, as_search_defaults, describe, tune
     from ldr.train.dense import DenseTrainSettings
+    from ldr.train.mining import mine
     from ldr.train.reranker import RerankerTrainSettings
     from ldr.train.run import train
 
@@ -86,77 +91,116 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     queries, qrels = load_queries(data), load_qrels(data, args.split)
     qids = sorted(q for q in qrels if q in queries)
-    rng = random.Random(0)
     shuffled = qids[:]
-    rng.shuffle(shuffled)
+    random.Random(0).shuffle(shuffled)
     folds = [sorted(shuffled[i::args.folds]) for i in range(args.folds)]
-    parts = set(args.parts.split(","))
     index = ldr.Index(args.index)
-    names = ["bm25", "dense", "sparse"]
-    print("base runs of every retriever ...", flush=True)
-    base_runs = retriever_runs(index, queries, qids, names)
+    cache = work / "base-runs.pkl"
+    if cache.is_file():
+        base_runs, mined = pickle.loads(cache.read_bytes())
+    else:
+        t = time.perf_counter()
+        print("base runs of every retriever, and every query's training examples ...", flush=True)
+        base_runs = retriever_runs(index, queries, qids, NAMES)
+        examples, _ = mine(index, queries, qrels, qids, negatives=4, progress=True)
+        mined = {ex.qid: ex for ex in examples}
+        cache.write_bytes(pickle.dumps((base_runs, mined)))
+        print(f"  {time.perf_counter() - t:.0f} s; {len(mined)} queries mined", flush=True)
     default = index.search_defaults()
     default_setting = {"fusion": default["fusion"], "weights": default["weights"], "rrf_k": default["rrf_k"]}
     out = json.loads(Path(args.json).read_text()) if Path(args.json).is_file() else {}
     out.setdefault("folds", {})
-    for f in [int(x) for x in args.only.split(",")] if args.only else range(args.folds):
-        test = folds[f]
-        train_q = sorted(set(qids) - set(test))
-        row = {"test_queries": len(test), "train_queries": len(train_q)}
-        row["defaults"] = 100 * np.mean(list(ndcg(qrels, fused(base_runs, test, default_setting), test).values()))
-        row["dense_base"] = 100 * np.mean(list(ndcg(qrels, {q: base_runs["dense"][q] for q in test}, test).values()))
-        tuned_setting = default_setting
-        if "tune" in parts:
-            t = time.perf_counter()
-            rep = tune(index, queries, {q: qrels[q] for q in train_q}, TuneOptions(rerank_depths=(), progress=False))
-            tuned_setting = rep["chosen"]
-            row["tuned_setting"] = describe(tuned_setting)
-            row["tuned"] = 100 * np.mean(list(ndcg(qrels, fused(base_runs, test, tuned_setting), test).values()))
-            row["tune_s"] = round(time.perf_counter() - t, 1)
-            print(f"fold {f}: tuned {row['tuned']:.2f} vs defaults {row['defaults']:.2f} ({row['tuned_setting']})",
-                  flush=True)
-        if "dense" in parts:
-            model = work / f"dense-{f}"
-            info = train("dense", data, model, split=args.split, index_path=args.index, qids=train_q,
-                         settings=DenseTrainSettings(loss=args.dense_loss, epochs=args.dense_epochs), progress=False)
-            row["dense_train_s"], row["dense_dev"] = info["seconds"] + info["mining_seconds"], info["dev"]
-            t = time.perf_counter()
-            didx = work / f"dense-idx-{f}"
-            if not didx.exists():
-                ldr.Index.build(data / "corpus.jsonl", didx, dense=DenseSettings(model=str(model)), sparse=None,
-                                bm25=None)
-            row["dense_encode_s"] = round(time.perf_counter() - t, 1)
-            new = ldr.Index(didx)
-            new_dense = retriever_runs(new, queries, test, ["dense"])["dense"]
-            row["dense_trained"] = 100 * np.mean(list(ndcg(qrels, {q: new_dense[q] for q in test}, test).values()))
-            runs = {"bm25": base_runs["bm25"], "dense": new_dense, "sparse": base_runs["sparse"]}
-            row["fused_trained_dense"] = 100 * np.mean(list(ndcg(qrels, fused(runs, test, tuned_setting),
-                                                                test).values()))
-            print(f"fold {f}: dense {row['dense_base']:.2f} -> {row['dense_trained']:.2f}; fused with it "
-                  f"{row['fused_trained_dense']:.2f}", flush=True)
-        if "reranker" in parts:
-            model = work / f"reranker-{f}"
-            info = train("reranker", data, model, split=args.split, index_path=args.index, qids=train_q,
-                         settings=RerankerTrainSettings(epochs=args.reranker_epochs,
-                                                        max_steps=args.reranker_max_steps), progress=False)
-            row["reranker_train_s"], row["reranker_dev"] = info["seconds"] + info["mining_seconds"], info["dev"]
-            t = time.perf_counter()
-            run = search_run(index, queries, test, rerank_model=str(model), rerank_depth=args.rerank_depth,
-                             fusion=tuned_setting["fusion"], weights=tuned_setting["weights"],
-                             rrf_k=tuned_setting.get("rrf_k", 60))
-            row["reranked"] = 100 * np.mean(list(ndcg(qrels, run, test).values()))
-            row["rerank_eval_s"] = round(time.perf_counter() - t, 1)
-            print(f"fold {f}: reranked (top {args.rerank_depth}) {row['reranked']:.2f}", flush=True)
+
+    def save(f, row):
         out["folds"][str(f)] = row
         out["settings"] = vars(args)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1, default=float))
-    keys = ["defaults", "tuned", "dense_base", "dense_trained", "fused_trained_dense", "reranked"]
+
+    for f in [int(x) for x in args.only.split(",")] if args.only else range(args.folds):
+        test = folds[f]
+        train_q = sorted(set(qids) - set(test))
+        row = {"test_queries": len(test), "train_queries": len(train_q)}
+        row["defaults"] = mean_ndcg(qrels, fused(base_runs, test, default_setting), test)
+        row["dense_base"] = mean_ndcg(qrels, base_runs["dense"], test)
+        t = time.perf_counter()
+        rep = tune(index, queries, {q: qrels[q] for q in train_q}, TuneOptions(rerank_depths=(), progress=False),
+                   runs=base_runs)
+        row["tuned_setting"] = describe(rep["chosen"])
+        row["tuned"] = mean_ndcg(qrels, fused(base_runs, test, rep["chosen"]), test)
+        row["tune_s"] = round(time.perf_counter() - t, 1)
+        print(f"fold {f}: defaults {row['defaults']:.2f}, tuned {row['tuned']:.2f} ({row['tuned_setting']})",
+              flush=True)
+
+        # the dense encoder, and the index built with it
+        model = work / f"dense-{f}"
+        if not (model / "ldr-train.json").is_file():
+            train("dense", data, model, split=args.split, index_path=args.index, qids=train_q, mined=mined,
+                  settings=DenseTrainSettings(loss=args.dense_loss, epochs=args.dense_epochs), progress=False)
+        card = json.loads((model / "ldr-train.json").read_text())
+        row["dense_train_s"], row["dense_steps"], row["dense_dev"] = card["seconds"], card["steps"], card["dev"]
+        adapted = work / f"adapted-idx-{f}"
+        t = time.perf_counter()
+        if not adapted.exists():
+            ldr.Index.build(data / "corpus.jsonl", adapted, dense=DenseSettings(model=str(model)))
+        row["adapted_build_s"] = round(time.perf_counter() - t, 1)
+        new = ldr.Index(adapted)
+        runs = {"bm25": base_runs["bm25"], "sparse": base_runs["sparse"],
+                "dense": retriever_runs(new, queries, qids, ["dense"])["dense"]}
+        row["dense_trained"] = mean_ndcg(qrels, runs["dense"], test)
+        rep = tune(new, queries, {q: qrels[q] for q in train_q}, TuneOptions(rerank_depths=(), progress=False),
+                   runs=runs)
+        new.set_search_defaults(as_search_defaults(rep["chosen"], new.manifest.get("search", {})),
+                                {"tuned": describe(rep["chosen"])})
+        row["adapted_setting"] = describe(rep["chosen"])
+        row["adapted_fused"] = mean_ndcg(qrels, fused(runs, test, rep["chosen"]), test)
+        print(f"fold {f}: dense {row['dense_base']:.2f} -> {row['dense_trained']:.2f}; adapted index fused "
+              f"{row['adapted_fused']:.2f} ({row['adapted_setting']})", flush=True)
+        save(f, row)
+
+        # the reranker, its share chosen on a sample of the training queries
+        model = work / f"reranker-{f}"
+        if not (model / "ldr-train.json").is_file():
+            train("reranker", data, model, split=args.split, index_path=args.index, qids=train_q, mined=mined,
+                  settings=RerankerTrainSettings(epochs=args.reranker_epochs, learning_rate=args.reranker_lr),
+                  progress=False)
+        card = json.loads((model / "ldr-train.json").read_text())
+        row["reranker_train_s"], row["reranker_steps"], row["reranker_dev"] = card["seconds"], card["steps"], card["dev"]
+        # scores the first stage's best `--rerank-windows` passages of each document (default 8)
+        new.reranker(None, str(model)).settings.max_windows = args.rerank_windows
+        t = time.perf_counter()
+        sample = {q: qrels[q] for q in random.Random(f).sample(train_q, min(args.rerank_tune_queries, len(train_q)))}
+        rep = tune(new, queries, sample, TuneOptions(rerank_depths=(args.rerank_depth,), rerank_model=str(model),
+                                                     rerank_only=True, progress=False))
+        chosen = rep["chosen"]
+        row["rerank_setting"] = describe(chosen)
+        row["rerank_tune_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        first, alone = {}, {}
+        for qid, res in new.search_many({q: queries[q] for q in test}, k=args.rerank_depth, rerank_model=str(model),
+                                        rerank_depth=args.rerank_depth, rerank_weight=1.0):
+            hits = list(res)
+            alone[qid] = as_run([h.id for h in hits])
+            first[qid] = hits
+        row["reranked"] = mean_ndcg(qrels, alone, test)
+        row["rerank_eval_s"] = round(time.perf_counter() - t, 1)
+        if chosen.get("rerank_model"):
+            final = {q: as_run(_reweighted(h, chosen.get("rerank_weight", 1.0))[:10]) for q, h in first.items()}
+        else:   # no reranking, or the passage rescorer: through the pipeline with the committed choice
+            kw = {"rerank": chosen.get("rerank") or False, "rerank_depth": chosen.get("rerank_depth")}
+            final = {qid: as_run([h.id for h in res])
+                     for qid, res in new.search_many({q: queries[q] for q in test}, k=10, **kw)}
+        row["final"] = mean_ndcg(qrels, final, test)
+        print(f"fold {f}: reranked (top {args.rerank_depth}, cross-encoder alone) {row['reranked']:.2f}; final "
+              f"pipeline {row['final']:.2f} ({row['rerank_setting']})", flush=True)
+        save(f, row)
+
+    keys = ["defaults", "tuned", "dense_base", "dense_trained", "adapted_fused", "reranked", "final"]
     print(f"\n{len(out['folds'])} of {args.folds} folds, nDCG@10 on each fold's held-out queries (mean ± sd)")
     for k in keys:
         vals = [r[k] for r in out["folds"].values() if k in r]
         if vals:
-            print(f"  {k:<22} {np.mean(vals):6.2f} ± {np.std(vals):.2f}  ({len(vals)} folds)")
+            print(f"  {k:<16} {np.mean(vals):6.2f} ± {np.std(vals):.2f}  ({len(vals)} folds)")
 
 
 if __name__ == "__main__":

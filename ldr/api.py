@@ -214,6 +214,14 @@ class Index:
         self.refresh()
         return result
 
+    def set_search_defaults(self, search: dict, record: dict | None = None, *, wait: bool | float = False) -> dict:
+        """Commit new query-time defaults (the manifest's `search` entry, as `ldr tune` writes it)
+        as a new generation; `record` goes into the history. Returns the new manifest."""
+        with self._writer(wait) as w:
+            m = w.set_search_defaults(search, record or {})
+        self.refresh()
+        return m
+
     # -- reading --------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._view.segments)

@@ -357,8 +357,7 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
                  "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         search = as_search_defaults(report["chosen"], index.manifest.get("search", {}))
         search["tuned"] = tuned
-        with index._writer(wait) as w:
-            m = w.set_search_defaults(search, {"tuned": tuned["setting"]})
+        m = index.set_search_defaults(search, {"tuned": tuned["setting"]}, wait=wait)
         report["generation"] = m["generation"]
     if as_json:
         click.echo(json.dumps(report, indent=2))

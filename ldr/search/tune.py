@@ -145,8 +145,11 @@ def _mean(per_query: dict[str, float], qids) -> float:
     return float(np.mean([per_query[q] for q in qs])) * 100 if qs else float("nan")
 
 
-def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts: TuneOptions | None = None) -> dict:
+def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts: TuneOptions | None = None,
+         runs: dict | None = None) -> dict:
     """Choose search defaults for `index` on (queries, qrels); nothing is committed here.
+    `runs` ({retriever: {qid: {doc id: score}}} at the index's depth): the retrievers' runs when
+    the caller has them already (cross-validation tunes many query subsets of one index).
 
     Returns {"chosen", "default", "held_out": {"default", "tuned", "halves"}, "full", "queries",
     "metric", "candidates"} (scores in percent)."""
@@ -175,8 +178,12 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     def per_query(run) -> dict[str, float]:
         return {q: v[metric] for q, v in evaluate_per_query(qrels, run, (metric,)).items()}
 
-    runs = {}
+    given, runs = runs or {}, {}
     for n in names:
+        if n in given:
+            runs[n] = {q: given[n].get(q, {}) for q in qids}
+            bar.update(len(qids))
+            continue
         runs[n] = {}
         for qid, res in index.search_many({q: queries[q] for q in qids}, k=depth, mode=n, rerank=False):
             runs[n][qid] = {} if isinstance(res, Exception) else {h.id: h.score for h in res}

@@ -88,9 +88,12 @@ def write_card(folder: Path, info: dict) -> None:
 
 def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path: str | None = None,
           qids: list[str] | None = None, settings=None, base_model: str | None = None, dev_fraction: float = 0.1,
-          depth: int = 30, device: str | None = None, progress: bool = True) -> dict:
+          depth: int = 30, device: str | None = None, progress: bool = True, mined: dict | None = None) -> dict:
     """Train a dense encoder (`kind="dense"`) or a reranker on the qrels of a BEIR folder; `qids`
-    restricts the queries (cross-validation). Returns the card's figures."""
+    restricts the queries (cross-validation). `mined` ({qid: Example} from `mine` on the same
+    index, with at least as many negatives): examples already mined, used instead of mining those
+    queries again (a query's examples depend only on its own judgements). Returns the card's
+    figures."""
     from ..encode.models import resolve
     from ..eval.beir import load_qrels, load_queries
     from .dense import DenseTrainSettings, train_dense
@@ -117,10 +120,14 @@ def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path:
             settings = settings or RerankerTrainSettings()
             base = base_model or resolve("all-MiniLM-L6-v2")[0]
             n_neg = settings.negatives
-        train_ex, skipped = mine(index, queries, qrels, train_q, negatives=max(n_neg, 1), depth=depth,
-                                 passages=1, progress=progress)
-        dev_ex, dev_skipped = mine(index, queries, qrels, dev_q, negatives=max(n_neg, 4), depth=depth,
-                                   passages=1, progress=progress)
+        def examples(qs, negatives):
+            if mined is None:
+                return mine(index, queries, qrels, qs, negatives=negatives, depth=depth, passages=1, progress=progress)
+            have = [mined[q] for q in qs if q in mined]
+            return have, len(qs) - len(have)
+
+        train_ex, skipped = examples(train_q, max(n_neg, 1))
+        dev_ex, dev_skipped = examples(dev_q, max(n_neg, 4))
         index_name = str(index.path)
     mined_s = time.perf_counter() - t0
     if not train_ex or not dev_ex:
