@@ -68,13 +68,18 @@ def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_pat
     assert changed > 0
 
 
-def test_train_dense_with_opl(train_data, tmp_path):
-    idx, data, _, _ = train_data
+def test_train_dense_with_opl_on_examples_mined_before(train_data, tmp_path):
+    idx, data, queries, qrels = train_data
     from ldr.train.dense import DenseTrainSettings
     from ldr.train.run import train
+    # examples mined once for every query (as cross-validation does); one query has none
+    examples, _ = mine(ldr.Index(idx), queries, qrels, sorted(qrels), negatives=4, progress=False)
+    mined = {ex.qid: ex for ex in examples if ex.qid != "q003"}
     info = train("dense", data, tmp_path / "opl", index_path=str(idx), dev_fraction=0.25, progress=False,
+                 mined=mined,
                  settings=DenseTrainSettings(loss="opl", epochs=3, batch_size=2, negatives=2, learning_rate=1e-4))
     assert info["settings"]["loss"] == "opl" and falls(info["loss_curve"])
+    assert info["skipped_queries"] == 1 and info["train_queries"] + info["dev_queries"] == 23
 
 
 def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
