@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--only", default=None, help="run only these folds, e.g. 0,1")
     ap.add_argument("--work", default="/tmp/ldr-cv")
+    ap.add_argument("--parts", default="dense,reranker", help="dense: up to the adapted index; reranker: also train "
+                    "and tune the cross-encoder (the final pipeline)")
     ap.add_argument("--rerank-depth", type=int, default=20)
     ap.add_argument("--rerank-windows", type=int, default=2,
                     help="windows per document the cross-encoder scores (the first stage's best passages)")
@@ -157,6 +159,8 @@ def main():
         print(f"fold {f}: dense {row['dense_base']:.2f} -> {row['dense_trained']:.2f}; adapted index fused "
               f"{row['adapted_fused']:.2f} ({row['adapted_setting']})", flush=True)
         save(f, row)
+        if "reranker" not in args.parts.split(","):
+            continue
 
         # the reranker, its share chosen on a sample of the training queries
         model = work / f"reranker-{f}"

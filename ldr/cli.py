@@ -368,6 +368,10 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
     click.echo(f"{'':<34}{h['default']:>10.2f}{report['full']['default']:>13.2f}")
     click.echo(f"{'tuned: ' + describe(report['chosen'])}")
     click.echo(f"{'':<34}{h['tuned']:>10.2f}{report['full']['chosen']:>13.2f}")
+    rej = report.get("rerank_rejected")
+    if rej:
+        click.echo(f"  not reranking: {rej['setting']} was best on all queries, but chosen on one half it scored "
+                   f"{rej['held_out']:.2f} on the other, against {rej['held_out_without']:.2f} without reranking")
     for half in h["halves"]:
         click.echo(f"  chosen on half {half['chosen_on']}: {half['setting']}: {half['tuned']:.2f} on the other half "
                    f"(defaults {half['default']:.2f})")

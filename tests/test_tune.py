@@ -136,6 +136,10 @@ def test_tune_rerank_only_keeps_the_fusion_and_tries_weights(beir, tmp_path):
                                                        progress=False))
     c = report["chosen"]
     assert (c["fusion"], c["weights"]) == (before["fusion"], before["weights"])
+    # reranking is kept only when it also wins on the held-out halves
+    rej = report["rerank_rejected"]
+    if rej:
+        assert not (c.get("rerank") or c.get("rerank_model")) and rej["held_out"] <= rej["held_out_without"]
     # the index's fusion alone, and the passage rescorer at weights 1 and 0.5
     assert report["n_settings"] == 3
     assert {x["setting"].split(", ", 1)[1] for x in report["candidates"]} == {
@@ -151,3 +155,21 @@ def test_tune_rerank_only_keeps_the_fusion_and_tries_weights(beir, tmp_path):
     for bad in ("0", "2", "x"):
         r = CliRunner().invoke(main, ["tune", "-i", str(idx), "--data", str(beir[1]), "--rerank-weights", bad])
         assert r.exit_code == 2 and "--rerank-weights" in r.output
+
+
+def test_reranking_is_kept_only_when_it_wins_on_held_out_halves():
+    from ldr.search.tune import _decide, _key
+    plain = {"fusion": "minmax", "weights": {"bm25": 1.0}, "rrf_k": 60, "rerank": None}
+    rr = {**plain, "rerank": "passage", "rerank_depth": 20}
+    halves = (["q1", "q2"], ["q3", "q4"])
+    settings = {_key(plain): plain, _key(rr): rr}
+    # best on all queries (0.55 > 0.5) only thanks to one half: chosen there, it loses on the other
+    scores = {_key(plain): dict.fromkeys(["q1", "q2", "q3", "q4"], 0.5),
+              _key(rr): {"q1": 1.0, "q2": 1.0, "q3": 0.0, "q4": 0.2}}
+    final, picks, held, rejected = _decide(scores, settings, halves, _key(plain))
+    assert final == plain and rejected["held_out"] < rejected["held_out_without"] == 50.0
+    assert held == dict.fromkeys(["q1", "q2", "q3", "q4"], 0.5)
+    # better on both halves: kept
+    scores[_key(rr)] = {"q1": 0.9, "q2": 0.6, "q3": 0.7, "q4": 0.6}
+    final, picks, held, rejected = _decide(scores, settings, halves, _key(plain))
+    assert final == rr and rejected is None and picks == [rr, rr]

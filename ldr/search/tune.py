@@ -41,9 +41,13 @@ class TuneOptions:
     progress: bool = True
 
 
+def _reranks(setting: dict) -> bool:
+    return bool(setting.get("rerank") or setting.get("rerank_model"))
+
+
 def _key(setting: dict) -> tuple:
     w = setting.get("weights") or {}
-    reranked = bool(setting.get("rerank") or setting.get("rerank_model"))
+    reranked = _reranks(setting)
     return (setting["fusion"], tuple(sorted(w.items())), setting.get("rrf_k", 60), setting.get("rerank"),
             setting.get("rerank_model"), setting.get("rerank_depth") if reranked else None,
             setting.get("rerank_weight", 1.0) if reranked else None)
@@ -145,6 +149,37 @@ def _mean(per_query: dict[str, float], qids) -> float:
     return float(np.mean([per_query[q] for q in qs])) * 100 if qs else float("nan")
 
 
+def _best(scores: dict, settings: dict, qs, default_key, plain_only: bool = False) -> dict:
+    """The best setting on the queries `qs` (the defaults win ties); `plain_only`: without reranking."""
+    keys = [k for k in scores if not (plain_only and _reranks(settings[k]))]
+    return settings[max(keys, key=lambda k: (_mean(scores[k], qs), k == default_key))]
+
+
+def _decide(scores: dict, settings: dict, halves: tuple, default_key) -> tuple:
+    """(final setting, the settings chosen on each half, held-out per-query scores, rejected
+    reranking or None). A setting chosen on one half is scored on the other. Reranking costs
+    time at every query, so it is kept only when choosing it on one half also helps the other
+    half more than choosing without it: on a small sample the best of many settings often wins
+    by chance."""
+    qids = sorted(halves[0] + halves[1])
+
+    def held_out(plain_only: bool):
+        picks = [_best(scores, settings, h, default_key, plain_only) for h in halves]
+        held = {q: scores[_key(picks[0])][q] for q in halves[1]}
+        held.update({q: scores[_key(picks[1])][q] for q in halves[0]})
+        return picks, held
+
+    picks, held = held_out(False)
+    final = _best(scores, settings, qids, default_key)
+    if _reranks(final):
+        plain_picks, plain_held = held_out(True)
+        if _mean(held, qids) <= _mean(plain_held, qids):
+            rejected = {"setting": describe(final), "held_out": _mean(held, qids),
+                        "held_out_without": _mean(plain_held, qids)}
+            return _best(scores, settings, qids, default_key, True), plain_picks, plain_held, rejected
+    return final, picks, held, None
+
+
 def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts: TuneOptions | None = None,
          runs: dict | None = None) -> dict:
     """Choose search defaults for `index` on (queries, qrels); nothing is committed here.
@@ -223,7 +258,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
               "rerank_weight": s.get("rerank_weight", 1.0)}
         if s["fusion"] == "rrf":
             kw["rrf_k"] = s.get("rrf_k", 60)
-        reranked = bool(s.get("rerank") or s.get("rerank_model"))
+        reranked = _reranks(s)
         k = max(cut, 10, s.get("rerank_depth") or 0) if reranked else max(cut, 10)
         runs = [{} for _ in weights]
         for qid, res in tqdm(index.search_many({q: queries[q] for q in qids}, k=k, **kw),
@@ -242,7 +277,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
         scores[_key(default)], settings[_key(default)] = online(default)[0], default
 
     def best(qs) -> dict:
-        return settings[max(scores, key=lambda k: (_mean(scores[k], qs), k == _key(default)))]
+        return _best(scores, settings, qs, _key(default))
 
     # reranking, on the fusion settings chosen on each half and on all queries
     rerankers = []
@@ -263,10 +298,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
                 sw = {**s, "rerank_weight": w}
                 scores[_key(sw)], settings[_key(sw)] = sc, sw
 
-    chosen_halves = [best(halves[0]), best(halves[1])]
-    held = {q: scores[_key(chosen_halves[0])][q] for q in halves[1]}
-    held.update({q: scores[_key(chosen_halves[1])][q] for q in halves[0]})
-    final = best(qids)
+    final, chosen_halves, held, rejected = _decide(scores, settings, halves, _key(default))
     ranked = sorted(scores, key=lambda k: -_mean(scores[k], qids))
     return {
         "metric": metric, "queries": len(qids), "seed": opts.seed,
@@ -277,7 +309,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
                                  "tuned": _mean(scores[_key(chosen_halves[i])], halves[1 - i])} for i in (0, 1)]},
         "full": {"default": _mean(scores[_key(default)], qids), "chosen": _mean(scores[_key(final)], qids)},
         "candidates": [{"setting": describe(settings[k]), "score": _mean(scores[k], qids)} for k in ranked[:10]],
-        "n_settings": len(scores),
+        "n_settings": len(scores), "rerank_rejected": rejected,
     }
 
 
