@@ -783,7 +783,11 @@ def info_cmd(index_path, as_json):
                    f"{t['at']}: held-out {t['metric']} {t['held_out']['tuned']:.1f} vs {t['held_out']['default']:.1f} "
                    "with the previous defaults")
     else:
-        click.echo(f"{'':<11} (ldr's built-in defaults; `ldr tune` chooses them on your own qrels)")
+        from .search.defaults import DEFAULT_SEARCH
+        own = {k: v for k, v in sd.items() if k in DEFAULT_SEARCH}
+        built_in = all(DEFAULT_SEARCH[k] == v for k, v in own.items())
+        where = "ldr's built-in defaults" if built_in else "set through the API (Index.set_search_defaults)"
+        click.echo(f"{'':<11} ({where}; `ldr tune` chooses them on your own qrels)")
     for name, comp in info["components"].items():
         if name in ("dense", "sparse"):
             m = comp["model"]
