@@ -59,6 +59,32 @@ def fused(runs: dict, qids, setting: dict) -> dict:
     return off.runs(setting["fusion"], setting.get("rrf_k", 60), w, 10)[0]
 
 
+LABELS = {"defaults": "defaults", "tuned": "ldr tune (base index)", "dense_base": "dense stage, packaged",
+          "dense_trained": "dense stage, ldr train dense", "adapted_fused": "adapted index, tuned fusion",
+          "reranked": "trained cross-encoder alone (top 20)", "final": "final pipeline"}
+
+
+def plot(folds: dict, png: Path) -> None:
+    """Per-fold held-out nDCG@10 of each row, with the mean."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in LABELS if any(k in r for r in folds.values())]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(keys) + 1.2))
+    for y, k in enumerate(keys):
+        vals = [r[k] for r in folds.values() if k in r]
+        ax.scatter(vals, [y] * len(vals), color="#4c72b0", s=18, zorder=3)
+        ax.scatter([np.mean(vals)], [y], color="#c44e52", marker="|", s=300, zorder=4)
+    ax.set_yticks(range(len(keys)), [f"{LABELS[k]} ({sum(k in r for r in folds.values())})" for k in keys])
+    ax.invert_yaxis()
+    ax.set_xlabel("nDCG@10 on the fold's held-out queries (dots: folds, bar: mean)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title("qmsum-train, 5-fold CV: ldr tune / ldr train")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared/data/qmsum-train"))
@@ -78,7 +104,11 @@ def main():
     ap.add_argument("--reranker-epochs", type=float, default=1.0)
     ap.add_argument("--reranker-lr", type=float, default=2e-4)
     ap.add_argument("--json", default=str(ROOT / "bench/results/train_cv.json"))
+    ap.add_argument("--png", default=str(ROOT / "bench/figures/train_cv.png"))
+    ap.add_argument("--report", action="store_true", help="only print and plot the folds already in --json")
     args = ap.parse_args()
+    if args.report:
+        return report(json.loads(Path(args.json).read_text()), args)
 
     import ldr
     from ldr.encode.dense import DenseSettings
@@ -199,12 +229,18 @@ def main():
               f"pipeline {row['final']:.2f} ({row['rerank_setting']})", flush=True)
         save(f, row)
 
-    keys = ["defaults", "tuned", "dense_base", "dense_trained", "adapted_fused", "reranked", "final"]
+    report(out, args)
+
+
+def report(out: dict, args) -> None:
     print(f"\n{len(out['folds'])} of {args.folds} folds, nDCG@10 on each fold's held-out queries (mean ± sd)")
-    for k in keys:
+    for k in LABELS:
         vals = [r[k] for r in out["folds"].values() if k in r]
         if vals:
-            print(f"  {k:<16} {np.mean(vals):6.2f} ± {np.std(vals):.2f}  ({len(vals)} folds)")
+            print(f"  {LABELS[k]:<38} {np.mean(vals):6.2f} ± {np.std(vals):.2f}  ({len(vals)} folds)")
+    if out["folds"]:
+        plot(out["folds"], Path(args.png))
+        print(f"plot: {args.png}")
 
 
 if __name__ == "__main__":
