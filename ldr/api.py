@@ -354,8 +354,8 @@ class Index:
         recorded in the manifest. `rerank=False` skips reranking; `rerank_model=` uses a
         cross-encoder. `filters` ({"lang": "de", "path": "contracts/*"}, see ldr/search/filters.py)
         restrict every retriever before fusion. `rerank_weight` (0–1): the reranker's share of the
-        final score, mixed with the first stage's (z-normalised over the reranked candidates). `passages=N` gives each hit its N best passages
-        (character offsets into its text); a hit's full text is read only with `with_text=True`.
+        final score, mixed with the first stage's (z-normalised over the reranked candidates).
+        `passages=N` gives each hit its N best passages (character offsets into its text); a hit's full text is read only with `with_text=True`.
         """
         return self._search(prepare(query), k, mode=mode, fusion=fusion, weights=weights, rerank=rerank,
                             rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, rrf_k=rrf_k,
@@ -419,8 +419,8 @@ class Index:
 
     def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
                 mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,
-                rerank_depth=None, rrf_k=None, rerank_weight=None, filters=None, passages: int = 0, with_text: bool = False,
-                with_meta: bool = True) -> SearchResult:
+                rerank_depth=None, rrf_k=None, rerank_weight=None, filters=None, passages: int = 0,
+                with_text: bool = False, with_meta: bool = True) -> SearchResult:
         from .search import filters as _filters
 
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:

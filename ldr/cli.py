@@ -585,7 +585,8 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")
 def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, rerank_model, depth, rerank_depth,
-               rerank_weight, filters, passages, queries_file, output, run_tag, device, as_json, with_text, trust_remote_code):
+               rerank_weight, filters, passages, queries_file, output, run_tag, device, as_json, with_text,
+               trust_remote_code):
     """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`).
     With --queries FILE, search every query of the file and write a TREC run."""
     from . import api

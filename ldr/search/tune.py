@@ -226,9 +226,14 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     bar.close()
     scores: dict[tuple, dict[str, float]] = {}
     settings: dict[tuple, dict] = {}
-    if len(names) > 1 and not opts.rerank_only:
+    default = {"fusion": defaults["fusion"], "weights": {n: (defaults.get("weights") or {}).get(n, 1.0) for n in names},
+               "rrf_k": defaults.get("rrf_k", 60), "rerank": defaults.get("rerank"),
+               "rerank_model": defaults.get("rerank_model"), "rerank_depth": defaults.get("rerank_depth", 100),
+               "rerank_weight": defaults.get("rerank_weight", 1.0)}
+    if len(names) > 1:
         offline = _Offline(runs, names, qids)
-        grid = _grid(names)
+        # --rerank-only: the index's own fusion is the only one
+        grid = [{k: default[k] for k in ("fusion", "weights", "rrf_k")}] if opts.rerank_only else _grid(names)
         by_method: dict[tuple, list[dict]] = {}
         for s in grid:
             by_method.setdefault((s["fusion"], s.get("rrf_k", 60)), []).append(s)
@@ -238,12 +243,6 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
             for s, run in zip(group, offline.runs(method, k, w, max(cut, 10))):
                 s = {**s, "rerank": None}
                 scores[_key(s)], settings[_key(s)] = per_query(run), s
-    elif len(names) > 1:   # the index's fusion, as it is
-        s = {"fusion": defaults["fusion"], "weights": {n: (defaults.get("weights") or {}).get(n, 1.0) for n in names},
-             "rrf_k": defaults.get("rrf_k", 60), "rerank": None}
-        w = np.array([[s["weights"][n] for n in names]])
-        scores[_key(s)], settings[_key(s)] = per_query(
-            _Offline(runs, names, qids).runs(s["fusion"], s["rrf_k"], w, max(cut, 10))[0]), s
     else:   # one retriever: nothing to fuse
         s = {"fusion": defaults["fusion"], "weights": {names[0]: 1.0}, "rrf_k": defaults.get("rrf_k", 60),
              "rerank": None}
@@ -269,10 +268,6 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
                 run[qid] = {d: float(len(order) - r) for r, d in enumerate(order[:max(cut, 10)])}
         return [per_query(run) for run in runs]
 
-    default = {"fusion": defaults["fusion"], "weights": {n: (defaults.get("weights") or {}).get(n, 1.0) for n in names},
-               "rrf_k": defaults.get("rrf_k", 60), "rerank": defaults.get("rerank"),
-               "rerank_model": defaults.get("rerank_model"), "rerank_depth": defaults.get("rerank_depth", 100),
-               "rerank_weight": defaults.get("rerank_weight", 1.0)}
     if _key(default) not in scores:
         scores[_key(default)], settings[_key(default)] = online(default)[0], default
 
