@@ -53,10 +53,8 @@ def retriever_runs(index, queries, qids, names) -> dict:
 
 
 def fused(runs: dict, qids, setting: dict) -> dict:
-    from ldr.search.tune import _Offline
-    off = _Offline(runs, NAMES, qids)
-    w = np.array([[setting["weights"].get(n, 0.0) for n in NAMES]])
-    return off.runs(setting["fusion"], setting.get("rrf_k", 60), w, 10)[0]
+    from ldr.search.tune import fuse_runs
+    return fuse_runs({n: runs[n] for n in NAMES}, setting, qids)
 
 
 LABELS = {"defaults": "defaults", "tuned": "ldr tune (base index)", "dense_base": "dense stage, packaged",
@@ -102,7 +100,11 @@ def main():
     ap.add_argument("--dense-epochs", type=float, default=1.0)
     ap.add_argument("--dense-loss", default="mnrl")
     ap.add_argument("--reranker-epochs", type=float, default=1.0)
-    ap.add_argument("--reranker-lr", type=float, default=2e-4)
+    ap.add_argument("--reranker-lr", type=float, default=5e-5)
+    ap.add_argument("--reranker-loss", default="mnrl")
+    ap.add_argument("--reranker-negatives", type=int, default=3)
+    ap.add_argument("--reranker-max-length", type=int, default=384)
+    ap.add_argument("--reranker-steps", type=int, default=40, help="training steps (batch 16; -1: the epochs)")
     ap.add_argument("--json", default=str(ROOT / "bench/results/train_cv.json"))
     ap.add_argument("--png", default=str(ROOT / "bench/figures/train_cv.png"))
     ap.add_argument("--report", action="store_true", help="only print and plot the folds already in --json")
@@ -196,10 +198,15 @@ def main():
         model = work / f"reranker-{f}"
         if not (model / "ldr-train.json").is_file():
             train("reranker", data, model, split=args.split, index_path=args.index, qids=train_q, mined=mined,
-                  settings=RerankerTrainSettings(epochs=args.reranker_epochs, learning_rate=args.reranker_lr),
+                  settings=RerankerTrainSettings(epochs=args.reranker_epochs, learning_rate=args.reranker_lr,
+                                                 loss=args.reranker_loss, negatives=args.reranker_negatives,
+                                                 max_length=args.reranker_max_length,
+                                                 max_steps=args.reranker_steps,
+                                                 eval_steps=10 if args.reranker_steps > 0 else None),
                   progress=False)
         card = json.loads((model / "ldr-train.json").read_text())
         row["reranker_train_s"], row["reranker_steps"], row["reranker_dev"] = card["seconds"], card["steps"], card["dev"]
+        row["reranker_settings"] = card["settings"]
         # scores the first stage's best `--rerank-windows` passages of each document (default 8)
         new.reranker(None, str(model)).settings.max_windows = args.rerank_windows
         t = time.perf_counter()

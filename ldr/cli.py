@@ -452,14 +452,17 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
 @click.option("--base", "base_model", default=None, help="Model to start from (default: the packaged MiniLM).")
 @click.option("--negatives", type=int, default=4, show_default=True, help="Hard-negative windows per query.")
 @click.option("--max-length", type=int, default=320, show_default=True, help="Query + window tokens.")
+@click.option("--loss", type=click.Choice(["bce", "mnrl"]), default="bce", show_default=True,
+              help="bce: each window relevant or not (pointwise); mnrl: the positive against its query's hard "
+                   "negatives (listwise).")
 def train_reranker_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, dev_fraction, seed,
-                       device, quiet, base_model, negatives, max_length):
+                       device, quiet, base_model, negatives, max_length, loss):
     """Train a cross-encoder reranker on (query, window) pairs: relevant documents' best windows
     against the windows of hard negatives."""
     from .train.reranker import RerankerTrainSettings
 
     s = RerankerTrainSettings(epochs=epochs, batch_size=batch_size, negatives=negatives, max_length=max_length,
-                              max_steps=max_steps, seed=seed, **({"learning_rate": learning_rate} if learning_rate else {}))
+                              loss=loss, max_steps=max_steps, seed=seed, **({"learning_rate": learning_rate} if learning_rate else {}))
     _train("reranker", s, data, split, out, index_path, dev_fraction, device, quiet, base_model)
 
 

@@ -104,6 +104,29 @@ def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
     assert r.exit_code == 0, r.output
 
 
+def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path):
+    idx, data, queries, qrels = train_data
+    from ldr.train.reranker import RerankerTrainSettings, tuples
+    from ldr.train.run import train
+    examples, _ = mine(ldr.Index(idx), queries, qrels, sorted(qrels), negatives=2, progress=False)
+    mined = {ex.qid: ex for ex in examples}
+    # a query with one negative has it repeated; one with none is counted, not trained on
+    few, none = mined["q001"], mined["q002"]
+    few.negatives, none.negatives = few.negatives[:1], []
+    cols, dropped = tuples([few, none], 3)
+    assert dropped == 1 and cols["query"] == [few.query] * len(few.positives)
+    assert cols["negative_1"] == cols["negative_2"] == cols["negative_3"] == [few.negatives[0]] * len(few.positives)
+    info = train("reranker", data, tmp_path / "mnrl", index_path=str(idx), dev_fraction=0.25, progress=False,
+                 mined=mined, settings=RerankerTrainSettings(loss="mnrl", epochs=4, batch_size=4, negatives=2,
+                                                             max_length=64, learning_rate=1e-4))
+    assert info["settings"]["loss"] == "mnrl" and falls(info["loss_curve"]), info["loss_curve"]
+    assert info["queries_without_negatives"] == ("q002" not in info["dev_qids"])
+    assert info["rows"] + info["queries_without_negatives"] >= info["train_queries"]
+    with pytest.raises(ldr.errors.ConfigError, match="in-batch"):
+        train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, mined=mined,
+              settings=RerankerTrainSettings(loss="mnrl", in_batch=0))
+
+
 def test_train_refuses_a_folder_it_did_not_write(train_data, tmp_path):
     idx, data, _, _ = train_data
     out = tmp_path / "mine"

@@ -117,6 +117,16 @@ class _Offline:
         return out
 
 
+def fuse_runs(runs: dict[str, dict[str, dict[str, float]]], setting: dict, qids, depth: int = 10
+              ) -> dict[str, dict[str, float]]:
+    """The fused top-`depth` of each query under one fusion setting (`fusion`, `weights`, `rrf_k`)
+    from the retrievers' runs ({retriever: {qid: {doc: score}}}), as the search pipeline fuses
+    them; scores are rank order. For evaluating a setting on queries whose runs are at hand."""
+    names = list(runs)
+    w = np.array([[setting["weights"].get(n, 0.0) for n in names]])
+    return _Offline(runs, names, list(qids)).runs(setting["fusion"], setting.get("rrf_k") or 60, w, depth)[0]
+
+
 def _reweighted(hits, weight: float) -> list[str]:
     """A reranked search's hit ids as the pipeline would order them with this rerank weight: the
     reranked head re-mixed (ties by id, as the pipeline breaks them), the rest after it."""

@@ -1,10 +1,15 @@
 """`ldr train reranker`: a cross-encoder trained on (query, window) pairs from your qrels.
 
 Initialised from the packaged MiniLM weights (a new one-logit head), trained with
-sentence-transformers' CrossEncoderTrainer and BinaryCrossEntropyLoss on:
+sentence-transformers' CrossEncoderTrainer on:
 - positives: the relevant document's best windows for the query (mining.py);
 - negatives: the best windows of the documents ldr's own search ranks highest that are not
-  judged relevant (hard negatives), weighted so positives and negatives count alike.
+  judged relevant (hard negatives).
+Two losses: `bce` (pointwise BinaryCrossEntropyLoss, positives and negatives weighted to count
+alike) and `mnrl` (listwise MultipleNegativesRankingLoss: each positive against its query's hard
+negatives and one other query's positive, a softmax over them). A reranker only has to order a
+query's candidates, which is what the listwise loss asks for; BCE asks for a calibrated
+probability of relevance per window, which is harder to learn from a few hundred queries.
 The dev split is scored with CrossEncoderRerankingEvaluator (each dev query's positives among
 its negatives, nDCG@10), before training and at every evaluation step; the best checkpoint is kept.
 The result is an ordinary Hugging Face sequence-classification folder: `ldr search
@@ -31,6 +36,8 @@ class RerankerTrainSettings:
     learning_rate: float = 5e-5
     warmup_ratio: float = 0.1
     negatives: int = 4               # hard-negative windows per query
+    loss: str = "bce"                # bce | mnrl
+    in_batch: int = 1                # mnrl: other queries' positives added as negatives
     max_length: int = 320            # query + window tokens
     eval_steps: int | None = None    # default: 4 evaluations per epoch
     max_steps: int = -1
@@ -45,6 +52,24 @@ def pairs(examples: list[Example], negatives: int) -> dict[str, list]:
             cols["passage"].append(t)
             cols["label"].append(y)
     return cols
+
+
+def tuples(examples: list[Example], negatives: int) -> tuple[dict[str, list], int]:
+    """(query, positive, negative_1..n) rows for the listwise loss: one per positive, the query's
+    hard negatives cycled when it has fewer than n; a query without any negative cannot be
+    ranked against anything and is counted, not used."""
+    cols: dict[str, list] = {"query": [], "positive": [], **{f"negative_{i + 1}": [] for i in range(negatives)}}
+    dropped = 0
+    for ex in examples:
+        if not ex.negatives:
+            dropped += 1
+            continue
+        for p in ex.positives:
+            cols["query"].append(ex.query)
+            cols["positive"].append(p)
+            for i in range(negatives):
+                cols[f"negative_{i + 1}"].append(ex.negatives[i % len(ex.negatives)])
+    return cols, dropped
 
 
 def dev_evaluator(examples: list[Example], name: str = "dev"):
@@ -70,20 +95,36 @@ def train_reranker(base_model: str, train: list[Example], dev: list[Example], ou
     from datasets import Dataset
     from sentence_transformers.cross_encoder import (CrossEncoder, CrossEncoderTrainer,
                                                      CrossEncoderTrainingArguments)
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, MultipleNegativesRankingLoss
 
     s = settings
+    if s.loss not in ("bce", "mnrl"):
+        raise ConfigError(f"unknown reranker loss {s.loss!r}: choose bce or mnrl")
+    if s.negatives < 1:
+        raise ConfigError("training a reranker needs at least one hard negative per query (--negatives)")
+    if s.loss == "mnrl" and s.in_batch < 1:    # sentence-transformers samples at least one
+        raise ConfigError("the mnrl loss takes at least one in-batch negative (in_batch >= 1)")
     torch.manual_seed(s.seed)     # the new classification head starts from the same weights every run
     model = CrossEncoder(base_model, num_labels=1, max_length=s.max_length, device=device or "cpu",
                          local_files_only=True)
     model.model_card_data.generate_widget_examples = False    # it runs the model over samples, with a bar
-    data = Dataset.from_dict(pairs(train, s.negatives))
-    n_pos = sum(data["label"])
-    if n_pos == 0 or n_pos == len(data):
-        raise ConfigError("training a reranker needs positive and negative windows; the mined data has "
-                          f"{int(n_pos)} positives among {len(data)} pairs")
-    dev_data = Dataset.from_dict(pairs(dev, s.negatives))
-    loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor((len(data) - n_pos) / n_pos))
+    dropped = 0
+    if s.loss == "bce":
+        data = Dataset.from_dict(pairs(train, s.negatives))
+        n_pos = sum(data["label"])
+        if n_pos == 0 or n_pos == len(data):
+            raise ConfigError("training a reranker needs positive and negative windows; the mined data has "
+                              f"{int(n_pos)} positives among {len(data)} pairs")
+        dev_data = Dataset.from_dict(pairs(dev, s.negatives))
+        loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor((len(data) - n_pos) / n_pos))
+    else:
+        cols, dropped = tuples(train, s.negatives)
+        if not cols["query"]:
+            raise ConfigError("training a reranker needs queries with hard negatives; none of the "
+                              f"{len(train)} training queries has one")
+        data, n_pos = Dataset.from_dict(cols), len(cols["query"])
+        dev_data = Dataset.from_dict(tuples(dev, s.negatives)[0])
+        loss = MultipleNegativesRankingLoss(model, num_negatives=s.in_batch)
     evaluator = dev_evaluator(dev)
     before = evaluator(model)
     key = evaluator.primary_metric          # set by the first call
@@ -93,4 +134,5 @@ def train_reranker(base_model: str, train: list[Example], dev: list[Example], ou
                                       evaluator=evaluator)
         return {"kind": "reranker", "base_model": str(base_model), "settings": asdict(s), "rows": len(data),
                 "positives": int(n_pos), "dev_rows": len(dev_data),
+                "queries_without_negatives": dropped,
                 **train_and_save(trainer, evaluator, key, before, out, len(dev))}
