@@ -450,9 +450,9 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
 @train_group.command("reranker")
 @train_options
 @click.option("--base", "base_model", default=None, help="Model to start from (default: the packaged MiniLM).")
-@click.option("--negatives", type=int, default=4, show_default=True, help="Hard-negative windows per query.")
-@click.option("--max-length", type=int, default=320, show_default=True, help="Query + window tokens.")
-@click.option("--loss", type=click.Choice(["bce", "mnrl"]), default="bce", show_default=True,
+@click.option("--negatives", type=int, default=3, show_default=True, help="Hard-negative windows per query.")
+@click.option("--max-length", type=int, default=384, show_default=True, help="Query + window tokens.")
+@click.option("--loss", type=click.Choice(["bce", "mnrl"]), default="mnrl", show_default=True,
               help="bce: each window relevant or not (pointwise); mnrl: the positive against its query's hard "
                    "negatives (listwise).")
 def train_reranker_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, dev_fraction, seed,

@@ -87,10 +87,11 @@ def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
     out = tmp_path / "reranker"     # from the packaged MiniLM, the default
     r = CliRunner().invoke(main, ["train", "reranker", "--data", str(data), "-i", str(idx), "-o", str(out),
                                   "--epochs", "4", "--batch-size", "8", "--lr", "1e-4",
-                                  "--dev-fraction", "0.25", "--negatives", "3", "--max-length", "64", "-q"])
+                                  "--dev-fraction", "0.25", "--negatives", "3", "--max-length", "64", "--loss", "bce",
+                                  "-q"])
     assert r.exit_code == 0, r.output
     card = json.loads((out / "ldr-train.json").read_text())
-    assert card["kind"] == "reranker" and card["positives"] > 0 and falls(card["loss_curve"]), card["loss_curve"]
+    assert card["kind"] == "reranker" and card["settings"]["loss"] == "bce" and card["positives"] > 0 and falls(card["loss_curve"]), card["loss_curve"]
     index = ldr.Index(idx)
     changed = 0
     for q in list(queries.values())[:6]:

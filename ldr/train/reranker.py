@@ -5,11 +5,12 @@ sentence-transformers' CrossEncoderTrainer on:
 - positives: the relevant document's best windows for the query (mining.py);
 - negatives: the best windows of the documents ldr's own search ranks highest that are not
   judged relevant (hard negatives).
-Two losses: `bce` (pointwise BinaryCrossEntropyLoss, positives and negatives weighted to count
-alike) and `mnrl` (listwise MultipleNegativesRankingLoss: each positive against its query's hard
-negatives and one other query's positive, a softmax over them). A reranker only has to order a
-query's candidates, which is what the listwise loss asks for; BCE asks for a calibrated
-probability of relevance per window, which is harder to learn from a few hundred queries.
+Two losses: `mnrl` (default; listwise MultipleNegativesRankingLoss: each positive against its
+query's hard negatives and one other query's positive, a softmax over them) and `bce` (pointwise
+BinaryCrossEntropyLoss, positives and negatives weighted to count alike). A reranker only has to
+order a query's candidates, which is what the listwise loss asks for; BCE asks for a calibrated
+probability per window. On qmsum-train (fold 0 of bench/bench_train_cv.py) mnrl reached a dev
+nDCG@10 of 70.8 in 40 steps, BCE 63.5 in 283 (a random order: 58.1).
 The dev split is scored with CrossEncoderRerankingEvaluator (each dev query's positives among
 its negatives, nDCG@10), before training and at every evaluation step; the best checkpoint is kept.
 The result is an ordinary Hugging Face sequence-classification folder: `ldr search
@@ -35,10 +36,10 @@ class RerankerTrainSettings:
     batch_size: int = 16
     learning_rate: float = 5e-5
     warmup_ratio: float = 0.1
-    negatives: int = 4               # hard-negative windows per query
-    loss: str = "bce"                # bce | mnrl
+    negatives: int = 3               # hard-negative windows per query
+    loss: str = "mnrl"               # bce | mnrl
     in_batch: int = 1                # mnrl: other queries' positives added as negatives
-    max_length: int = 320            # query + window tokens
+    max_length: int = 384            # query + window tokens
     eval_steps: int | None = None    # default: 4 evaluations per epoch
     max_steps: int = -1
     seed: int = 0
