@@ -215,6 +215,8 @@ def main():
                                                      rerank_only=True, progress=False))
         chosen = rep["chosen"]
         row["rerank_setting"] = describe(chosen)
+        row["rerank_rejected"] = rep["rerank_rejected"]
+        row["rerank_tune_candidates"] = rep["candidates"][:5]
         row["rerank_tune_s"] = round(time.perf_counter() - t, 1)
         t = time.perf_counter()
         first, alone = {}, {}
@@ -224,6 +226,9 @@ def main():
             alone[qid] = as_run([h.id for h in hits])
             first[qid] = hits
         row["reranked"] = mean_ndcg(qrels, alone, test)
+        # every mixing weight on the held-out queries, whatever tune chose: was its choice right?
+        row["mixed"] = {str(w): mean_ndcg(qrels, {q: as_run(_reweighted(h, w)[:10]) for q, h in first.items()}, test)
+                        for w in (0.5, 0.25, 0.1)}
         row["rerank_eval_s"] = round(time.perf_counter() - t, 1)
         if chosen.get("rerank_model"):
             final = {q: as_run(_reweighted(h, chosen.get("rerank_weight", 1.0))[:10]) for q, h in first.items()}

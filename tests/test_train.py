@@ -1,6 +1,7 @@
 """`ldr train dense|reranker` on tiny data: training runs, the loss falls, the saved model loads
 through ldr's model resolution and changes the ranking; the model folder carries its card."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -126,6 +127,26 @@ def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path):
     with pytest.raises(ldr.errors.ConfigError, match="in-batch"):
         train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, mined=mined,
               settings=RerankerTrainSettings(loss="mnrl", in_batch=0))
+
+
+def test_stale_folders_of_a_killed_training_are_swept(tmp_path):
+    """A training killed before it published leaves `.NAME.part-PID-*`: the next one removes it
+    when PID is gone, and touches nothing else beside the model."""
+    import subprocess
+    import sys
+
+    from ldr.train.run import sweep_stale
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    out = tmp_path / "model"
+    stale = [tmp_path / f".model.part-{dead}-abc", tmp_path / f".model.old-{dead}"]
+    kept = [tmp_path / f".model.part-{os.getpid()}-xyz", tmp_path / f".other.part-{dead}-abc",
+            tmp_path / ".model.part-notapid", tmp_path / "model-notes"]
+    for p in stale + kept:
+        p.mkdir()
+        (p / "f").write_text("x")
+    assert sorted(sweep_stale(out)) == sorted(stale)
+    assert all(p.exists() for p in kept) and not any(p.exists() for p in stale)
 
 
 def test_train_refuses_a_folder_it_did_not_write(train_data, tmp_path):

@@ -46,6 +46,29 @@ def index_for(data: Path, index_path: str | None, progress: bool):
         idx.close()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # someone else's process
+        return True
+    return True
+
+
+def sweep_stale(out: Path) -> list[Path]:
+    """Remove the `.NAME.part-PID-*` and `.NAME.old-PID` folders that a training of `out` killed
+    before it finished left beside it (the writer's process is gone); a running writer's are kept."""
+    removed = []
+    for p in out.parent.glob(f".{out.name}.*"):
+        kind, _, rest = p.name[len(out.name) + 2:].partition("-")
+        pid = rest.split("-")[0]
+        if kind in ("part", "old") and p.is_dir() and not p.is_symlink() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
 def publish(tmp_out: Path, out: Path) -> None:
     """Replace `out` by the finished folder (a model ldr trained earlier, or nothing)."""
     if out.exists():
@@ -134,7 +157,9 @@ def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path:
         raise ConfigError(f"nothing to train on: {len(train_ex)} training and {len(dev_ex)} dev queries have a "
                           "relevant document in the index")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = Path(tempfile.mkdtemp(prefix=f".{out.name}.part-", dir=out.parent))
+    for p in sweep_stale(out):
+        log.info("removed %s, left by a training that was stopped", p)
+    tmp_out = Path(tempfile.mkdtemp(prefix=f".{out.name}.part-{os.getpid()}-", dir=out.parent))
     try:
         fn = train_dense if kind == "dense" else train_reranker
         info = fn(base, train_ex, dev_ex, tmp_out, settings, device=device, progress=progress)
