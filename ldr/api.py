@@ -345,7 +345,7 @@ class Index:
     def search(self, query: str, k: int = 10, *, mode: str | None = None, fusion: str | None = None,
                weights: dict[str, float] | None = None, rerank: bool | str | None = None,
                rerank_model: str | None = None, depth: int | None = None, rerank_depth: int | None = None,
-               rrf_k: int | None = None, rerank_weight: float | None = None,
+               rrf_k: int | None = None, rerank_weight: float | None = None, rerank_windows: int | None = None,
                filters: dict | None = None, passages: int = 0, with_text: bool = False,
                with_meta: bool = True) -> SearchResult:
         """Top-k documents for `query`, best first; every hit carries each stage's score.
@@ -355,11 +355,14 @@ class Index:
         cross-encoder. `filters` ({"lang": "de", "path": "contracts/*"}, see ldr/search/filters.py)
         restrict every retriever before fusion. `rerank_weight` (0–1): the reranker's share of the
         final score, mixed with the first stage's (z-normalised over the reranked candidates).
+        `rerank_windows`: how many of each document's best passages a cross-encoder scores (fewer:
+        faster; default: the reranker's setting, 8).
         `passages=N` gives each hit its N best passages (character offsets into its text); a hit's full text is read only with `with_text=True`.
         """
         return self._search(prepare(query), k, mode=mode, fusion=fusion, weights=weights, rerank=rerank,
                             rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, rrf_k=rrf_k,
-                            rerank_weight=rerank_weight, filters=filters, passages=passages, with_text=with_text,
+                            rerank_weight=rerank_weight, rerank_windows=rerank_windows, filters=filters,
+                            passages=passages, with_text=with_text,
                             with_meta=with_meta)
 
     def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
@@ -419,7 +422,8 @@ class Index:
 
     def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
                 mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,
-                rerank_depth=None, rrf_k=None, rerank_weight=None, filters=None, passages: int = 0,
+                rerank_depth=None, rrf_k=None, rerank_weight=None, rerank_windows=None, filters=None,
+                passages: int = 0,
                 with_text: bool = False, with_meta: bool = True) -> SearchResult:
         from .search import filters as _filters
 
@@ -454,6 +458,8 @@ class Index:
             opts.rrf_k = rrf_k
         if rerank_weight is not None:
             opts.rerank_weight = rerank_weight
+        if rerank_windows is not None:
+            opts.rerank_windows = rerank_windows
         if rerank_model is None and rerank is None and opts.rerank is None and opts.mode == "hybrid":
             rerank_model = d.get("rerank_model")    # a cross-encoder recorded as the index's reranker
         opts.check()

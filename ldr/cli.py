@@ -574,6 +574,8 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--rerank-weight", type=float, default=None,
               help="The reranker's share (0-1) of the final score, mixed with the first stage's (default: the "
                    "index's, 1: the reranker's score alone).")
+@click.option("--rerank-windows", type=int, default=None,
+              help="Best passages per document a cross-encoder scores (default 8; fewer is faster on a CPU).")
 @click.option("--filter", "filters", multiple=True, metavar="FIELD=VALUE",
               help="Only documents whose metadata matches (repeatable): lang=de, 'path=contracts/*', year>=2020.")
 @click.option("-p", "--passages", type=int, default=None,
@@ -588,8 +590,8 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")
 def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, rerank_model, depth, rerank_depth,
-               rerank_weight, filters, passages, queries_file, output, run_tag, device, as_json, with_text,
-               trust_remote_code):
+               rerank_weight, rerank_windows, filters, passages, queries_file, output, run_tag, device, as_json,
+               with_text, trust_remote_code):
     """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`).
     With --queries FILE, search every query of the file and write a TREC run."""
     from . import api
@@ -608,7 +610,7 @@ def search_cmd(query, index_path, k, mode, fusion, weights, rerank, no_rerank, r
         raise ConfigError(str(e)) from None
     options = dict(mode=mode, fusion=fusion, weights=w, rerank=False if (no_rerank or rerank == "none") else rerank,
                    rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, rerank_weight=rerank_weight,
-                   filters=_filters.parse(filters) if filters else None)
+                   rerank_windows=rerank_windows, filters=_filters.parse(filters) if filters else None)
     if queries_file is not None:
         _batch_search(index, queries_file, output, k, run_tag, options)
         return

@@ -232,6 +232,39 @@ def test_cross_encoder_scores_the_first_stage_best_passages(tmp_path):
                                                    abs=1e-5)
 
 
+def test_rerank_windows_per_search_leave_the_shared_settings_alone(tmp_path, monkeypatch):
+    from tiny_models import make
+
+    model = str(make("bert-classifier", tmp_path / "ce"))
+    idx = ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
+    r = idx.reranker(None, model)
+    scored = []     # how many windows each search sends through the real model
+    real = r._logits
+    monkeypatch.setattr(r, "_logits", lambda batch: (scored.append(len(batch)), real(batch))[1])
+
+    def windows(**kw) -> tuple[int, list]:
+        scored.clear()
+        hits = idx.search("document talks about the secret launch code", k=3, rerank_model=model, rerank_depth=3,
+                          **kw)
+        assert len(hits) == 3      # every document matches
+        return sum(scored), [(h.id, h.scores["rerank"]) for h in hits]
+
+    n1, one = windows(rerank_windows=1)
+    n8, _ = windows()
+    assert r.settings.max_windows == 8 and n1 == 3 and n8 > n1
+    r.settings.max_windows = 1
+    assert windows() == (n1, one)
+    r.settings.max_windows = 8
+    with pytest.raises(ldr.errors.QueryError, match="rerank_windows"):
+        idx.search("code", rerank_model=model, rerank_windows=0)
+    from click.testing import CliRunner
+    from ldr.cli import main
+    res = CliRunner().invoke(main, ["search", "-i", str(tmp_path / "idx"), "--rerank-model", model,
+                                    "--rerank-windows", "1", "--rerank-depth", "3", "-k", "3",
+                                    "document talks about the secret launch code"])
+    assert res.exit_code == 0, res.output
+
+
 # -- framework retrievers, on a local index ------------------------------------------------
 def test_langchain_retriever_on_a_local_index(tmp_path):
     from langchain_core.documents import Document

@@ -98,7 +98,7 @@ class CrossEncoderReranker:
             limit -= 2
         self.max_length = min(s.max_length or limit, limit, 8192)
 
-    def _windows(self, query: str, text: str):
+    def _windows(self, query: str, text: str, max_windows: int | None = None):
         q_ids = self.tokenizer(query, add_special_tokens=False)["input_ids"]
         if len(q_ids) > self.max_length // 2:  # a pasted page as query: keep its start, leave room for text
             query = self.tokenizer.decode(q_ids[:self.max_length // 2])
@@ -110,7 +110,8 @@ class CrossEncoderReranker:
                              stride=min(self.settings.stride, room // 2), return_overflowing_tokens=True,
                              padding=False)
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
-        chosen = pick_windows(enc["input_ids"], q_ids, set(self.tokenizer.all_special_ids), self.settings.max_windows)
+        chosen = pick_windows(enc["input_ids"], q_ids, set(self.tokenizer.all_special_ids),
+                              max_windows or self.settings.max_windows)
         return [{k: enc[k][i] for k in keys} for i in chosen]
 
     def _logits(self, batch: list[dict]) -> np.ndarray:
@@ -135,15 +136,18 @@ class CrossEncoderReranker:
         enc = self.tokenizer(query, passage, truncation="only_second", max_length=self.max_length, padding=False)
         return {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
 
-    def score(self, query: str, texts: list[str], passages: list[list[str]] | None = None) -> np.ndarray:
+    def score(self, query: str, texts: list[str], passages: list[list[str]] | None = None,
+              max_windows: int | None = None) -> np.ndarray:
         """One score per text; `passages[d]`: the windows to score for text d (in document
-        order), instead of the tokenizer's overflow windows."""
+        order), instead of the tokenizer's overflow windows; `max_windows`: at most this many
+        per text (default: the settings')."""
+        n = max_windows or self.settings.max_windows
         windows, owner = [], []
         for d, t in enumerate(texts):
             if passages is not None and passages[d]:
-                w = [self._pair(query, p) for p in passages[d][:self.settings.max_windows]]
+                w = [self._pair(query, p) for p in passages[d][:n]]
             else:
-                w = self._windows(query, t)
+                w = self._windows(query, t, n)
             windows.extend(w)
             owner.extend([d] * len(w))
         per_doc: list[list[float]] = [[] for _ in texts]
@@ -160,7 +164,9 @@ class CrossEncoderReranker:
     def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
         texts = [ctx.text(d) for d in docnos]
         # the first stage's best passages of each document, in document order
-        found = ctx.passages(docnos, self.settings.max_windows) if hasattr(ctx, "passages") else {}
+        # (a search's `rerank_windows` overrides the settings: they are shared by every search)
+        n = getattr(ctx, "rerank_windows", None) or self.settings.max_windows
+        found = ctx.passages(docnos, n) if hasattr(ctx, "passages") else {}
         chosen = [[p.text for p in sorted(found.get(d, []), key=lambda p: p.start)] for d in docnos]
         with self._lock:   # one tokenizer instance: one thread at a time (see encode/dense.py)
-            return self.score(ctx.query, texts, chosen), {}
+            return self.score(ctx.query, texts, chosen, n), {}

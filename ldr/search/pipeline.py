@@ -31,6 +31,7 @@ class SearchOptions:
     rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
     rerank_depth: int = 100
     rerank_weight: float = 1.0     # the second stage's share of the final score (1: its score alone)
+    rerank_windows: int | None = None   # windows per document a cross-encoder scores (None: its own setting)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -46,6 +47,9 @@ class SearchOptions:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise QueryError(f"{name} must be a positive whole number (got {v!r})")
+        n = self.rerank_windows
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise QueryError(f"rerank_windows must be a positive whole number (got {n!r})")
         w = self.rerank_weight
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
             raise QueryError(f"rerank_weight must be a number from 0 to 1 (got {w!r})")
@@ -66,6 +70,7 @@ class QueryContext:
     timings: dict = field(default_factory=dict)
     finder: object = None               # PassageFinder: a document's best windows for this query
     uids: object = None                 # docno → uid (stable keys for the finder's window cache)
+    rerank_windows: int | None = None   # windows per document for a cross-encoder (None: its setting)
 
     def passages(self, docnos: list[int], n: int) -> dict:
         """{docno: its n best passages} (empty lists when the index cannot say)."""
@@ -106,7 +111,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         if n not in retrievers:
             have = ", ".join(sorted(retrievers)) or "none"
             raise ConfigError(f"this index has no {n!r} component (it has: {have}); rebuild with it or pick another --mode")
-    ctx = QueryContext(query, retrievers, texts, finder=finder, uids=uids)
+    ctx = QueryContext(query, retrievers, texts, finder=finder, uids=uids, rerank_windows=opts.rerank_windows)
     ctx.reps.update(reps or {})
     depth = max(opts.depth, k, opts.rerank_depth if reranker else 0)
     lists = {}
