@@ -462,7 +462,8 @@ def train_reranker_cmd(data, split, out, index_path, epochs, batch_size, learnin
     from .train.reranker import RerankerTrainSettings
 
     s = RerankerTrainSettings(epochs=epochs, batch_size=batch_size, negatives=negatives, max_length=max_length,
-                              loss=loss, max_steps=max_steps, seed=seed, **({"learning_rate": learning_rate} if learning_rate else {}))
+                              loss=loss, max_steps=max_steps, seed=seed,
+                              **({"learning_rate": learning_rate} if learning_rate else {}))
     _train("reranker", s, data, split, out, index_path, dev_fraction, device, quiet, base_model)
 
 
