@@ -357,13 +357,13 @@ class Index:
         final score, mixed with the first stage's (z-normalised over the reranked candidates).
         `rerank_windows`: how many of each document's best passages a cross-encoder scores (fewer:
         faster; default: the reranker's setting, 8).
-        `passages=N` gives each hit its N best passages (character offsets into its text); a hit's full text is read only with `with_text=True`.
+        `passages=N` gives each hit its N best passages (character offsets into its text); a hit's
+        full text is read only with `with_text=True`.
         """
         return self._search(prepare(query), k, mode=mode, fusion=fusion, weights=weights, rerank=rerank,
                             rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, rrf_k=rrf_k,
                             rerank_weight=rerank_weight, rerank_windows=rerank_windows, filters=filters,
-                            passages=passages, with_text=with_text,
-                            with_meta=with_meta)
+                            passages=passages, with_text=with_text, with_meta=with_meta)
 
     def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
         """Search many queries ({qid: text} or [(qid, text)]), yielding (qid, SearchResult or the
@@ -423,8 +423,7 @@ class Index:
     def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
                 mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,
                 rerank_depth=None, rrf_k=None, rerank_weight=None, rerank_windows=None, filters=None,
-                passages: int = 0,
-                with_text: bool = False, with_meta: bool = True) -> SearchResult:
+                passages: int = 0, with_text: bool = False, with_meta: bool = True) -> SearchResult:
         from .search import filters as _filters
 
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
