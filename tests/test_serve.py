@@ -245,6 +245,42 @@ def test_client_and_framework_retrievers_against_the_server(server):
         Client("http://127.0.0.1:1").search("x")
 
 
+def _wait_for_generation_after(server, before):
+    deadline = time.time() + 30
+    while server.http.get("/health").json()["generation"] == before and time.time() < deadline:
+        time.sleep(0.2)
+
+
+def test_rerank_settings_travel_with_a_request(server):
+    """rerank_depth / rerank_weight / rerank_windows reach the search: with the index reranking by
+    default, depth says which candidates get a rerank score and weight 0 keeps the first stage's order."""
+    from ldr.serve.client import Client
+
+    ix = ldr.open(server.index)
+    old = dict(ix.manifest.get("search", {}))
+    before = server.http.get("/health").json()["generation"]
+    ix.set_search_defaults({**old, "rerank": "passage"})
+    _wait_for_generation_after(server, before)
+    try:
+        q = {"query": "bridges and rivers on topic3", "k": 8, "passages": 0}
+        first_stage = [h["id"] for h in server.http.post("/search", json={**q, "rerank": False}).json()["hits"]]
+        reranked = server.http.post("/search", json=q).json()
+        assert reranked["reranker"] and all("rerank" in h["scores"] for h in reranked["hits"])
+        shallow = server.http.post("/search", json={**q, "rerank_depth": 3}).json()["hits"]
+        assert [("rerank" in h["scores"]) for h in shallow] == [True] * 3 + [False] * 5
+        kept = server.http.post("/search", json={**q, "rerank_weight": 0, "rerank_windows": 2}).json()["hits"]
+        assert [h["id"] for h in kept] == first_stage
+        with Client(server.url) as c:
+            assert sum("rerank" in h.scores for h in c.search(q["query"], k=8, rerank_depth=2)) == 2
+        for bad, status in [({"rerank_depth": 5000}, 400), ({"rerank_weight": 1.5}, 422), ({"rerank_windows": 0}, 422)]:
+            r = _no_traceback(server.http.post("/search", json={**q, **bad}))
+            assert r.status_code == status and next(iter(bad)) in r.text
+    finally:
+        before = server.http.get("/health").json()["generation"]
+        ix.set_search_defaults(old)
+        _wait_for_generation_after(server, before)
+
+
 def test_a_read_only_server_refuses_writes(tmp_path):
     idx = tmp_path / "ro"
     ldr.Index.build(_docs(4), idx, dense=None, sparse=None)

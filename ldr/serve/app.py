@@ -40,6 +40,7 @@ class ServerSettings:
     max_query_chars: int = 8192
     max_k: int = 1000
     max_passages: int = 20
+    max_rerank_depth: int = 1000        # candidates a search may ask the reranker to score
     max_documents: int = 1000           # per POST /documents
     refresh_seconds: float = 1.0        # how often to look for generations committed elsewhere
     write_wait_seconds: float = 30.0    # how long a write waits for another writer's lock
@@ -57,6 +58,9 @@ class SearchRequest(BaseModel):
     passages: int = Field(1, ge=0)
     rerank: bool | None = None
     depth: int | None = Field(None, ge=1, le=100_000)
+    rerank_depth: int | None = Field(None, ge=1)
+    rerank_weight: float | None = Field(None, ge=0, le=1)      # the reranker's share of the final score
+    rerank_windows: int | None = Field(None, ge=1, le=64)      # passages per candidate a cross-encoder scores
     with_text: bool = False
 
 
@@ -227,11 +231,14 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             raise HTTPException(400, f"k must be at most {s.max_k}")
         if req.passages > s.max_passages:
             raise HTTPException(400, f"passages must be at most {s.max_passages}")
+        if req.rerank_depth is not None and req.rerank_depth > s.max_rerank_depth:
+            raise HTTPException(400, f"rerank_depth must be at most {s.max_rerank_depth}")
         t = time.perf_counter()
         res = index().search(req.query, k=req.k, mode=req.mode, fusion=req.fusion, weights=req.weights,
                              filters=req.filters, passages=req.passages, with_text=req.with_text,
                              rerank=False if req.rerank is False else None,
-                             depth=max(req.depth, req.k) if req.depth else None)
+                             depth=max(req.depth, req.k) if req.depth else None, rerank_depth=req.rerank_depth,
+                             rerank_weight=req.rerank_weight, rerank_windows=req.rerank_windows)
         return {"query": req.query, "generation": res.generation, "took_ms": round(1e3 * (time.perf_counter() - t), 2),
                 "reranker": res.reranker, "hits": [h.to_dict(with_text=req.with_text) for h in res]}
 

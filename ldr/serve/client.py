@@ -53,9 +53,12 @@ class Client:
 
     def search(self, query: str, k: int = 10, *, passages: int = 1, filters: dict | None = None,
                mode: str | None = None, fusion: str | None = None, weights: dict | None = None,
-               rerank: bool | None = None, with_text: bool = False) -> SearchResult:
+               rerank: bool | None = None, depth: int | None = None, rerank_depth: int | None = None,
+               rerank_weight: float | None = None, rerank_windows: int | None = None,
+               with_text: bool = False) -> SearchResult:
         body = {"query": query, "k": k, "passages": passages, "filters": filters, "mode": mode, "fusion": fusion,
-                "weights": weights, "rerank": rerank, "with_text": with_text}
+                "weights": weights, "rerank": rerank, "depth": depth, "rerank_depth": rerank_depth,
+                "rerank_weight": rerank_weight, "rerank_windows": rerank_windows, "with_text": with_text}
         data = self._call("POST", "/search", json={n: v for n, v in body.items() if v is not None})
         hits = [Hit(id=h["id"], score=h["score"], rank=h["rank"], title=h.get("title", ""), text=h.get("text"),
                     scores=h.get("scores", {}), meta=h.get("meta"),
