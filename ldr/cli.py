@@ -455,14 +455,17 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
 @click.option("--loss", type=click.Choice(["bce", "mnrl"]), default="mnrl", show_default=True,
               help="bce: each window relevant or not (pointwise); mnrl: the positive against its query's hard "
                    "negatives (listwise).")
+@click.option("--mini-batch-size", "mini_batch", type=int, default=None,
+              help="mnrl: score each step's query-window pairs this many at a time (cached loss: much less memory, "
+                   "a second forward pass; default: all at once).")
 def train_reranker_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, dev_fraction, seed,
-                       device, quiet, base_model, negatives, max_length, loss):
+                       device, quiet, base_model, negatives, max_length, loss, mini_batch):
     """Train a cross-encoder reranker on (query, window) pairs: relevant documents' best windows
     against the windows of hard negatives."""
     from .train.reranker import RerankerTrainSettings
 
     s = RerankerTrainSettings(epochs=epochs, batch_size=batch_size, negatives=negatives, max_length=max_length,
-                              loss=loss, max_steps=max_steps, seed=seed,
+                              loss=loss, mini_batch=mini_batch, max_steps=max_steps, seed=seed,
                               **({"learning_rate": learning_rate} if learning_rate else {}))
     _train("reranker", s, data, split, out, index_path, dev_fraction, device, quiet, base_model)
 

@@ -106,7 +106,8 @@ def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
     assert r.exit_code == 0, r.output
 
 
-def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path):
+@pytest.mark.parametrize("mini_batch", [None, 3])     # 3: the cached loss, a step's 16 pairs in 6 chunks
+def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path, mini_batch):
     idx, data, queries, qrels = train_data
     from ldr.train.reranker import RerankerTrainSettings, tuples
     from ldr.train.run import train
@@ -120,13 +121,18 @@ def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path):
     assert cols["negative_1"] == cols["negative_2"] == cols["negative_3"] == [few.negatives[0]] * len(few.positives)
     info = train("reranker", data, tmp_path / "mnrl", index_path=str(idx), dev_fraction=0.25, progress=False,
                  mined=mined, settings=RerankerTrainSettings(loss="mnrl", epochs=4, batch_size=4, negatives=2,
-                                                             max_length=64, learning_rate=1e-4))
-    assert info["settings"]["loss"] == "mnrl" and falls(info["loss_curve"]), info["loss_curve"]
+                                                             max_length=64, learning_rate=1e-4,
+                                                             mini_batch=mini_batch))
+    assert info["settings"]["loss"] == "mnrl" and info["settings"]["mini_batch"] == mini_batch
+    assert falls(info["loss_curve"]), info["loss_curve"]
     assert info["queries_without_negatives"] == ("q002" not in info["dev_qids"])
     assert info["rows"] + info["queries_without_negatives"] >= info["train_queries"]
     with pytest.raises(ldr.errors.ConfigError, match="in-batch"):
         train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, mined=mined,
               settings=RerankerTrainSettings(loss="mnrl", in_batch=0))
+    with pytest.raises(ldr.errors.ConfigError, match="mini-batch"):
+        train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, mined=mined,
+              settings=RerankerTrainSettings(loss="bce", mini_batch=4))
 
 
 def test_stale_folders_of_a_killed_training_are_swept(tmp_path):

@@ -39,6 +39,7 @@ class RerankerTrainSettings:
     negatives: int = 3               # hard-negative windows per query
     loss: str = "mnrl"               # bce | mnrl
     in_batch: int = 1                # mnrl: other queries' positives added as negatives
+    mini_batch: int | None = None    # mnrl: score a step's pairs this many at a time (GradCache: less memory)
     max_length: int = 384            # query + window tokens
     eval_steps: int | None = None    # default: 4 evaluations per epoch
     max_steps: int = -1
@@ -96,7 +97,9 @@ def train_reranker(base_model: str, train: list[Example], dev: list[Example], ou
     from datasets import Dataset
     from sentence_transformers.cross_encoder import (CrossEncoder, CrossEncoderTrainer,
                                                      CrossEncoderTrainingArguments)
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, MultipleNegativesRankingLoss
+    from sentence_transformers.cross_encoder.losses import (BinaryCrossEntropyLoss,
+                                                            CachedMultipleNegativesRankingLoss,
+                                                            MultipleNegativesRankingLoss)
 
     s = settings
     if s.loss not in ("bce", "mnrl"):
@@ -105,6 +108,8 @@ def train_reranker(base_model: str, train: list[Example], dev: list[Example], ou
         raise ConfigError("training a reranker needs at least one hard negative per query (--negatives)")
     if s.loss == "mnrl" and s.in_batch < 1:    # sentence-transformers samples at least one
         raise ConfigError("the mnrl loss takes at least one in-batch negative (in_batch >= 1)")
+    if s.mini_batch is not None and (s.loss != "mnrl" or s.mini_batch < 1):
+        raise ConfigError("--mini-batch-size takes a positive number and applies to the mnrl loss only")
     torch.manual_seed(s.seed)     # the new classification head starts from the same weights every run
     model = CrossEncoder(base_model, num_labels=1, max_length=s.max_length, device=device or "cpu",
                          local_files_only=True)
@@ -125,7 +130,12 @@ def train_reranker(base_model: str, train: list[Example], dev: list[Example], ou
                               f"{len(train)} training queries has one")
         data, n_pos = Dataset.from_dict(cols), len(cols["query"])
         dev_data = Dataset.from_dict(tuples(dev, s.negatives)[0])
-        loss = MultipleNegativesRankingLoss(model, num_negatives=s.in_batch)
+        # every pair of a step goes through the model at once, holding its activations for the
+        # backward pass (~17 GB at batch 16 x 5 pairs x 384 tokens); the cached loss scores them a
+        # mini-batch at a time without gradients, then recomputes each chunk's gradient: the same
+        # update for a second forward pass
+        loss = (MultipleNegativesRankingLoss(model, num_negatives=s.in_batch) if s.mini_batch is None else
+                CachedMultipleNegativesRankingLoss(model, num_negatives=s.in_batch, mini_batch_size=s.mini_batch))
     evaluator = dev_evaluator(dev)
     before = evaluator(model)
     key = evaluator.primary_metric          # set by the first call
