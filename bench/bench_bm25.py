@@ -36,7 +36,7 @@ def run_one(system: str, data: Path, depth: int) -> dict:
     queries = {q: t for q, t in queries.items() if q in qrels}
     tmp = Path(tempfile.mkdtemp())
     if system == "ldr-lucene" or system == "pyserini":
-        from ldr.index.bm25.lucene_backend import start_jvm
+        from ldr.components.bm25_store.lucene_backend import start_jvm
         start_jvm()  # JVM start-up is a one-off per process, not indexing cost
     t0 = time.perf_counter()
     if system.startswith("ldr-"):

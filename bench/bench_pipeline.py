@@ -26,7 +26,7 @@ from bench_sparse import build as build_sparse  # noqa: E402
 
 from ldr.encode.dense import DenseEncoder, DenseSettings  # noqa: E402
 from ldr.encode.sparse import SparseEncoder, SparseSettings  # noqa: E402
-from ldr.index.sparse import SparseIndex  # noqa: E402
+from ldr.components.sparse_store import SparseIndex  # noqa: E402
 from ldr.search.fusion import fuse  # noqa: E402
 
 QUERIES = ["what did the team decide about the budget for the remote control",
@@ -79,8 +79,8 @@ def main():
     import faiss
     import tantivy
 
-    from ldr.index.bm25.analysis import Analyzer
-    from ldr.index.bm25.tantivy_backend import TantivySearcher, TantivyWriter
+    from ldr.components.bm25_store.analysis import Analyzer
+    from ldr.components.bm25_store.tantivy_backend import TantivySearcher, TantivyWriter
     from ldr.corpus import Doc
 
     dense = DenseEncoder(DenseSettings(device="cpu"))

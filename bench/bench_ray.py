@@ -53,7 +53,7 @@ def tokens_of(corpus: Path) -> int:
     """Model input tokens of the dense encoder over the corpus, as a build counts them."""
     import ldr
     from ldr.encode.dense import DenseSettings, load_dense
-    from ldr.index.batched import doc_text
+    from ldr.encode.pipeline import doc_text
 
     enc = load_dense(DenseSettings())
     n = 0

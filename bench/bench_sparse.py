@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ldr.index.sparse import SparseIndex
+from ldr.components.sparse_store import SparseIndex
 
 VOCAB, TERMS, QTERMS = 30522, 128, 24
 

@@ -1,5 +1,5 @@
 """ldr: long-document retrieval (extended-context dense, learned sparse and BM25; fusion; rerank)."""
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401
 
 from .api import Index, open  # noqa: E402,A004
 from .corpus import Doc, IngestReport  # noqa: E402

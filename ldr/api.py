@@ -21,7 +21,8 @@ from .index.build import BuildConfig, build_index
 from .index.manifest import inside, read_manifest, verify_files
 from .index.ray_build import RayOptions
 from .search.hits import Hit, SearchResult
-from .search.pipeline import RETRIEVERS, SearchOptions, run_query, to_hits
+from . import components as registry
+from .search.pipeline import SearchOptions, run_query, to_hits
 from .search.query import prepare
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,6 @@ class Index:
         self.device = device
         self.trust_remote_code = trust_remote_code
         self.verify = verify
-        self._encoders: dict = {}
         self._rerankers: dict = {}
         self._window_terms: dict = {}   # analysed passage windows by uid, per analyzer (ldr/search/passages.py)
         self._load_lock = threading.RLock()   # components load once, whichever thread asks first
@@ -232,7 +232,7 @@ class Index:
 
     @property
     def retriever_names(self) -> list[str]:
-        return [n for n in RETRIEVERS if n in self.components]
+        return registry.in_order(self.components)
 
     def document(self, doc_id: str) -> Doc:
         store = self._view.segments
@@ -241,20 +241,10 @@ class Index:
         return store.doc(store.row(doc_id))
 
     def _encoder(self, name: str, comp: dict):
-        """Encoders are shared by every generation built with the same model settings."""
-        from .encode.models import model_settings
-
-        key = (name, json.dumps(comp["model"]["settings"], sort_keys=True))
-        if key not in self._encoders:
-            if name == "dense":
-                from .encode.dense import DenseSettings, load_dense
-                self._encoders[key] = load_dense(model_settings(comp, DenseSettings, self.trust_remote_code,
-                                                                  self.device, f"{self.path} ({name})"))
-            else:
-                from .encode.sparse import SparseSettings, load_sparse
-                self._encoders[key] = load_sparse(model_settings(comp, SparseSettings, self.trust_remote_code,
-                                                                   self.device, f"{self.path} ({name})"))
-        return self._encoders[key]
+        """A zero-argument loader of the kind's encoder (None: no model); encoders are shared by
+        every generation, reader and writer of this process built with the same settings."""
+        settings = registry.get(name).encoder_settings(comp, self.trust_remote_code, self.device, str(self.path))
+        return registry.lazy_encoder(name, settings)
 
     def retriever(self, name: str, view: _View | None = None):
         """The loaded first-stage retriever `name` (bm25 | dense | sparse) of this generation."""
@@ -267,49 +257,19 @@ class Index:
         return view.retrievers[name]
 
     def _load_retriever(self, name: str, view: _View):
-        from .index.snapshot import MultiDense, MultiSparse, MultiSparseIndex, UidRetriever
-
         comp = view.manifest["components"].get(name)
         if comp is None:
-            have = ", ".join(n for n in RETRIEVERS if n in view.manifest["components"]) or "none"
+            have = ", ".join(registry.in_order(view.manifest["components"])) or "none"
             raise ConfigError(f"this index has no {name!r} component (it has: {have})")
-        segs = view.segments
-        where = self.path
         try:
-            if name == "bm25":
-                from .index.bm25.analysis import Analyzer
-                analyzer = Analyzer.from_dict(comp["analyzer"])
-                if comp["backend"] == "native":
-                    from .index.bm25.native_backend import NativeSearcher
-                    parts = [(inside(self.path, f"{e['path']}/{e['bm25']['path']}", "segment"), off, segs.deleted[off:off + e["docs"]])
-                             for e, off in zip(segs.entries, segs.offsets)]
-                    return NativeSearcher(parts, analyzer, comp["k1"], comp["b"])
-                from .index.bm25.base import open_searcher
-                where = inside(self.path, comp["path"], "components.bm25.path")
-                inner = open_searcher(comp["backend"], where, analyzer, comp["k1"], comp["b"], len(segs),
-                                      key=comp.get("key", "uid"))
-                return UidRetriever(inner, segs)
-            if name == "dense":
-                from .index.dense import DenseSearcher
-                parts = []
-                for e in segs.entries:
-                    d = e.get("dense")
-                    sub = {**comp, **d, "faiss": {**comp["faiss"], **d.get("faiss", {})}} if d else None
-                    parts.append(DenseSearcher(inside(self.path, f"{e['path']}/{d['path']}", "segment"), sub, None, e["docs"])
-                                 if d else None)   # index files first: cheap checks before a model loads
-                return MultiDense(parts, segs, self._encoder(name, comp))
-            if name == "sparse":
-                from .index.sparse import SparseIndex
-                parts = [SparseIndex(inside(self.path, f"{e['path']}/{e['sparse']['path']}", "segment"), e["docs"])
-                         if e.get("sparse") else None for e in segs.entries]
-                return MultiSparse(MultiSparseIndex(parts, segs), self._encoder(name, comp))
+            return registry.get(name).open(self.path, comp, view.segments, self._encoder(name, comp))
         except LdrError:
             raise
         except Exception as e:  # a damaged file surfaces as whatever its reader raises
+            where = comp.get("path") or "its segment parts"
             raise IndexFormatError(
                 f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
                 f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
-        raise ConfigError(f"unknown retriever {name!r}")
 
     def reranker(self, name: str | None, model: str | None = None, weights: dict | None = None):
         """None, the offline passage rescorer, or a cross-encoder (`model`: any HF classifier)."""
@@ -333,10 +293,10 @@ class Index:
 
         manifest = (view or self._view).manifest
         d = {**DEFAULT_SEARCH, **manifest.get("search", {})}
-        names = [n for n in RETRIEVERS if n in manifest["components"]]
+        names = registry.in_order(manifest["components"])
         d.setdefault("mode", "hybrid" if len(names) > 1 else names[0])
-        if d.get("rerank") == "passage" and not ({"dense", "sparse"} & set(names)):
-            d["rerank"] = None  # passage rescoring needs dense or sparse document vectors
+        if d.get("rerank") == "passage" and not any(registry.get(n).passage_features for n in names):
+            d["rerank"] = None  # passage rescoring needs document vectors (dense, sparse, ...)
         return d
 
     def default_mode(self) -> str:
@@ -401,11 +361,11 @@ class Index:
     def _names(self, view: _View, mode: str | None) -> list[str]:
         mode = mode or self.search_defaults(view)["mode"]
         components = view.manifest["components"]
-        return [n for n in RETRIEVERS if n in components] if mode == "hybrid" else [mode]
+        return registry.in_order(components) if mode == "hybrid" else [mode]
 
     def _finder(self, view: _View, weights: dict | None, retrievers: dict):
         """Locates passages in this generation's documents (dense MaxP spans + BM25 windows)."""
-        from .index.bm25.analysis import Analyzer
+        from .components.bm25_store.analysis import Analyzer
         from .search.passages import PassageFinder, WindowTerms
 
         comps = view.manifest["components"]
@@ -433,7 +393,7 @@ class Index:
         view = view or self._view   # the whole search reads this one generation, whatever refresh() does
         store = view.segments
         conds = _filters.normalise(filters)
-        allow = store.filter_mask(conds) if conds else None
+        allow = store.cached_mask(_filters.key(conds), lambda s: _filters.mask(conds, s)) if conds else None
         n_docs = int(allow.sum()) if allow is not None else len(store)
         d = self.search_defaults(view)
         fields = {f.name for f in dataclasses.fields(SearchOptions)}
@@ -447,7 +407,7 @@ class Index:
         if weights is not None:
             # partial weights change only the retrievers they name; the others keep the index's
             # defaults (equal weights when the index has none)
-            base = opts.weights or {n: 1.0 for n in RETRIEVERS}
+            base = opts.weights or {n: 1.0 for n in registry.names()}
             opts.weights = {**base, **weights}
         if depth is not None:
             opts.depth = depth
@@ -468,7 +428,7 @@ class Index:
             opts.rerank = rerank
         components = view.manifest["components"]
         if opts.mode != "hybrid" and opts.mode not in components:
-            have = ", ".join(n for n in RETRIEVERS if n in components) or "none"
+            have = ", ".join(registry.in_order(components)) or "none"
             raise ConfigError(f"this index has no {opts.mode!r} component (it has: {have}); pick another --mode")
         if n_docs == 0:   # nothing passes the filters (or an empty index)
             empty = SearchResult([], query, {}, None, None)
@@ -502,10 +462,7 @@ class Index:
         m = self.manifest
         size = sum(f["size"] for f in m.get("files", {}).values())
         segs = [{"name": s["name"], "documents": s["live"], "deleted": s["docs"] - s["live"]} for s in m["segments"]]
-        comps = {k: dict(v) for k, v in self.components.items()}
-        for name, key in (("dense", "vectors"), ("sparse", "postings")):
-            if name in comps:   # totals over the segments (deleted rows included until a merge)
-                comps[name][key] = sum(s.get(name, {}).get(key, 0) for s in m["segments"])
+        comps = {n: kind.describe(dict(self.components[n]), m["segments"]) for n, kind in registry.kinds(self.components)}
         return {"path": str(self.path), "documents": m["doc_count"], "bytes": size, "generation": m["generation"],
                 "segments": segs, "created": m.get("created", "?"), "ldr_version": m.get("ldr_version", "?"),
                 "format_version": m["format_version"], "components": comps,

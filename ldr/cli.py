@@ -131,7 +131,7 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_do
     from .encode.dense import DenseSettings
     from .encode.sparse import SparseSettings
     from .index.build import BuildConfig
-    from .index.dense import FaissSettings
+    from .components.faiss_store import FaissSettings
 
     dense = None if dense_model == "none" else DenseSettings(
         model=dense_model, strategy=doc_strategy, max_length=max_length, stride=stride, target_length=target_length,
@@ -798,33 +798,11 @@ def info_cmd(index_path, as_json):
         built_in = all(DEFAULT_SEARCH[k] == v for k, v in own.items())
         where = "ldr's built-in defaults" if built_in else "set through the API (Index.set_search_defaults)"
         click.echo(f"{'':<11} ({where}; `ldr tune` chooses them on your own qrels)")
+    from . import components as registry
+
     for name, comp in info["components"].items():
-        if name in ("dense", "sparse"):
-            m = comp["model"]
-            st = m.get("settings", {})
-            if name == "sparse":
-                click.echo(f"{'sparse':<11} {m.get('name')} ({m.get('architecture')}, {st.get('kind')}), "
-                           f"{comp.get('postings')} postings, backend={_backend(m)}")
-            else:
-                ext = m.get("extension") or {}
-                click.echo(f"{'dense':<11} {m.get('name')} ({m.get('architecture')}, {m.get('positions')} positions, "
-                           f"trained {m.get('trained_length')} tokens), strategy={st.get('strategy')}"
-                           + (f" to {ext.get('target_length')}" if ext else "")
-                           + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}, "
-                           f"backend={_backend(m)}")
-            # where the model is loaded from: a manifest names it, the user decides whether to trust it
-            click.echo(f"{'':<11} model path {m.get('path') or st.get('model')}"
-                       + ("  [needs --trust-remote-code: the model ships its own code]"
-                          if st.get("trust_remote_code") else ""))
-            continue
-        desc = ", ".join(f"{k}={v}" for k, v in comp.items() if k != "path")
-        click.echo(f"{name:<11} {desc or comp.get('path', '')}")
-
-
-def _backend(model: dict) -> str:
-    b = model.get("backend") or {"name": model.get("settings", {}).get("backend", "torch")}
-    q = b.get("int8")
-    return b["name"] + (f" ({q['isa']}, per-channel={q['per_channel']}, reduce-range={q['reduce_range']})" if q else "")
+        for i, line in enumerate(registry.get(name).summary(comp)):
+            click.echo(f"{name if i == 0 else '':<11} {line}")
 
 
 @main.command("check")

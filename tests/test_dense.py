@@ -5,7 +5,7 @@ import pytest
 import ldr
 from ldr.encode.dense import DenseEncoder, DenseSettings
 from ldr.errors import ModelError
-from ldr.index.dense import FaissSettings
+from ldr.components.faiss_store import FaissSettings
 
 pytestmark = pytest.mark.slow
 

@@ -63,7 +63,7 @@ def test_multi_vector_search_is_max_over_passages(tmp_path):
     """MaxP through FAISS equals brute force: document score = its best passage, top-k documents."""
     import faiss
     import numpy as np
-    from ldr.index.dense import DenseSearcher, FaissSettings, build_faiss
+    from ldr.components.faiss_store import DenseSearcher, FaissSettings, build_faiss
     rng = np.random.default_rng(0)
     owner = np.sort(rng.integers(0, 40, 300))
     vecs = rng.standard_normal((300, 16)).astype(np.float32)
@@ -97,7 +97,7 @@ def test_every_faiss_type_serves_search_and_passage_rescoring(tmp_path, kind):
     """best_passage (the passage rescorer's dense feature) reconstructs vectors: IVF-PQ needs its direct map."""
     import faiss
     import numpy as np
-    from ldr.index.dense import DenseSearcher, FaissSettings, build_faiss
+    from ldr.components.faiss_store import DenseSearcher, FaissSettings, build_faiss
     rng = np.random.default_rng(1)
     owner = np.sort(rng.integers(0, 300, 2048))
     vecs = rng.standard_normal((2048, 16)).astype(np.float32)

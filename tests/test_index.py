@@ -171,14 +171,16 @@ def test_reading_a_hit_reads_a_small_row_group(tmp_path):
 
 
 def test_every_component_provides_its_protocol(tmp_path):
-    from ldr.index.bm25.analysis import Analyzer
-    from ldr.index.bm25.base import open_searcher, open_writer
-    from ldr.index.dense import DenseSearcher, DenseWriter
+    from ldr.components.bm25_store.analysis import Analyzer
+    from ldr.components.bm25_store.base import open_searcher, open_writer
+    from ldr.components.faiss_store import DenseSearcher, DenseWriter
     from ldr.index.docstore import DocstoreWriter
-    from ldr.index.protocols import ComponentWriter, Retriever
-    from ldr.index.bm25.native_backend import NativeSearcher, NativeWriter
-    from ldr.index.snapshot import MultiDense, MultiSparse, UidRetriever
-    from ldr.index.sparse import SparseWriter
+    from ldr.components.base import ComponentWriter, Retriever
+    from ldr.components.bm25_store.native_backend import NativeSearcher, NativeWriter
+    from ldr.components.bm25 import UidRetriever
+    from ldr.components.dense import MultiDense
+    from ldr.components.sparse import MultiSparse
+    from ldr.components.sparse_store import SparseWriter
 
     for cls in (DenseWriter, SparseWriter, DocstoreWriter, NativeWriter):
         assert all(callable(getattr(cls, m, None)) for m in ("add", "close", "abort")), cls

@@ -6,7 +6,7 @@ import torch
 from ldr.corpus import Doc
 from ldr.encode.sparse import SparseEncoder, SparseSettings
 from ldr.errors import ConfigError
-from ldr.index.sparse import SparseIndex, SparseWriter
+from ldr.components.sparse_store import SparseIndex, SparseWriter
 from tiny_models import make
 
 

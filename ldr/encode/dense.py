@@ -262,6 +262,7 @@ class OnnxDenseEncoder(_DenseCore):
         self.settings = settings
         SerialEncoder.__init__(self)
         self.device = "cpu"
+        onnx_export.WRAPPERS.setdefault("dense", _onnx_module)
         self.path, self.model = onnx_export.load("dense", settings, backend, settings.trust_remote_code)
         m = self.model.meta
         self.tokenizer = self.model.tokenizer
@@ -286,3 +287,36 @@ class OnnxDenseEncoder(_DenseCore):
         if self.settings.dim:
             emb = emb[:, : self.settings.dim]
         return (emb / np.linalg.norm(emb, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
+
+
+def _onnx_module(model_dir, trust_remote_code: bool):
+    """The dense model and its pooling as one torch module, for the ONNX export (onnx_export.WRAPPERS)."""
+    import torch
+
+    from .onnx_export import _eager
+
+    enc = DenseEncoder(DenseSettings(model=str(model_dir), strategy="truncate", backend="torch", device="cpu",
+                                     trust_remote_code=trust_remote_code))
+    hf = enc.hf
+    _eager(hf)
+    tti = enc._accepts_tti
+
+    class Dense(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hf, self.pool = hf, torch.nn.ModuleList(enc.pool)
+
+        def forward(self, input_ids, attention_mask):
+            kw = {"token_type_ids": torch.zeros_like(input_ids)} if tti else {}
+            out = self.hf(input_ids=input_ids, attention_mask=attention_mask, **kw)
+            f = {"token_embeddings": out.last_hidden_state, "attention_mask": attention_mask}
+            for p in self.pool:
+                f = p(f)
+            return f["sentence_embedding"].float()
+
+    st = enc.st
+    meta = {"kind": "dense", "architecture": type(hf).__name__, "positions": enc.kind,
+            "trained_length": enc.trained, "st_max_length": st.max_seq_length,
+            "prompts": dict(getattr(st, "prompts", {}) or {}), "dim": enc.dim,
+            "pooling": [p.get_config_dict() for p in enc.pool]}
+    return Dense().eval(), meta, hf.config, enc.tokenizer

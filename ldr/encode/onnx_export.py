@@ -186,39 +186,18 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
+# kind → fn(model_dir, trust_remote_code) → (torch module, meta, config, tokenizer); e.g. ldr.encode.dense
+WRAPPERS: dict = {}
+
+
 def _wrapped(kind: str, model_dir: Path, trust_remote_code: bool):
     """(torch module taking (input_ids, attention_mask), facts about the model, config, tokenizer)."""
     import torch
 
     if not getattr(_tokenizer(model_dir, trust_remote_code), "is_fast", False):
         raise ModelError(f"{model_dir} has no fast tokenizer (tokenizer.json); use --backend torch")
-    if kind == "dense":
-        from .dense import DenseEncoder, DenseSettings
-        enc = DenseEncoder(DenseSettings(model=str(model_dir), strategy="truncate", backend="torch", device="cpu",
-                                         trust_remote_code=trust_remote_code))
-        hf = enc.hf
-        _eager(hf)
-        tti = enc._accepts_tti
-
-        class Dense(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.hf, self.pool = hf, torch.nn.ModuleList(enc.pool)
-
-            def forward(self, input_ids, attention_mask):
-                kw = {"token_type_ids": torch.zeros_like(input_ids)} if tti else {}
-                out = self.hf(input_ids=input_ids, attention_mask=attention_mask, **kw)
-                f = {"token_embeddings": out.last_hidden_state, "attention_mask": attention_mask}
-                for p in self.pool:
-                    f = p(f)
-                return f["sentence_embedding"].float()
-
-        st = enc.st
-        meta = {"kind": "dense", "architecture": type(hf).__name__, "positions": enc.kind,
-                "trained_length": enc.trained, "st_max_length": st.max_seq_length,
-                "prompts": dict(getattr(st, "prompts", {}) or {}), "dim": enc.dim,
-                "pooling": [p.get_config_dict() for p in enc.pool]}
-        return Dense().eval(), meta, hf.config, enc.tokenizer
+    if kind in WRAPPERS:     # registered by the encoder module that owns the kind (no import back)
+        return WRAPPERS[kind](model_dir, trust_remote_code)
     from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
     cls = AutoModelForMaskedLM if kind == "splade" else AutoModelForSequenceClassification

@@ -110,7 +110,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
 # MLDR languages → BM25 analyzer: Snowball where there is one, CJK bigrams for zh/ja/ko, plain
 # lowercased words for Hindi and Thai (no stemmer in tantivy; Lucene's Thai segmenter is not used)
 def task_language(task: Task) -> str | None:
-    from ..index.bm25.analysis import LANGUAGES
+    from ..components.bm25_store.analysis import LANGUAGES
 
     lang = task.meta.get("language")
     if lang is None:

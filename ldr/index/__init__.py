@@ -1,4 +1,3 @@
-from .build import BuildConfig, build_index
-from .manifest import read_manifest, verify_files
-
-__all__ = ["BuildConfig", "build_index", "read_manifest", "verify_files"]
+"""Storage: manifests and generations, segments, the docstore, the write lock, index stores, and the
+build, check, merge and Ray drivers. Component formats live in ldr/components/; nothing here
+imports the query side (ldr/search/)."""

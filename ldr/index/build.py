@@ -15,11 +15,11 @@ from typing import Iterable
 
 from ..corpus import Doc, IngestReport
 from ..errors import ConfigError, IndexFormatError
+from ..components.bm25_store.analysis import Analyzer
+from ..components.faiss_store import FaissSettings
 from ..encode.dense import DenseSettings
 from ..encode.sparse import SparseSettings
-from .bm25.analysis import Analyzer
-from .dense import FaissSettings
-from ..search.defaults import DEFAULT_SEARCH
+from ..options import DEFAULT_SEARCH
 from .manifest import MANIFEST, read_manifest
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ class BuildConfig:
     # the packaged SPLADE-tiny by default; None: no learned-sparse component
     sparse: SparseSettings | None = field(default_factory=SparseSettings)
     faiss: FaissSettings = field(default_factory=FaissSettings)
+    # further kinds registered in ldr.components, by name: {"colbert": ColbertSettings(...)}
+    components: dict = field(default_factory=dict)
 
     # query-time defaults recorded in the manifest (chosen by measurement: see bench/README.md)
     search: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_SEARCH))
@@ -49,7 +51,7 @@ class BuildConfig:
             self.dense = DenseSettings(model=self.dense)
         if isinstance(self.sparse, str):
             self.sparse = SparseSettings(model=self.sparse)
-        if self.bm25 is None and self.dense is None and self.sparse is None:
+        if self.bm25 is None and self.dense is None and self.sparse is None and not self.components:
             raise ConfigError("nothing to index: enable at least one of BM25, dense and sparse")
 
     def analyzer(self) -> Analyzer:
@@ -65,13 +67,13 @@ def _check_target(out: Path) -> None:
     inside the output directory) is a refusal naming the files.
     """
     from . import generations as gens
-    from .writer import OWN_NAMES
+    from .writer import own_names
 
     if out.is_symlink() or out.is_file():
         raise ConfigError(f"{out} is a file or a link; give a directory path for the index")
     if not out.is_dir() or not any(out.iterdir()):
         return
-    own = set(OWN_NAMES)
+    own = own_names()
     found = gens.generations(out)
     if not found:
         if all(p.name in own for p in out.iterdir()):

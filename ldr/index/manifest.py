@@ -23,38 +23,19 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 from ..errors import IndexFormatError
+from .paths import MANIFEST, REBUILD as _REBUILD, inside  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3          # 2: the manifest carries its own checksum; 3: segments and generations
-MANIFEST = "manifest.json"  # format 2's single manifest
 SMALL_FILE = 1 << 20        # files below this are hashed at every open
-_REBUILD = "rebuild it with `ldr index` (or restore it from a backup)"
 
 
 def file_digest(path: Path) -> str:
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def inside(root: Path, rel, what: str = "path") -> Path:
-    """`root/rel`, refusing anything that would leave the index directory (absolute paths, `..`,
-    symlinks pointing out). A manifest is untrusted input: it must not name other files."""
-    if not isinstance(rel, str) or not rel or "\x00" in rel:
-        raise IndexFormatError(f"{Path(root) / MANIFEST}: {what} {rel!r} is not a relative path; {_REBUILD}")
-    if os.path.isabs(rel) or rel.startswith(("/", "\\")) or ".." in Path(rel).parts:
-        raise IndexFormatError(
-            f"{Path(root) / MANIFEST}: {what} {rel!r} points outside the index directory; refusing to use it. "
-            f"The index is damaged or was tampered with: {_REBUILD}")
-    base = Path(root).resolve()
-    p = (base / rel).resolve()
-    if p != base and base not in p.parents:
-        raise IndexFormatError(
-            f"{Path(root) / MANIFEST}: {what} {rel!r} resolves to {p}, outside the index directory (a symlink?); "
-            f"refusing to use it. {_REBUILD}")
-    return Path(root) / rel
 
 
 def _self_checksum(manifest: dict) -> str:
@@ -109,12 +90,8 @@ def _need(cond: bool, path: Path, what: str) -> None:
         raise IndexFormatError(f"{path}: {what}; the manifest is damaged or not from ldr: {_REBUILD}")
 
 
-# keys every component needs to be opened, with their types (format 3; format 2 in _LEGACY_KEYS)
-_COMPONENT_KEYS = {
-    "bm25": {"backend": str, "k1": (int, float), "b": (int, float), "analyzer": dict},
-    "dense": {"faiss": dict, "model": dict, "dim": int},
-    "sparse": {"model": dict, "vocab_size": int},
-}
+# format 3: the keys each component needs come from its kind (Component.manifest_keys);
+# format 2 (ldr 0.1) knew three kinds, with these keys:
 _LEGACY_KEYS = {
     "docstore": {"path": str},
     "bm25": {"path": str, "backend": str, "k1": (int, float), "b": (int, float), "analyzer": dict},
@@ -143,10 +120,19 @@ def validate(root: Path, manifest: dict, path: Path | None = None) -> None:
     comps = manifest.get("components")
     _need(isinstance(comps, dict) and (not legacy or "docstore" in comps), path,
           "'components' (with a docstore) is missing" if legacy else "'components' is missing")
-    keys = _LEGACY_KEYS if legacy else _COMPONENT_KEYS
+    from .. import components as registry
+
     for name, comp in comps.items():
-        _need(name in keys, path, f"unknown component {name!r}")
-        _check_keys(path, f"components.{name}", comp, keys[name])
+        if legacy:
+            _need(name in _LEGACY_KEYS, path, f"unknown component {name!r}")
+            keys = _LEGACY_KEYS[name]
+        else:
+            if not registry.known(name):
+                raise IndexFormatError(f"{path}: component {name!r} is not a kind this ldr knows "
+                                       f"({', '.join(registry.names())}); register it (ldr.components.register) or "
+                                       "upgrade ldr")
+            keys = registry.get(name).manifest_keys
+        _check_keys(path, f"components.{name}", comp, keys)
         if legacy or isinstance(comp.get("path"), str):
             _need(isinstance(comp.get("path"), str), path, f"components.{name}.path is missing")
             inside(root, comp["path"], f"components.{name}.path")
@@ -155,9 +141,9 @@ def validate(root: Path, manifest: dict, path: Path | None = None) -> None:
     if not legacy:
         _need(isinstance(manifest.get("generation"), int) and manifest["generation"] >= 1, path,
               "'generation' is missing")
-        bm25 = comps.get("bm25")
-        if bm25 is not None and bm25["backend"] != "native":
-            _need(isinstance(bm25.get("path"), str), path, "components.bm25.path is missing")
+        for name, comp in comps.items():
+            if registry.get(name).uses_store(comp):
+                _need(isinstance(comp.get("path"), str), path, f"components.{name}.path is missing")
         segs = manifest.get("segments")
         _need(isinstance(segs, list), path, "'segments' is missing")
         for i, seg in enumerate(segs):
@@ -166,7 +152,7 @@ def validate(root: Path, manifest: dict, path: Path | None = None) -> None:
             inside(root, seg["path"], f"segments[{i}].path")
             if seg.get("deletes") is not None:
                 inside(root, seg["deletes"], f"segments[{i}].deletes")
-            for name in ("dense", "sparse", "bm25"):
+            for name in comps:
                 if name in seg:
                     _need(isinstance(seg[name], dict) and isinstance(seg[name].get("path"), str), path,
                           f"segments[{i}].{name}.path is missing")
@@ -185,23 +171,14 @@ def validate(root: Path, manifest: dict, path: Path | None = None) -> None:
 
 def _from_legacy(manifest: dict) -> dict:
     """A format 2 manifest as generation 0 of format 3: one segment whose folder is the index."""
+    from .. import components as registry
+
     m = dict(manifest)
     comps = {k: dict(v) for k, v in manifest["components"].items()}
     seg = {"name": "legacy", "path": ".", "docs": m["doc_count"], "live": m["doc_count"], "deletes": None}
     comps.pop("docstore")
-    if "dense" in comps:
-        d = comps["dense"]
-        seg["dense"] = {"path": d.pop("path"), "vectors": d.pop("vectors"),
-                        "multi_vector": d.pop("multi_vector", False), "faiss": d["faiss"]}
-    if "sparse" in comps:
-        sp = comps["sparse"]
-        seg["sparse"] = {"path": sp.pop("path"), "postings": sp.pop("postings", 0)}
-        sp.setdefault("vocab_size", 0)
-    if "bm25" in comps:
-        if comps["bm25"]["backend"] == "native":
-            seg["bm25"] = {"path": comps["bm25"].pop("path")}
-        else:
-            comps["bm25"]["key"] = "docno"       # format 2 tantivy indexes key documents by row
+    for name, kind in registry.kinds(comps):
+        kind.from_legacy(comps[name], seg)
     m.update(components=comps, segments=[seg], generation=0, read_only=True)
     return m
 

@@ -171,9 +171,9 @@ def plan_shards(chunks: list[tuple[int, int, int, int]], workers: int, opts: Ray
     return shards
 
 
-def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: int, bm25_writer, bar: _Bar,
+def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: int, store_writer, bar: _Bar,
                     chunk_docs: int = CHUNK_DOCS):
-    """Check and number the documents as a local build does, feed tantivy/Lucene, and write them
+    """Check and number the documents as a local build does, feed the index stores (tantivy/Lucene), and write them
     to staging files `docs-NNNNNN.parquet` in row groups (a file holds at most FILE_DOCS
     documents, which bounds its footer). Returns (row groups [(file, group, docs, chars)], ids, bytes)."""
     import pyarrow as pa
@@ -206,8 +206,8 @@ def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: i
         for doc in check_documents(docs, report, max_doc_mb):
             pending.append((uid, doc))
             ids.append(doc.id)
-            if bm25_writer is not None:
-                bm25_writer.add(uid, doc)
+            if store_writer is not None:
+                store_writer.add(uid, doc)
             uid += 1
             chars += len(doc.text)
             n_bytes += utf8_len(doc.text)
@@ -237,8 +237,8 @@ def _attempts(staging: Path) -> dict[int, int]:
     return out
 
 
-def run_shards(cluster: Cluster, shards: list[dict], staging: Path, encoders: dict, analyzer: dict | None,
-               faiss: dict, opts: RayOptions, plan: tuple[int, float, float], bar: _Bar, names) -> dict[int, dict]:
+def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: dict, settings: dict,
+               opts: RayOptions, plan: tuple[int, float, float], bar: _Bar, names) -> dict[int, dict]:
     """Encode every shard on the actor pool; {shard: worker result}. Fails naming the shard."""
     ray = cluster.ray
     from .ray_worker import SHARD_COLUMNS, Progress, ShardEncoder
@@ -254,8 +254,8 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, encoders: di
         ds = ds.map_batches(
             ShardEncoder, batch_size=1, compute=ray.data.ActorPoolStrategy(size=min(workers, len(shards))),
             num_cpus=cpus, num_gpus=gpus or None,
-            fn_constructor_kwargs={"staging": str(staging), "settings": _settings_dicts(encoders),
-                                   "analyzer": analyzer, "faiss": faiss, "threads": max(1, int(cpus)), "env": env,
+            fn_constructor_kwargs={"staging": str(staging), "components": components,
+                                   "settings": _settings_dicts(settings), "threads": max(1, int(cpus)), "env": env,
                                    "faults": opts.faults, "progress": progress},
             max_restarts=-1, max_task_retries=opts.retries)
     done = threading.Event()
@@ -302,7 +302,7 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, encoders: di
     return results
 
 
-def verify_shards(staging: Path, shards: list[dict], results: dict[int, dict], components: dict, faiss: dict | None,
+def verify_shards(staging: Path, shards: list[dict], results: dict[int, dict], components: dict,
                   ids: list[str], first_uid: int, names) -> tuple[list[dict], dict, dict]:
     """Check every worker's segment before anything is committed; returns (segment entries,
     component info from the workers, {file: size, sha256, inode} as the driver read them)."""
@@ -339,8 +339,6 @@ def verify_shards(staging: Path, shards: list[dict], results: dict[int, dict], c
         if list(store.ids) != ids[a:a + s["docs"]] or \
                 not np.array_equal(store.uids, np.arange(s["first_uid"], s["first_uid"] + s["docs"])):
             raise IndexWriteError(f"{name}: the segment's documents are not the shard's")
-        if "dense" in comps:
-            comps["dense"]["faiss"] = faiss or e["dense"]["faiss"]
         problems = _segments(staging, {"components": comps, "segments": [e]}, lambda _: None)
         if problems:
             raise IndexWriteError(f"{name}: the segment does not check: {'; '.join(problems[:3])}")

@@ -56,7 +56,7 @@ def _attempt(staging: Path, shard: int) -> int:
 class ShardEncoder:
     """A Ray Data callable class: `map_batches(ShardEncoder, batch_size=1, concurrency=N, ...)`."""
 
-    def __init__(self, staging: str, settings: dict, analyzer: dict | None, faiss: dict, threads: int,
+    def __init__(self, staging: str, components: dict, settings: dict, threads: int,
                  env: dict | None = None, faults: dict | None = None, progress=None):
         # the encoders size their thread pools from LDR_THREADS: the CPUs Ray gave this actor
         os.environ.update(env or {})
@@ -66,18 +66,14 @@ class ShardEncoder:
             raise FileNotFoundError(
                 f"worker on {socket.gethostname()} cannot see {self.staging}: the index directory must be on "
                 "storage every Ray node mounts at the same path")
-        from ..encode.dense import DenseSettings, load_dense
-        from ..encode.sparse import SparseSettings, load_sparse
-        from .bm25.analysis import Analyzer
-        from .dense import FaissSettings
+        from .. import components as registry
 
+        self.components = components
+        # the models load once per actor, before the first shard
         self.encoders = {}
-        if settings.get("dense"):
-            self.encoders["dense"] = load_dense(DenseSettings(**settings["dense"]))
-        if settings.get("sparse"):
-            self.encoders["sparse"] = load_sparse(SparseSettings(**settings["sparse"]))
-        self.native = Analyzer.from_dict(analyzer) if analyzer else None
-        self.faiss = FaissSettings(**faiss)
+        for name, kind in registry.kinds(settings):
+            enc = registry.ENCODERS.get(name, kind.settings_from_dict(settings[name]))
+            self.encoders[name] = (lambda e: lambda: e)(enc)
         self.faults = faults or {}
         self.progress = progress
 
@@ -119,7 +115,7 @@ class ShardEncoder:
         from .segment import SegmentWriter
 
         t0 = time.perf_counter()
-        writer = SegmentWriter(self.staging, number, self.encoders, self.native, self.faiss, allow_small=True)
+        writer = SegmentWriter(self.staging, number, self.components, self.encoders, allow_small=True)
         uid, last = first_uid, 0.0
         try:
             files: dict[int, pq.ParquetFile] = {}

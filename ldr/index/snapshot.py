@@ -1,5 +1,5 @@
-"""One generation of an index, read consistently: its segments, their deletions, and the
-retrievers over all of them.
+"""One generation of an index, read consistently: its segments and their deletions (each
+component's retriever over them lives in ldr/components/).
 
 Document numbers ("docnos") of a snapshot are global: segment i's rows follow segment i-1's.
 Deleted rows keep their number but never come out of a retriever or count as documents.
@@ -15,9 +15,8 @@ import numpy as np
 from ..corpus import Doc
 from ..errors import IndexFormatError
 from .docstore import Docstore
-from .manifest import inside
+from .paths import inside
 from .segment import read_deletes
-from .topk import top_k, top_k_dense
 
 
 class Segments:
@@ -112,15 +111,13 @@ class Segments:
             return [m.get("path", m.get("source")) for m in meta]
         return [m.get(field) for m in meta]
 
-    def filter_mask(self, filters: dict) -> np.ndarray:
-        """Live documents passing `filters` (normalised, see ldr/search/filters.py); cached per filter."""
-        from ..search.filters import key, mask
-
-        k = key(filters)
+    def cached_mask(self, k: str, compute) -> np.ndarray:
+        """A mask over docnos cached under key `k` for this generation (the search side computes
+        filter masks, ldr/search/filters.py); at most 64 kept."""
         with self._meta_lock:
             got = self._masks.get(k)
             if got is None:
-                got = mask(filters, self)
+                got = compute(self)
                 if len(self._masks) >= 64:
                     self._masks.pop(next(iter(self._masks)))
                 self._masks[k] = got
@@ -138,163 +135,3 @@ class Segments:
 
     def live_ids(self) -> list[str]:
         return [self.ids[d] for d in np.flatnonzero(self.live).tolist()]
-
-
-class UidRetriever:
-    """tantivy / Lucene hits come as (uid, score): map them to this generation's live docnos."""
-
-    def __init__(self, inner, segments: Segments):
-        self.inner, self.segments = inner, segments
-        self.name = inner.name
-        self.num_docs = inner.num_docs
-
-    def encode(self, query: str):
-        return self.inner.encode(query)
-
-    def search_rep(self, rep, k: int, allow: np.ndarray | None = None) -> list[tuple[int, float]]:
-        """Top k live documents; with `allow` (a mask over docnos) only allowed ones: the backend
-        is asked for more until k pass or it has no more."""
-        visible = self.segments.live if allow is None else allow
-        depth = k
-        while True:
-            hits = self.inner.search_rep(rep, depth)
-            if not hits:
-                return []
-            docnos = self.segments.docnos_of_uids([u for u, _ in hits])
-            # the backend's own deletes match the generation's; the live check is belt and braces
-            out = [(int(d), s) for d, (_, s) in zip(docnos, hits) if d >= 0 and visible[d]]
-            if len(out) >= k or len(hits) < depth or depth >= self.num_docs:
-                return out[:k]
-            depth = min(depth * 4, max(self.num_docs, 1))
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
-class MultiDense:
-    """Dense retrieval over every segment's FAISS index; a document scores by its best passage."""
-
-    def __init__(self, parts: list, segments: Segments, encoder=None):
-        """`parts`: one DenseSearcher per segment (None where a segment has no vectors)."""
-        self.parts, self.segments, self.encoder = parts, segments, encoder
-
-    @property
-    def dim(self):
-        return next((p.index.d for p in self.parts if p is not None), None)
-
-    def encode(self, query: str) -> np.ndarray:
-        return self.encoder.encode_queries([query])[0]
-
-    def encode_many(self, queries: list[str]) -> list[np.ndarray]:
-        return list(self.encoder.encode_queries(queries)) if queries else []
-
-    def _segment_top(self, i: int, q: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
-        part, offset = self.parts[i], self.segments.offsets[i]
-        n = part.index.ntotal if part is not None else 0
-        if n == 0:
-            return []
-        live = (self.segments.live if allow is None else allow)[offset:offset + self.segments.entries[i]["docs"]]
-        if not live.any():
-            return []
-        want = min(k, int(live.sum()))
-        depth = min(n, max(k, 1) * (4 if part.multi or not live.all() else 1))
-        while True:
-            scores, rows = part.index.search(q[None].astype(np.float32), depth)
-            valid = rows[0] >= 0
-            docs, sc = part.owner[rows[0][valid]], scores[0][valid]
-            keep = live[docs]
-            docs, sc = docs[keep], sc[keep]
-            # rows come best first, so a document's first row is its best passage
-            uniq, first = np.unique(docs, return_index=True)
-            if len(uniq) >= want or depth >= n:
-                break
-            depth = min(n, depth * 4)
-        return [(int(d) + offset, float(sc[f])) for d, f in zip(uniq, first)]
-
-    def search_vectors(self, qvecs: np.ndarray, k: int, allow=None) -> list[list[tuple[int, float]]]:
-        out = []
-        for q in qvecs:
-            cand = [h for i in range(len(self.parts)) for h in self._segment_top(i, q, k, allow)]
-            if not cand:
-                out.append([])
-                continue
-            docs = np.array([d for d, _ in cand], dtype=np.int64)
-            vals = np.array([s for _, s in cand], dtype=np.float64)
-            out.append(top_k(docs, vals, k))
-        return out
-
-    def search_rep(self, qvec: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
-        return self.search_vectors(qvec[None], k, allow)[0]
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)
-
-    def passage_scores(self, qvec: np.ndarray, docno: int):
-        """(cosine of each of the document's vectors to the query, their character spans or None)."""
-        s, r = self.segments.locate(docno)
-        if self.parts[s] is None:
-            return np.zeros(0), None
-        return self.parts[s].passage_scores(qvec, r)
-
-    def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
-        out = np.full(len(docnos), -1.0)
-        by_seg: dict[int, list[int]] = {}
-        for j, d in enumerate(docnos):
-            by_seg.setdefault(self.segments.locate(d)[0], []).append(j)
-        for s, js in by_seg.items():
-            if self.parts[s] is None:
-                continue
-            local = [docnos[j] - self.segments.offsets[s] for j in js]
-            out[js] = self.parts[s].best_passage(qvec, local)
-        return out
-
-
-class MultiSparseIndex:
-    """Learned-sparse scores over every segment (a term weight needs no corpus statistics)."""
-
-    def __init__(self, parts: list, segments: Segments):
-        self.parts, self.segments = parts, segments
-
-    def score(self, q_terms, q_weights) -> np.ndarray:
-        out = np.zeros(self.segments.rows, dtype=np.float32)
-        for part, offset, e in zip(self.parts, self.segments.offsets, self.segments.entries):
-            if part is not None:
-                out[offset:offset + e["docs"]] = part.score(q_terms, q_weights)
-        out[self.segments.deleted] = 0
-        return out
-
-    def top_k(self, q_terms, q_weights, k: int, allow=None) -> list[tuple[int, float]]:
-        scores = self.score(q_terms, q_weights)
-        if allow is not None:
-            scores[~allow] = 0
-        return top_k_dense(scores, k)
-
-    def doc_score(self, docno: int, q_terms, q_weights) -> float:
-        s, r = self.segments.locate(docno)
-        return self.parts[s].doc_score(r, q_terms, q_weights) if self.parts[s] is not None else 0.0
-
-    def doc_vector(self, docno: int):
-        s, r = self.segments.locate(docno)
-        return self.parts[s].doc_vector(r)
-
-
-class MultiSparse:
-    def __init__(self, index: MultiSparseIndex, encoder=None):
-        self.index, self.encoder = index, encoder
-
-    def encode(self, query: str):
-        return self.encode_many([query])[0]
-
-    def encode_many(self, queries: list[str]) -> list:
-        if not queries:
-            return []
-        return self.encoder.query_terms(queries)
-
-    def search_rep(self, rep, k: int, allow=None) -> list[tuple[int, float]]:
-        return self.index.top_k(rep[0], rep[1], k, allow)
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)

@@ -5,11 +5,11 @@
     delete         new deletes files for the segments that lose documents
     merge          the live rows of several segments copied into one (nothing re-encoded)
 
-tantivy and Lucene keep one index of their own (their segments, deletes and merges). Each
-generation gets its own folder `bm25-generations/gen-NNNNNN/` made of hard links to the previous
-generation's files plus what the backend wrote for this change: their files are write-once, so a
-reader pinned to an old generation keeps an exact view. Anything a killed writer leaves (segment
-and work folders, a `.part` manifest) is listed by no manifest and removed by the next writer.
+The writer never asks which kinds an index has: every component is reached through the registry
+(ldr/components/): its part of each segment through SegmentWriter and merge (segment.py), its
+index store, if it keeps one (tantivy, Lucene), through Stores (stores.py). Anything a killed
+writer leaves (segment and work folders, a `.part` manifest) is listed by no manifest and removed
+by the next writer.
 """
 from __future__ import annotations
 
@@ -29,21 +29,22 @@ from ..corpus import Doc, IngestReport, check_documents
 from ..corpus.text import utf8_len
 from ..encode.models import model_settings  # noqa: F401  (ldr.index.writer.model_settings is public)
 from ..errors import ConfigError, IndexFormatError, IndexWriteError
+from .. import components as registry
 from . import generations as gens
-from .bm25.analysis import Analyzer
-from .bm25.base import open_writer
 from .lock import WriteLock
 from .manifest import file_entries, inside, new_manifest, read_manifest, seal
 from .segment import SegmentWriter, merge as merge_segments, read_deletes, write_deletes
+from .stores import Stores, store_dirs
 
 log = logging.getLogger(__name__)
-BM25_DIR = "bm25-generations"
 AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
 AUTO_MERGE_TO = 5            # ... down to this many (amortised: a merge every few adds)
 HISTORY = 100                # operations remembered in the manifest
-_BACKEND_LOCKS = {".tantivy-writer.lock", ".tantivy-meta.lock", "write.lock"}
-# what ldr itself writes at the top of an index directory
-OWN_NAMES = {"segments", BM25_DIR, gens.READERS, "write.lock"}
+
+
+def own_names() -> set[str]:
+    """What ldr itself writes at the top of an index directory."""
+    return {"segments", gens.READERS, "write.lock", *store_dirs()}
 
 
 def crash_point(name: str) -> None:
@@ -116,56 +117,27 @@ class IndexWriter:
         return self.current
 
     def _encoder_settings(self, components: dict) -> dict:
-        """{"dense": DenseSettings, "sparse": SparseSettings} the index's models were built with."""
+        """{kind: encoder settings} the index's models were built with (kinds with a model)."""
         out = {}
-        if "dense" in components:
-            from ..encode.dense import DenseSettings
-            out["dense"] = model_settings(components["dense"], DenseSettings, self.trust_remote_code, self.device,
-                                          f"{self.root} (dense)")
-        if "sparse" in components:
-            from ..encode.sparse import SparseSettings
-            out["sparse"] = model_settings(components["sparse"], SparseSettings, self.trust_remote_code, self.device,
-                                           f"{self.root} (sparse)")
+        for name, kind in registry.kinds(components):
+            st = kind.encoder_settings(components[name], self.trust_remote_code, self.device, str(self.root))
+            if st is not None:
+                out[name] = st
         return out
 
     @staticmethod
-    def _load_encoders(settings: dict) -> dict:
-        enc = {}
-        if "dense" in settings:
-            from ..encode.dense import load_dense
-            enc["dense"] = load_dense(settings["dense"])
-        if "sparse" in settings:
-            from ..encode.sparse import load_sparse
-            enc["sparse"] = load_sparse(settings["sparse"])
-        return enc
-
-    def _bm25_work(self, previous: str | None) -> Path:
-        """A work folder for tantivy/Lucene: hard links to the previous generation's files."""
-        work = self.root / BM25_DIR / f"work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        work.mkdir(parents=True)
-        if previous:
-            for f in inside(self.root, previous, "components.bm25.path").iterdir():
-                if f.is_file() and f.name not in _BACKEND_LOCKS:
-                    os.link(f, work / f.name)
-        return work
-
-    def _publish_bm25(self, work: Path, gen: int) -> str:
-        rel = f"{BM25_DIR}/gen-{gen:06d}"
-        final = self.root / rel
-        if final.exists():   # left by a writer that died before committing generation `gen`
-            shutil.rmtree(final)
-        for name in _BACKEND_LOCKS:
-            (work / name).unlink(missing_ok=True)
-        os.rename(work, final)
-        return rel
+    def _loaders(settings: dict) -> dict:
+        """{kind: loader}: a model loads (once per process, shared with readers) only when a
+        document reaches its part."""
+        return {name: registry.lazy_encoder(name, st) for name, st in settings.items()}
 
     def _commit(self, op: str, segments: list[dict], components: dict, search: dict, ingest: dict,
                 settings: dict, record: dict, known: dict | None = None) -> dict:
         gen = self.generation + 1
         segments = [s for s in segments if s["live"] > 0]   # an emptied segment is dropped
         rels = [s["path"] for s in segments if s["path"] != "."]
-        if components.get("bm25", {}).get("path"):
-            rels.append(components["bm25"]["path"])
+        rels += [c["path"] for n, c in components.items()
+                 if registry.known(n) and registry.get(n).uses_store(c) and c.get("path")]
         previous = (self.current or {}).get("files", {})
         for rel in rels:
             if not (self.root / rel).is_dir():
@@ -210,12 +182,12 @@ class IndexWriter:
             part.unlink(missing_ok=True)
         if not manifests:
             removed = []
-            for top in ("segments", BM25_DIR):   # a first build that never finished
+            for top in ("segments", *store_dirs()):   # a first build that never finished
                 if (self.root / top).is_dir():
                     shutil.rmtree(self.root / top, ignore_errors=True)
                     removed.append(top)
             return removed
-        removed = gens.collect(self.root, manifests, owned_dirs=("segments", BM25_DIR))
+        removed = gens.collect(self.root, manifests, owned_dirs=("segments", *store_dirs()))
         if removed:
             log.info("removed %d unreferenced files or folders", len(removed))
         return removed
@@ -225,29 +197,28 @@ class IndexWriter:
                 total: int | None = None, ray=None) -> dict:
         """Index `docs` from scratch with `config` (a BuildConfig) as the next generation; with
         `ray` (RayOptions) the encoding runs on a Ray cluster (see ray_build.py)."""
-        from .bm25.base import resolve_params
-
         report = report if report is not None else IngestReport()
-        analyzer = config.analyzer()
-        params = resolve_params(config.bm25, config.k1, config.b) if config.bm25 else None
-        settings = {name: s for name, s in (("dense", config.dense), ("sparse", config.sparse)) if s is not None}
-        components = {}
-        if config.bm25:
-            components["bm25"] = {"backend": config.bm25, "k1": params[0], "b": params[1],
-                                  "analyzer": analyzer.to_dict()}
+        components, settings = {}, {}
+        for name in registry.names():
+            got = registry.get(name).configure(config)
+            if got is not None:
+                components[name] = got[0]
+                if got[1] is not None:
+                    settings[name] = got[1]
+        if not components:
+            raise ConfigError("nothing to index: enable at least one component (BM25, dense, sparse, ...)")
         prev_next_uid = (self.current or {}).get("next_uid", 0)
         number = (self.current or {}).get("next_segment", 1)
         t0 = time.perf_counter()
-        segs, bm25_work, n_bytes, about, known = self._write_segments(
-            docs, report, settings, components, number, prev_next_uid, None, config.faiss, progress, total,
-            config.max_doc_mb, False, ray)
-        components.update(about)
-        if "dense" in components:
-            components["dense"]["faiss"] = config.faiss.to_dict()
-        if bm25_work is not None:
-            components["bm25"]["path"] = self._publish_bm25(bm25_work, self.generation + 1)
+        stores = Stores(self.root, components, self.threads, append=False)
+        segs, n_bytes, about, known = self._write_segments(
+            docs, report, settings, components, stores, number, prev_next_uid, progress, total, config.max_doc_mb,
+            False, ray)
+        for name, info in about.items():
+            components[name].update(info)
+        stores.publish(self.generation + 1)
         seconds = time.perf_counter() - t0
-        retrievers = [n for n in ("bm25", "dense", "sparse") if n in components]
+        retrievers = list(components)
         search = {"mode": "hybrid" if len(retrievers) > 1 else retrievers[0], **config.search}
         build = {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads, "stages": self.profile}
         if ray is not None:
@@ -258,63 +229,53 @@ class IndexWriter:
                              "seconds": round(seconds, 3), "next_uid": prev_next_uid + n_docs,
                              "next_segment": number + len(segs)}, known)
 
-    def _write_segments(self, docs, report, settings, components, number, first_uid, bm25_prev, faiss, progress,
-                        total, max_doc_mb, allow_small, ray):
-        """(segment entries, bm25 work folder or None, bytes, index-level component info, files
-        already hashed): one local segment, or one per shard on Ray."""
+    def _write_segments(self, docs, report, settings, components, stores, number, first_uid, progress, total,
+                        max_doc_mb, allow_small, ray):
+        """(segment entries, bytes, index-level component info, files already hashed): one local
+        segment, or one per shard on Ray. `stores` (the index stores) are fed and closed, not
+        published."""
         if ray is not None:
-            return self._write_segments_ray(docs, report, settings, components, number, first_uid, bm25_prev,
-                                            faiss, progress, total, max_doc_mb, ray)
-        seg, work, n_bytes, about = self._write_segment(
-            docs, report, self._load_encoders(settings), components, number, first_uid, bm25_prev, faiss, progress,
-            total, max_doc_mb=max_doc_mb, allow_small=allow_small)
-        return [seg], work, n_bytes, about, {}
+            return self._write_segments_ray(docs, report, settings, components, stores, number, first_uid,
+                                            progress, total, max_doc_mb, ray)
+        seg, n_bytes, about = self._write_segment(docs, report, self._loaders(settings), components, stores, number,
+                                                  first_uid, progress, total, max_doc_mb, allow_small)
+        return [seg], n_bytes, about, {}
 
-    def _write_segments_ray(self, docs, report, settings, components, number, first_uid, bm25_prev, faiss,
-                            progress, total, max_doc_mb, opts):
+    def _write_segments_ray(self, docs, report, settings, components, stores, number, first_uid, progress, total,
+                            max_doc_mb, opts):
         from dataclasses import asdict
 
         from . import ray_build as rb
-        from .dense import FaissSettings
 
-        bm25 = components.get("bm25")
-        analyzer = bm25["analyzer"] if bm25 and bm25["backend"] == "native" else None
-        faiss_dict = (faiss or FaissSettings()).to_dict() if "dense" in settings else None
         staging = self.root / "segments" / f"ray-work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         created: list[Path] = []
 
         def run():
             cluster = rb.Cluster(opts.address)     # a wrong address fails before the corpus is read
-            bm25_writer = bar = None
+            bar = None
             try:
                 plan = cluster.plan(opts)
-                work = self._bm25_work(bm25_prev) if bm25 and not analyzer else None
-                created.extend([p for p in (work, staging) if p is not None])
+                stores.prepare()
+                created.extend([*stores.folders, staging])
                 staging.mkdir(parents=True)
-                if work is not None:
-                    bm25_writer = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]),
-                                              self.threads, append=bm25_prev is not None)
+                stores.open()
                 bar = rb._Bar(progress, total)
                 t0 = time.perf_counter()
                 chunks, ids, n_bytes = rb.stage_documents(
-                    docs, report, max_doc_mb, staging, first_uid, bm25_writer, bar,
+                    docs, report, max_doc_mb, staging, first_uid, stores if stores else None, bar,
                     chunk_docs=min(rb.CHUNK_DOCS, opts.shard_docs or rb.CHUNK_DOCS))
-                if bm25_writer is not None:
-                    bm25_writer.close()
-                    bm25_writer = None
+                stores.close()
                 t_read = time.perf_counter()
                 shards = rb.plan_shards(chunks, plan[0], opts, first_uid, number)
 
                 def names(i):
                     return rb._shard_name(shards[i], ids, first_uid)
                 bar.encoding(min(plan[0], len(shards)))
-                results = rb.run_shards(cluster, shards, staging, settings, analyzer, faiss_dict, opts, plan, bar,
-                                        names)
+                results = rb.run_shards(cluster, shards, staging, components, settings, opts, plan, bar, names)
                 t_enc = time.perf_counter()
-                entries, about, known = rb.verify_shards(staging, shards, results, components, faiss_dict, ids,
-                                                         first_uid, names)
+                entries, about, known = rb.verify_shards(staging, shards, results, components, ids, first_uid, names)
             except BaseException:
-                _abort(bm25_writer)
+                stores.abort()
                 raise
             finally:
                 if bar is not None:
@@ -333,55 +294,47 @@ class IndexWriter:
                              "retried": retried, "tokens": sum(r["tokens"] for r in results.values()),
                              "worker_seconds": round(sum(r["seconds"] for r in results.values()), 3),
                              "options": {k: v for k, v in asdict(opts).items() if k != "faults"}}
-            return entries, work, n_bytes, about, known
+            return entries, n_bytes, about, known
 
         return self._guard(run, created)
 
-    def _write_segment(self, docs, report, encoders, components, number, first_uid, bm25_prev, faiss,
-                       progress, total, max_doc_mb, allow_small):
-        """Stream documents into segment `number` (and the tantivy/Lucene work folder); returns
-        (segment entry, bm25 work folder or None, bytes, index-level component info)."""
-        from .dense import FaissSettings
-
-        bm25 = components.get("bm25")
-        native = Analyzer.from_dict(bm25["analyzer"]) if bm25 and bm25["backend"] == "native" else None
-        work = self._bm25_work(bm25_prev) if bm25 and not native else None
-        seg_writer = bm25_writer = None
-        created = [work] if work else []
+    def _write_segment(self, docs, report, encoders, components, stores, number, first_uid, progress, total,
+                       max_doc_mb, allow_small):
+        """Stream documents into segment `number` (and the index stores' work folders); returns
+        (segment entry, bytes, index-level component info)."""
+        seg_writer = None
+        created: list[Path] = []
 
         def run():
-            nonlocal seg_writer, bm25_writer
-            seg_writer = SegmentWriter(self.root, number, encoders, native, faiss or FaissSettings(), allow_small)
+            nonlocal seg_writer
+            stores.prepare()
+            created.extend(stores.folders)
+            seg_writer = SegmentWriter(self.root, number, components, encoders, allow_small)
             created.append(seg_writer.path)
-            if work is not None:
-                bm25_writer = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads,
-                                          append=bm25_prev is not None)
+            stores.open()
             n_bytes, uid = 0, first_uid
             t_start = time.perf_counter()
             try:
                 with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
                     for doc in check_documents(docs, report, max_doc_mb):
                         seg_writer.add(doc, uid)
-                        if bm25_writer is not None:
-                            bm25_writer.add(uid, doc)
+                        stores.add(uid, doc)
                         uid += 1
                         n_bytes += utf8_len(doc.text)
                         bar.update(1)
                 t_fed = time.perf_counter()
                 entry, about = seg_writer.close()
                 t_closed = time.perf_counter()
-                if bm25_writer is not None:
-                    log.info("committing the BM25 index (%s)", bm25["backend"])
-                    bm25_writer.close()
-                # where the time went: the feeding loop (reading, docstore, BM25, tokenising; it
-                # waits only when the encoder is behind), then finishing the encoders and files
+                stores.close()
+                # where the time went: the feeding loop (reading, docstore, index stores, tokenising;
+                # it waits only when the encoder is behind), then finishing the encoders and files
                 self.profile = {"feed": round(t_fed - t_start, 3), **seg_writer.profile,
                                 "finish_segment": round(t_closed - t_fed, 3),
                                 "commit_bm25": round(time.perf_counter() - t_closed, 3)}
             except BaseException:
-                _abort(seg_writer, bm25_writer)
+                _abort(seg_writer, stores)
                 raise
-            return entry, work, n_bytes, about
+            return entry, n_bytes, about
 
         return self._guard(run, created)
 
@@ -412,12 +365,6 @@ class IndexWriter:
             segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
         return segments
 
-    def _bm25_delete(self, work: Path, bm25: dict, found: dict) -> None:
-        """Delete `found`'s uids from the tantivy/Lucene copy in `work`."""
-        w = open_writer(bm25["backend"], work, Analyzer.from_dict(bm25["analyzer"]), self.threads, append=True)
-        w.delete([uid for _, _, uid in found.values()])
-        w.close()
-
     def _rows_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int, int]]:
         """{id: (segment index, row, uid)} for the live documents among `ids`."""
         from .docstore import Docstore
@@ -442,14 +389,10 @@ class IndexWriter:
         number, first_uid = current["next_segment"], current["next_uid"]
         t0 = time.perf_counter()
         # documents are streamed once; the ids they replace are found after the segment is written
-        bm25 = components.get("bm25")
-        prev_bm25 = bm25.get("path") if bm25 and bm25["backend"] != "native" else None
-        from .dense import FaissSettings
-        fs = FaissSettings(**components["dense"]["faiss"]) if "dense" in components else None
-        segs, work, n_bytes, _, known = self._write_segments(
-            docs, report, settings, components, number, first_uid, prev_bm25, fs, progress, total, max_doc_mb, True,
-            ray)
-        created = [self.root / seg["path"] for seg in segs] + ([work] if work else [])
+        stores = Stores(self.root, components, self.threads, append=True)
+        segs, n_bytes, _, known = self._write_segments(
+            docs, report, settings, components, stores, number, first_uid, progress, total, max_doc_mb, True, ray)
+        created = [self.root / seg["path"] for seg in segs] + stores.folders
         n_new = sum(seg["docs"] for seg in segs)
 
         crash_point("add:segment-written")
@@ -459,10 +402,11 @@ class IndexWriter:
             new_ids = [i for seg in segs for i in Docstore(self.root / seg["path"], seg["docs"]).ids]
             old = self._rows_of(new_ids)
             segments = self._delete_rows(old)
-            if work is not None:
-                if old:   # the replaced copies leave tantivy/Lucene in the same generation
-                    self._bm25_delete(work, bm25, old)
-                components["bm25"]["path"] = self._publish_bm25(work, self.generation + 1)
+            if stores:
+                if old:   # the replaced copies leave the index stores in the same generation
+                    stores.open().delete([uid for _, _, uid in old.values()])
+                    stores.close()
+                stores.publish(self.generation + 1)
             seconds = time.perf_counter() - t0
             record = {"added": n_new - len(old), "replaced": len(old), "deleted": 0,
                       "skipped": report.n_skipped, "seconds": round(seconds, 3), "bytes": n_bytes,
@@ -490,17 +434,18 @@ class IndexWriter:
             return {"deleted": [], "missing": missing, "generation": self.generation}
         t0 = time.perf_counter()
         components = {k: dict(v) for k, v in current["components"].items()}
-        created = []
+        stores = Stores(self.root, components, self.threads, append=True)
+        created: list[Path] = []
 
         def run():
             segments = self._delete_rows(found)
             crash_point("delete:deletes-written")
-            bm25 = components.get("bm25")
-            if bm25 and bm25["backend"] != "native":
-                work = self._bm25_work(bm25["path"])
-                created.append(work)
-                self._bm25_delete(work, bm25, found)
-                components["bm25"]["path"] = self._publish_bm25(work, self.generation + 1)
+            if stores:
+                stores.prepare()
+                created.extend(stores.folders)
+                stores.open().delete([uid for _, _, uid in found.values()])
+                stores.close()
+                stores.publish(self.generation + 1)
             return self._commit("delete", segments, components, current.get("search", {}), current.get("ingest", {}),
                                 current.get("settings", {}),
                                 {"added": 0, "replaced": 0, "deleted": len(found), "skipped": 0,
@@ -520,8 +465,6 @@ class IndexWriter:
     def merge(self, max_segments: int = 1) -> dict:
         """Merge the smallest segments (dropping deleted rows) until at most `max_segments` remain;
         with one segment holding deletions, `max_segments=1` rewrites it without them."""
-        from .dense import FaissSettings
-
         current = self._writable()
         if max_segments < 1:
             raise ConfigError(f"--max-segments must be at least 1 (got {max_segments})")
@@ -536,11 +479,10 @@ class IndexWriter:
         t0 = time.perf_counter()
         number = current["next_segment"]
         comps = current["components"]
-        fs = FaissSettings(**comps["dense"]["faiss"]) if "dense" in comps else None
         created = [self.root / f"segments/seg-{number:06d}"]
 
         def run():
-            merged = merge_segments(self.root, [(segments[i], masks[i]) for i in chosen], number, comps, fs)
+            merged = merge_segments(self.root, [(segments[i], masks[i]) for i in chosen], number, comps)
             crash_point("merge:segment-written")
             keep = [s for i, s in enumerate(segments) if i not in set(chosen)]
             # the merged segment takes the place of the first one it replaces

@@ -1,8 +1,8 @@
-"""The offline default second stage: rescore the top candidates at passage level with the
-installed models. Features per candidate, all exact:
+"""The offline second stage: rescore the top candidates at passage level with the installed
+models. Each retriever of the query gives one exact feature per candidate (its `exact_scores`):
   dense   best-passage cosine (max over the document's passage vectors in the FAISS index),
   sparse  Σ w_q·w_d over the document's full learned-sparse vector,
-  bm25    the document's BM25 score (0 when BM25 did not return it).
+  bm25    the document's BM25 score (0 when BM25 did not return it), ...
 Each feature is z-normalised over the candidate set and combined with weights.
 """
 from __future__ import annotations
@@ -25,14 +25,9 @@ class PassageRescorer:
 
     def features(self, ctx, docnos: list[int]) -> dict[str, np.ndarray]:
         feats = {}
-        if ctx.dense is not None:
-            feats["dense"] = ctx.dense.best_passage(ctx.rep("dense"), docnos)
-        if ctx.sparse is not None:
-            qt, qw = ctx.rep("sparse")
-            feats["sparse"] = np.array([ctx.sparse.index.doc_score(d, qt, qw) for d in docnos], dtype=np.float64)
-        if "bm25" in ctx.first_stage:
-            b = ctx.first_stage["bm25"]
-            feats["bm25"] = np.array([b.get(d, 0.0) for d in docnos], dtype=np.float64)
+        for name, retriever in ctx.retrievers.items():
+            if name in ctx.first_stage and hasattr(retriever, "exact_scores"):
+                feats[name] = retriever.exact_scores(ctx.rep(name), docnos, ctx.first_stage[name])
         return feats
 
     def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:

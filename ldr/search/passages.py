@@ -62,8 +62,8 @@ class WindowTerms:
         import threading
         from collections import OrderedDict
 
-        from ..index.bm25.analysis import cjk_pretokenize
-        from ..index.bm25.tantivy_backend import _analyzer
+        from ..components.bm25_store.analysis import cjk_pretokenize
+        from ..components.bm25_store.tantivy_backend import _analyzer
 
         self._an = _analyzer(analyzer)
         self._pre = cjk_pretokenize if analyzer.is_cjk else (lambda t: t)
@@ -121,7 +121,7 @@ class PassageFinder:
         return self.cache.terms(text)
 
     def query_terms(self, query: str) -> set[str]:
-        from ..index.bm25.base import first_terms
+        from ..components.bm25_store.analysis import first_terms
         return set(first_terms(self.terms(query)))
 
     def find(self, query: str, qvec, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:

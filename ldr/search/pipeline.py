@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import components as registry
 from ..errors import ConfigError, IndexFormatError, QueryError
 from .fusion import METHODS, fuse
 from ..index.topk import top_k_dict
@@ -17,8 +18,11 @@ from ..rerank.passage import zscore
 from .hits import Hit
 from .query import check_weights
 
-RETRIEVERS = ("bm25", "dense", "sparse")
-MODES = RETRIEVERS + ("hybrid",)
+
+
+def modes() -> tuple[str, ...]:
+    """Every registered kind alone, or all of an index's kinds fused."""
+    return registry.names() + ("hybrid",)
 
 
 @dataclass
@@ -34,14 +38,14 @@ class SearchOptions:
     rerank_windows: int | None = None   # windows per document a cross-encoder scores (None: its own setting)
 
     def check(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.mode not in modes():
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(modes())}")
         if self.fusion not in METHODS:
             raise ConfigError(f"unknown fusion {self.fusion!r}; choose one of {', '.join(METHODS)}")
         if self.weights:
-            bad = set(self.weights) - set(RETRIEVERS)
+            bad = set(self.weights) - set(registry.names())
             if bad:
-                raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(RETRIEVERS)}")
+                raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(registry.names())}")
         check_weights(self.weights)
         for name in ("depth", "rerank_depth", "rrf_k"):
             v = getattr(self, name)
@@ -85,14 +89,6 @@ class QueryContext:
             self.reps[name] = self.retrievers[name].encode(self.query)
         return self.reps[name]
 
-    @property
-    def dense(self):
-        return self.retrievers.get("dense")
-
-    @property
-    def sparse(self):
-        return self.retrievers.get("sparse")
-
     def text(self, docno: int) -> str:
         return self.texts(docno)
 
@@ -106,7 +102,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
     docnos (a filter) every retriever applies before fusion. `reps`: query representations
     already computed (batch search encodes queries together)."""
     opts.check()
-    names = [n for n in RETRIEVERS if n in retrievers] if opts.mode == "hybrid" else [opts.mode]
+    names = registry.in_order(retrievers) if opts.mode == "hybrid" else [opts.mode]
     for n in names:
         if n not in retrievers:
             have = ", ".join(sorted(retrievers)) or "none"

@@ -307,7 +307,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
     return __version__
 
 

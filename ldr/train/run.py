@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ConfigError
 from .mining import mine, split_queries
 

@@ -8,7 +8,7 @@ import tantivy
 
 from ...corpus import Doc
 from .analysis import SNOWBALL, STOPWORD_LISTS, Analyzer, cjk_pretokenize
-from .base import first_terms
+from .analysis import first_terms
 
 TOKENIZER = "ldr"
 FIELD = "body"

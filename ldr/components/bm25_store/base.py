@@ -4,10 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from ...corpus import Doc
 from ...errors import ConfigError, IndexFormatError
-from ..protocols import ComponentWriter, Retriever
-from .analysis import Analyzer
+from ..base import ComponentWriter, Retriever
+from .analysis import Analyzer, first_terms, index_text  # noqa: F401  (re-exported)
 
 
 class BM25Writer(ComponentWriter, Protocol):
@@ -67,14 +66,3 @@ def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: fl
         raise IndexFormatError(f"the BM25 index {path} holds {searcher.num_docs} documents, the docstore "
                                f"{n_docs}; the index is damaged: rebuild it with `ldr index`")
     return searcher
-
-
-def first_terms(tokens: list[str]) -> list[str]:
-    """A query's BM25 terms, bounded (see ldr/search/query.py)."""
-    from ...search.query import MAX_QUERY_TERMS
-    return tokens[:MAX_QUERY_TERMS]
-
-
-def index_text(doc: Doc) -> str:
-    """What BM25 sees of a document: title and body."""
-    return f"{doc.title}\n{doc.text}" if doc.title else doc.text

@@ -60,11 +60,29 @@ class Pipeline:
 
 
 class BatchedWriter:
-    def __init__(self, docs_per_batch: int = 32, chars_per_batch: int = 4 << 20, pipeline: Pipeline | None = None):
+    """`encoder`: the encoder, or a zero-argument loader called when the first batch needs it (a
+    writer that sees no document loads no model)."""
+
+    def __init__(self, docs_per_batch: int = 32, chars_per_batch: int = 4 << 20, pipeline: Pipeline | None = None,
+                 encoder=None):
+        if encoder is not None and callable(encoder) and not hasattr(encoder, "prepare_documents"):
+            self._encoder, self._load = None, encoder
+        else:
+            self._encoder, self._load = encoder, None
         self._pending: list[tuple[int, str, int]] = []
         self._per_batch, self._chars, self._max_chars = docs_per_batch, 0, chars_per_batch
         self._pipe = pipeline
         self.tokens = 0     # model input tokens prepared so far (progress: tokens per second)
+
+    @property
+    def encoder(self):
+        if self._encoder is None and self._load is not None:
+            self._encoder = self._load()
+        return self._encoder
+
+    @property
+    def loaded(self) -> bool:
+        return self._encoder is not None
 
     def add(self, docno: int, doc: Doc) -> None:
         # the body starts after "title\n": spans into the encoded text shift by that much

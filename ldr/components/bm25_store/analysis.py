@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from ...corpus import Doc
 from ...errors import ConfigError
 
 # ISO code → Snowball stemmer / stop-word list names used by tantivy.
@@ -70,3 +71,17 @@ def cjk_pretokenize(text: str) -> str:
         else:
             out.append(tok.lower())
     return " ".join(out)
+
+
+# under Lucene's 1,024-clause limit, so every backend answers alike (ldr/search/query.py)
+MAX_QUERY_TERMS = 1_000
+
+
+def first_terms(tokens: list[str]) -> list[str]:
+    """A query's BM25 terms, bounded (see ldr/search/query.py)."""
+    return tokens[:MAX_QUERY_TERMS]
+
+
+def index_text(doc: Doc) -> str:
+    """What BM25 sees of a document: title and body."""
+    return f"{doc.title}\n{doc.text}" if doc.title else doc.text

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, IndexFormatError
-from .batched import BatchedWriter
+from ..encode.pipeline import BatchedWriter
 
 log = logging.getLogger(__name__)
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
@@ -64,13 +64,13 @@ class DenseWriter(BatchedWriter):
     """Encodes documents in batches as they stream past, appending vectors to disk."""
 
     def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32,
-                 allow_small: bool = False, pipeline=None):
-        super().__init__(docs_per_batch, pipeline=pipeline)
+                 allow_small: bool = False, pipeline=None, dim: int | None = None):
+        super().__init__(docs_per_batch, pipeline=pipeline, encoder=encoder)
         self.allow_small = allow_small
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.encoder = encoder
         self.fs = faiss_settings or FaissSettings()
+        self._dim = dim          # the index's dimension, if known: no model is loaded for an empty part
         self._raw = open(self.path / "vectors.f32", "wb")
         self._owners: list[np.ndarray] = []
         self._spans: list[np.ndarray] = []
@@ -98,14 +98,14 @@ class DenseWriter(BatchedWriter):
     def close(self) -> dict:
         self._finish()
         self._raw.close()
-        d = self.encoder.dim
+        d = self.encoder.dim if self.loaded or not self._dim else self._dim
         vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d))
         owner = np.concatenate(self._owners) if self._owners else np.zeros(0, dtype=np.int64)
         spans = np.concatenate(self._spans) if self._spans else np.zeros((0, 2), dtype=np.int64)
         entry = save_dense(self.path, np.asarray(vectors), owner, self.fs, self.allow_small, spans)
         del vectors
         (self.path / "vectors.f32").unlink()
-        return dict(entry, dim=int(d), model=self.encoder.describe())
+        return dict(entry, dim=int(d), **({"model": self.encoder.describe()} if self.loaded else {}))
 
 
 def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSettings, allow_small: bool = False,

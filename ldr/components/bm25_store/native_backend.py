@@ -13,8 +13,8 @@ import numpy as np
 
 from ...corpus import Doc
 from .analysis import Analyzer, cjk_pretokenize
-from ..topk import top_k_dense
-from .base import first_terms
+from ...index.topk import top_k_dense
+from .analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
 
@@ -51,7 +51,7 @@ class NativeWriter:
         self._lengths.append(n_tokens)
 
     def close(self) -> None:
-        from ..sparse import save_inverted
+        from ..sparse_store import save_inverted
 
         self._docs.close()
         self._tfs.close()
@@ -119,6 +119,10 @@ class NativeSearcher:
 
     def encode(self, query: str) -> str:
         return query
+
+    def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
+        """The passage rescorer's BM25 feature: the first stage's score (0 where it did not return one)."""
+        return np.array([first_stage.get(d, 0.0) for d in docnos], dtype=np.float64)
 
     def search_rep(self, query: str, k: int, allow: np.ndarray | None = None) -> list[tuple[int, float]]:
         scores = self.scores(query)

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import IndexFormatError
-from .batched import BatchedWriter
-from .topk import top_k_dense
+from ..encode.pipeline import BatchedWriter
+from ..index.topk import top_k_dense
 
 FILES = ("doc_indptr", "doc_terms", "doc_weights", "term_indptr", "term_docs", "term_weights")
 
@@ -31,15 +31,24 @@ def save_inverted(path: Path, terms: np.ndarray, values: np.ndarray, counts: lis
     return indptr
 
 
+def gather_rows(indptr, cols, vals, rows_kept):
+    """The postings of the kept rows of a CSR layout, in order, and their counts (merges)."""
+    counts = (indptr[1:] - indptr[:-1])[rows_kept]
+    if not len(rows_kept):
+        return cols[:0], vals[:0], counts
+    idx = np.concatenate([np.arange(indptr[r], indptr[r + 1]) for r in rows_kept])
+    return cols[idx], vals[idx], counts
+
+
 class SparseWriter(BatchedWriter):
-    def __init__(self, path: Path, encoder, docs_per_batch: int = 32, pipeline=None):
-        super().__init__(docs_per_batch, pipeline=pipeline)
+    def __init__(self, path: Path, encoder, docs_per_batch: int = 32, pipeline=None, vocab_size: int | None = None):
+        super().__init__(docs_per_batch, pipeline=pipeline, encoder=encoder)
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.encoder = encoder
         self._terms = open(self.path / "terms.i32", "wb")
         self._weights = open(self.path / "weights.f32", "wb")
         self._lengths: list[int] = []
+        self._vocab = vocab_size     # known for an existing index: no model is loaded for an empty part
 
     def _prepare_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]):
         job = self.encoder.prepare_documents(texts)
@@ -63,7 +72,8 @@ class SparseWriter(BatchedWriter):
         self._weights.close()
         terms = np.fromfile(self.path / "terms.i32", dtype=np.int32)
         weights = np.fromfile(self.path / "weights.f32", dtype=np.float32)
-        n_docs, vocab = len(self._lengths), self.encoder.vocab_size
+        n_docs = len(self._lengths)
+        vocab = self.encoder.vocab_size if self.loaded or not self._vocab else self._vocab
         indptr = save_inverted(self.path, terms, weights, self._lengths, vocab, "weights")
         np.save(self.path / "doc_indptr.npy", indptr)
         np.save(self.path / "doc_terms.npy", terms)
@@ -71,7 +81,8 @@ class SparseWriter(BatchedWriter):
         (self.path / "terms.i32").unlink()
         (self.path / "weights.f32").unlink()
         return {"path": self.path.name, "documents": n_docs, "vocab_size": vocab, "postings": int(len(terms)),
-                "avg_terms_per_doc": round(len(terms) / max(n_docs, 1), 1), "model": self.encoder.describe()}
+                "avg_terms_per_doc": round(len(terms) / max(n_docs, 1), 1),
+                **({"model": self.encoder.describe()} if self.loaded else {})}
 
 
 def structure_problems(a: dict, n_docs: int | None, full: bool = False) -> list[str]:

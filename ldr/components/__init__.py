@@ -1,0 +1,116 @@
+"""Retriever kinds as codecs: one module per kind, one registry.
+
+    bm25     lexical (tantivy | Lucene: an index store; native: a part per segment)   bm25.py
+    dense    passage vectors in FAISS, MaxP to documents                              dense.py
+    sparse   learned term weights, inverted postings                                  sparse.py
+
+Everything outside this package loops over `kinds(...)`; adding a kind is one module with a
+Component subclass and `register(MyKind())` (see base.py for the protocol).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict
+
+from ..errors import ConfigError
+from .base import Component
+
+_REGISTRY: dict[str, Component] = {}
+
+
+def register(component: Component) -> Component:
+    """Add a kind (kept in registration order: the order of fusion, runs and `ldr info`)."""
+    if not component.name or not component.name.isidentifier() or component.name in ("hybrid", "fused", "rerank"):
+        raise ConfigError(f"a component needs a plain name, not {component.name!r}")
+    _REGISTRY[component.name] = component
+    return component
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered kind, in order."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Component:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown component {name!r}; known: {', '.join(_REGISTRY)}") from None
+
+
+def known(name: str) -> bool:
+    return name in _REGISTRY
+
+
+def kinds(components: dict) -> list[tuple[str, Component]]:
+    """(name, Component) of the kinds an index has (its manifest's `components`), in registry order."""
+    return [(n, c) for n, c in _REGISTRY.items() if n in components]
+
+
+def in_order(components) -> list[str]:
+    """The names among `components` (any container of names), in registry order."""
+    return [n for n in _REGISTRY if n in components]
+
+
+class EncoderCache:
+    """Loaded encoders keyed by (kind, settings): a writer and the readers of one process share a
+    model instead of loading it twice. Loading happens once, under a per-key lock."""
+
+    def __init__(self):
+        self._items: dict = {}
+        self._locks: dict = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(kind: str, settings) -> tuple[str, str]:
+        d = asdict(settings) if hasattr(settings, "__dataclass_fields__") else settings
+        return kind, json.dumps(d, sort_keys=True, default=str)
+
+    def get(self, kind: str, settings):
+        k = self.key(kind, settings)
+        with self._lock:
+            if k in self._items:
+                return self._items[k]
+            lock = self._locks.setdefault(k, threading.Lock())
+        with lock:
+            if k not in self._items:
+                enc = get(kind).load_encoder(settings)
+                with self._lock:
+                    self._items[k] = enc
+        return self._items[k]
+
+    def loaded(self) -> list[tuple[str, str]]:
+        return list(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+ENCODERS = EncoderCache()
+
+
+def lazy_encoder(kind: str, settings, cache: EncoderCache | None = None):
+    """A callable that loads the encoder on first call (None when the kind has no model): a
+    writer that never sees a document loads nothing."""
+    if settings is None:
+        return None
+    cache = cache or ENCODERS
+    return lambda: cache.get(kind, settings)
+
+
+def _register_builtins() -> None:
+    from .bm25 import BM25
+    from .dense import Dense
+    from .sparse import Sparse
+
+    for c in (BM25(), Dense(), Sparse()):
+        register(c)
+
+
+_register_builtins()

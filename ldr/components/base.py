@@ -1,0 +1,156 @@
+"""The component protocol: everything one retriever kind does over its whole life (a "codec").
+
+The index writer, segments, snapshot, `ldr check`, the Ray build, the search pipeline and
+`ldr info` iterate over the registry (ldr/components/__init__.py) and call these methods; none of
+them knows a kind by name. A kind keeps its data in up to two places:
+
+- a **segment part**: files in each segment folder (`segments/seg-N/<part>/`), written as the
+  segment's documents stream past (`part_writer`), copied without deleted rows on merge
+  (`merge_parts`), verified by `check_part`;
+- an **index store**: one index of its own for the whole index (tantivy, Lucene), in
+  `<store_dir>/gen-N/`, fed by uid, with its own deletes (`store_writer`, `check_store`).
+
+Manifest: `components[kind]` is the kind's index-level entry (`configure` makes it; a part
+writer's `about` is merged into it), `segments[i][kind]` its segment part entry.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from ..corpus import Doc
+
+
+@runtime_checkable
+class ComponentWriter(Protocol):
+    """A segment part writer: documents stream in by row, in order."""
+
+    def add(self, docno: int, doc: Doc) -> None: ...
+    def close(self) -> Any: ...          # finishes the files
+    def abort(self) -> None: ...         # stops background work so the build folder can be removed
+
+
+@runtime_checkable
+class DocumentEncoder(Protocol):
+    """What the encoder-backed part writers need of an encoder: tokenising a batch (on the
+    feeding thread) is split from running the model (on the build pipeline's worker)."""
+
+    def prepare_documents(self, texts: list[str], **kwargs) -> Any: ...
+    def finish_documents(self, job: Any, progress=None) -> Any: ...
+    def describe(self) -> dict: ...
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A first-stage retriever: the query is encoded once, then searched (the pipeline shares reps)."""
+
+    def encode(self, query: str) -> Any: ...
+    def search_rep(self, rep: Any, k: int) -> list[tuple[int, float]]: ...   # (docno, score), best first
+    def search(self, query: str, k: int) -> list[tuple[int, float]]: ...
+
+
+class Part:
+    """What a part writer returns from close(): its segment entry and what it tells the index."""
+
+    def __init__(self, entry: dict | None, about: dict | None = None):
+        self.entry, self.about = entry, about or {}
+
+
+class Component:
+    """Base class of a retriever kind. Subclasses set `name` and override what they store."""
+
+    name: str = ""
+    store_dir: str | None = None       # top-level folder of the index store's generations
+    # document vectors the passage rescorer (--rerank passage) rescores candidates with; every
+    # retriever may give it a feature (`exact_scores`), but it needs one kind with this set
+    passage_features: bool = False
+
+    # -- configuration (BuildConfig → manifest) ---------------------------------------------
+    def configure(self, config) -> tuple[dict, Any] | None:
+        """(index-level manifest entry, encoder settings or None) when `config` (a BuildConfig)
+        asks for this kind; None when it does not. Kinds outside the three built-ins are asked
+        for with `BuildConfig(components={name: settings})`."""
+        wanted = (getattr(config, "components", None) or {}).get(self.name)
+        if wanted is None:
+            return None
+        return self.entry(wanted), wanted
+
+    def entry(self, settings) -> dict:
+        return {"settings": asdict(settings) if hasattr(settings, "__dataclass_fields__") else dict(settings)}
+
+    manifest_keys: dict = {}           # required keys of components[kind] and their types
+
+    def from_legacy(self, comp: dict, seg: dict) -> None:
+        """Format 2 manifests (one segment at the top level): move per-segment keys into `seg`."""
+
+    # -- encoders ---------------------------------------------------------------------------
+    def encoder_settings(self, comp: dict, trust_remote_code: bool, device: str | None, where: str):
+        """The encoder settings the kind was built with (None: no model)."""
+        return None
+
+    def load_encoder(self, settings):
+        raise NotImplementedError
+
+    def settings_from_dict(self, d: dict | None):
+        """Encoder settings sent to a Ray worker as a dict, back into their type."""
+        return d
+
+    # -- writing ----------------------------------------------------------------------------
+    def uses_store(self, comp: dict) -> bool:
+        """Whether this index keeps the kind in an index store (one index for all segments)."""
+        return False
+
+    def store_writer(self, work: Path, comp: dict, threads: int, append: bool):
+        """A writer of the index store in `work`: add(uid, doc), delete(uids), close(), abort()."""
+        raise NotImplementedError
+
+    def part_writer(self, folder: Path, comp: dict, encoder: Callable[[], Any] | None, pipeline,
+                    allow_small: bool):
+        """A writer of this kind's part of a segment (`folder`: the segment folder), or None when
+        the kind stores nothing per segment. `encoder()` loads the model on first use."""
+        return None
+
+    def merge_parts(self, root: Path, sources: list[tuple[dict, Any]], row_maps: list, out: Path,
+                    comp: dict) -> dict | None:
+        """Copy the live rows of `sources` [(segment entry, deleted mask)] into segment folder
+        `out`; `row_maps[i][old row]` is the new row (-1: dropped). Returns the part entry."""
+        return None
+
+    # -- reading ----------------------------------------------------------------------------
+    def open(self, root: Path, comp: dict, segments, encoder: Callable[[], Any] | None):
+        """The kind's retriever over every segment of a snapshot (ldr/index/snapshot.Segments)."""
+        raise NotImplementedError
+
+    # -- verification and description ---------------------------------------------------------
+    def check_part(self, seg: Path, comp: dict, entry: dict) -> list[str]:
+        """Full verification of one segment's part (`ldr check`); problems, empty when sound."""
+        return []
+
+    def check_store(self, root: Path, comp: dict, manifest: dict, segments) -> list[str]:
+        """Full verification of the index store against the generation's `segments` (Segments)."""
+        return []
+
+    def describe(self, comp: dict, segments: list[dict]) -> dict:
+        """The component's entry for `ldr info`, with totals over the segments."""
+        return dict(comp)
+
+    def summary(self, comp: dict) -> list[str]:
+        """Lines for `ldr info`."""
+        return [", ".join(f"{k}={v}" for k, v in comp.items() if not isinstance(v, (dict, list)))]
+
+
+def backend_label(model: dict) -> str:
+    """The engine an encoder runs on, as `ldr info` shows it."""
+    b = model.get("backend") or {"name": model.get("settings", {}).get("backend", "torch")}
+    q = b.get("int8")
+    return b["name"] + (f" ({q['isa']}, per-channel={q['per_channel']}, reduce-range={q['reduce_range']})" if q else "")
+
+
+def model_lines(comp: dict, line: str) -> list[str]:
+    """An encoder-backed kind's `ldr info` lines: its own, then where the model is loaded from (a
+    manifest names it, the user decides whether to trust it)."""
+    m = comp["model"]
+    st = m.get("settings", {})
+    return [line, f"model path {m.get('path') or st.get('model')}"
+            + ("  [needs --trust-remote-code: the model ships its own code]" if st.get("trust_remote_code") else "")]

@@ -1,0 +1,223 @@
+"""The dense kind: passage (or document) vectors per segment in FAISS with a vector → row map;
+a document scores by its best passage (MaxP). The encoder is any sentence-transformers model
+with ldr's long-document strategies (ldr/encode/dense.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..index.paths import inside
+from ..index.topk import top_k
+from .base import Component, Part, backend_label, model_lines
+from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, save_dense
+
+
+class MultiDense:
+    """Dense retrieval over every segment's FAISS index; a document scores by its best passage."""
+
+    def __init__(self, parts: list, segments: Segments, encoder=None):
+        """`parts`: one DenseSearcher per segment (None where a segment has no vectors)."""
+        self.parts, self.segments, self.encoder = parts, segments, encoder
+
+    @property
+    def dim(self):
+        return next((p.index.d for p in self.parts if p is not None), None)
+
+    def encode(self, query: str) -> np.ndarray:
+        return self.encoder.encode_queries([query])[0]
+
+    def encode_many(self, queries: list[str]) -> list[np.ndarray]:
+        return list(self.encoder.encode_queries(queries)) if queries else []
+
+    def _segment_top(self, i: int, q: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
+        part, offset = self.parts[i], self.segments.offsets[i]
+        n = part.index.ntotal if part is not None else 0
+        if n == 0:
+            return []
+        live = (self.segments.live if allow is None else allow)[offset:offset + self.segments.entries[i]["docs"]]
+        if not live.any():
+            return []
+        want = min(k, int(live.sum()))
+        depth = min(n, max(k, 1) * (4 if part.multi or not live.all() else 1))
+        while True:
+            scores, rows = part.index.search(q[None].astype(np.float32), depth)
+            valid = rows[0] >= 0
+            docs, sc = part.owner[rows[0][valid]], scores[0][valid]
+            keep = live[docs]
+            docs, sc = docs[keep], sc[keep]
+            # rows come best first, so a document's first row is its best passage
+            uniq, first = np.unique(docs, return_index=True)
+            if len(uniq) >= want or depth >= n:
+                break
+            depth = min(n, depth * 4)
+        return [(int(d) + offset, float(sc[f])) for d, f in zip(uniq, first)]
+
+    def search_vectors(self, qvecs: np.ndarray, k: int, allow=None) -> list[list[tuple[int, float]]]:
+        out = []
+        for q in qvecs:
+            cand = [h for i in range(len(self.parts)) for h in self._segment_top(i, q, k, allow)]
+            if not cand:
+                out.append([])
+                continue
+            docs = np.array([d for d, _ in cand], dtype=np.int64)
+            vals = np.array([s for _, s in cand], dtype=np.float64)
+            out.append(top_k(docs, vals, k))
+        return out
+
+    def search_rep(self, qvec: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
+        return self.search_vectors(qvec[None], k, allow)[0]
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search_rep(self.encode(query), k)
+
+    def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
+        """The passage rescorer's dense feature: each document's best-passage cosine, exact."""
+        return self.best_passage(rep, docnos)
+
+    def passage_scores(self, qvec: np.ndarray, docno: int):
+        """(cosine of each of the document's vectors to the query, their character spans or None)."""
+        s, r = self.segments.locate(docno)
+        if self.parts[s] is None:
+            return np.zeros(0), None
+        return self.parts[s].passage_scores(qvec, r)
+
+    def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
+        out = np.full(len(docnos), -1.0)
+        by_seg: dict[int, list[int]] = {}
+        for j, d in enumerate(docnos):
+            by_seg.setdefault(self.segments.locate(d)[0], []).append(j)
+        for s, js in by_seg.items():
+            if self.parts[s] is None:
+                continue
+            local = [docnos[j] - self.segments.offsets[s] for j in js]
+            out[js] = self.parts[s].best_passage(qvec, local)
+        return out
+
+
+
+class Dense(Component):
+    name = "dense"
+    passage_features = True
+    manifest_keys = {"faiss": dict, "model": dict, "dim": int}
+
+    def configure(self, config):
+        if config.dense is None:
+            return None
+        return {"faiss": config.faiss.to_dict()}, config.dense
+
+    def from_legacy(self, comp: dict, seg: dict) -> None:
+        seg["dense"] = {"path": comp.pop("path"), "vectors": comp.pop("vectors"),
+                        "multi_vector": comp.pop("multi_vector", False), "faiss": comp["faiss"]}
+
+    # -- encoder ----------------------------------------------------------------------------
+    def encoder_settings(self, comp, trust_remote_code, device, where):
+        from ..encode.dense import DenseSettings
+        from ..encode.models import model_settings
+
+        return model_settings(comp, DenseSettings, trust_remote_code, device, f"{where} (dense)")
+
+    def load_encoder(self, settings):
+        from ..encode.dense import load_dense
+
+        return load_dense(settings)
+
+    def settings_from_dict(self, d):
+        from ..encode.dense import DenseSettings
+
+        return DenseSettings(**d) if d is not None else None
+
+    # -- writing ----------------------------------------------------------------------------
+    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
+        return _DensePart(DenseWriter(Path(folder) / "dense", encoder, FaissSettings(**comp["faiss"]),
+                                      allow_small=allow_small, pipeline=pipeline, dim=comp.get("dim")))
+
+    def merge_parts(self, root, sources, row_maps, out, comp):
+        vecs, owners, spans = [], [], []
+        for (entry, _), rows in zip(sources, row_maps):
+            p = inside(root, f"{entry['path']}/dense", "segment")
+            import faiss
+
+            index = faiss.read_index(str(p / "faiss.index"))
+            owner = np.load(p / "owner.npy", allow_pickle=False)
+            keep = rows[owner] >= 0
+            vecs.append(np.asarray(load_vectors(p, index))[keep])
+            owners.append(rows[owner][keep])
+            # segments written before spans were kept: -1 marks "unknown" for their vectors
+            sp = np.load(p / "spans.npy", allow_pickle=False) if (p / "spans.npy").is_file() \
+                else np.full((len(owner), 2), -1, np.int64)
+            spans.append(sp[keep])
+        out = Path(out) / "dense"
+        out.mkdir()
+        dim = vecs[0].shape[1] if vecs else 0
+        vectors = np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32)
+        owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
+        spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
+        return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, FaissSettings(**comp["faiss"]),
+                          allow_small=True, spans=spans)
+
+    # -- reading ----------------------------------------------------------------------------
+    def open(self, root, comp, segments, encoder):
+        parts = []
+        for e in segments.entries:
+            d = e.get("dense")
+            sub = {**comp, **d, "faiss": {**comp["faiss"], **d.get("faiss", {})}} if d else None
+            parts.append(DenseSearcher(inside(root, f"{e['path']}/{d['path']}", "segment"), sub, None, e["docs"])
+                         if d else None)   # index files first: cheap checks before a model loads
+        return MultiDense(parts, segments, encoder())
+
+    # -- verification and description ---------------------------------------------------------
+    def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
+        if "dense" not in e:
+            return ["has no dense vectors"]
+        sub = {**comp, **e["dense"], "faiss": {**comp["faiss"], **e["dense"].get("faiss", {})}}
+        s = DenseSearcher(inside(seg, e["dense"]["path"]), sub, None, e["docs"])
+        out = []
+        if s.index.ntotal and sub["faiss"]["index"] == "flat":
+            for start in range(0, s.index.ntotal, 65536):
+                v = s.index.reconstruct_n(start, min(65536, s.index.ntotal - start))
+                if not np.isfinite(v).all():
+                    out.append(f"dense vectors {start}+ hold non-finite values")
+                    break
+                norms = np.linalg.norm(v, axis=1)
+                if np.abs(norms - 1).max() > 1e-3:
+                    out.append(f"dense vectors {start}+ are not unit length (max deviation {np.abs(norms - 1).max():.3g})")
+                    break
+        missing = e["docs"] - len(np.unique(s.owner))
+        if missing:
+            out.append(f"{missing} documents have no dense vector")
+        return out
+
+    def describe(self, comp: dict, segments: list[dict]) -> dict:
+        # totals over the segments (deleted rows included until a merge)
+        return dict(comp, vectors=sum(s.get("dense", {}).get("vectors", 0) for s in segments))
+
+    def summary(self, comp: dict) -> list[str]:
+        m = comp["model"]
+        st = m.get("settings", {})
+        ext = m.get("extension") or {}
+        return model_lines(comp, f"{m.get('name')} ({m.get('architecture')}, {m.get('positions')} positions, "
+                           f"trained {m.get('trained_length')} tokens), strategy={st.get('strategy')}"
+                           + (f" to {ext.get('target_length')}" if ext else "")
+                           + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}, "
+                           f"backend={backend_label(m)}")
+
+
+class _DensePart:
+    def __init__(self, writer: DenseWriter):
+        self.writer = writer
+
+    @property
+    def tokens(self) -> int:
+        return self.writer.tokens
+
+    def add(self, row, doc):
+        self.writer.add(row, doc)
+
+    def close(self) -> Part:
+        info = self.writer.close()
+        about = {k: info[k] for k in ("dim", "model") if k in info}
+        return Part({k: info[k] for k in ("path", "vectors", "multi_vector", "faiss")}, about)
+
+    def abort(self):
+        self.writer.abort()

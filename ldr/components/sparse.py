@@ -1,0 +1,169 @@
+"""The learned-sparse kind: term weights from a SPLADE-style masked-LM per segment, as CSR
+(document → terms) and CSC (term → postings) .npy arrays. A term weight needs no corpus
+statistics, so segments score independently."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..index.paths import inside
+from ..index.topk import top_k_dense
+from .base import Component, Part, backend_label, model_lines
+from .sparse_store import FILES, SparseIndex, SparseWriter, gather_rows, save_inverted, structure_problems
+
+
+class MultiSparseIndex:
+    """Learned-sparse scores over every segment (a term weight needs no corpus statistics)."""
+
+    def __init__(self, parts: list, segments: Segments):
+        self.parts, self.segments = parts, segments
+
+    def score(self, q_terms, q_weights) -> np.ndarray:
+        out = np.zeros(self.segments.rows, dtype=np.float32)
+        for part, offset, e in zip(self.parts, self.segments.offsets, self.segments.entries):
+            if part is not None:
+                out[offset:offset + e["docs"]] = part.score(q_terms, q_weights)
+        out[self.segments.deleted] = 0
+        return out
+
+    def top_k(self, q_terms, q_weights, k: int, allow=None) -> list[tuple[int, float]]:
+        scores = self.score(q_terms, q_weights)
+        if allow is not None:
+            scores[~allow] = 0
+        return top_k_dense(scores, k)
+
+    def doc_score(self, docno: int, q_terms, q_weights) -> float:
+        s, r = self.segments.locate(docno)
+        return self.parts[s].doc_score(r, q_terms, q_weights) if self.parts[s] is not None else 0.0
+
+    def doc_vector(self, docno: int):
+        s, r = self.segments.locate(docno)
+        return self.parts[s].doc_vector(r)
+
+
+class MultiSparse:
+    def __init__(self, index: MultiSparseIndex, encoder=None):
+        self.index, self.encoder = index, encoder
+
+    def encode(self, query: str):
+        return self.encode_many([query])[0]
+
+    def encode_many(self, queries: list[str]) -> list:
+        if not queries:
+            return []
+        return self.encoder.query_terms(queries)
+
+    def search_rep(self, rep, k: int, allow=None) -> list[tuple[int, float]]:
+        return self.index.top_k(rep[0], rep[1], k, allow)
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search_rep(self.encode(query), k)
+
+    def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
+        """The passage rescorer's sparse feature: Σ w_q·w_d over each document's full vector."""
+        qt, qw = rep
+        return np.array([self.index.doc_score(d, qt, qw) for d in docnos], dtype=np.float64)
+
+
+class Sparse(Component):
+    name = "sparse"
+    passage_features = True
+    manifest_keys = {"model": dict, "vocab_size": int}
+
+    def configure(self, config):
+        if config.sparse is None:
+            return None
+        return {}, config.sparse
+
+    def from_legacy(self, comp: dict, seg: dict) -> None:
+        seg["sparse"] = {"path": comp.pop("path"), "postings": comp.pop("postings", 0)}
+        comp.setdefault("vocab_size", 0)
+
+    # -- encoder ----------------------------------------------------------------------------
+    def encoder_settings(self, comp, trust_remote_code, device, where):
+        from ..encode.models import model_settings
+        from ..encode.sparse import SparseSettings
+
+        return model_settings(comp, SparseSettings, trust_remote_code, device, f"{where} (sparse)")
+
+    def load_encoder(self, settings):
+        from ..encode.sparse import load_sparse
+
+        return load_sparse(settings)
+
+    def settings_from_dict(self, d):
+        from ..encode.sparse import SparseSettings
+
+        return SparseSettings(**d) if d is not None else None
+
+    # -- writing ----------------------------------------------------------------------------
+    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
+        return _SparsePart(SparseWriter(Path(folder) / "sparse", encoder, pipeline=pipeline,
+                                        vocab_size=comp.get("vocab_size")))
+
+    def merge_parts(self, root, sources, row_maps, out, comp):
+        terms, weights, counts = [], [], []
+        for (entry, _), rows in zip(sources, row_maps):
+            p = inside(root, f"{entry['path']}/sparse", "segment")
+            a = {f: np.load(p / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
+            kept = np.flatnonzero(rows >= 0)
+            t, w, c = gather_rows(np.asarray(a["doc_indptr"]), np.asarray(a["doc_terms"]),
+                                  np.asarray(a["doc_weights"]), kept)
+            terms.append(t), weights.append(w), counts.append(c)
+        out = Path(out) / "sparse"
+        out.mkdir()
+        terms = np.concatenate(terms).astype(np.int32)
+        weights = np.concatenate(weights).astype(np.float32)
+        counts = np.concatenate(counts)
+        indptr = save_inverted(out, terms, weights, counts.tolist(), comp["vocab_size"], "weights")
+        np.save(out / "doc_indptr.npy", indptr)
+        np.save(out / "doc_terms.npy", terms)
+        np.save(out / "doc_weights.npy", weights)
+        return {"path": "sparse", "postings": int(len(terms))}
+
+    # -- reading ----------------------------------------------------------------------------
+    def open(self, root, comp, segments, encoder):
+        parts = [SparseIndex(inside(root, f"{e['path']}/{e['sparse']['path']}", "segment"), e["docs"])
+                 if e.get("sparse") else None for e in segments.entries]
+        return MultiSparse(MultiSparseIndex(parts, segments), encoder())
+
+    # -- verification and description ---------------------------------------------------------
+    def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
+        if "sparse" not in e:
+            return ["has no sparse postings"]
+        p = inside(seg, e["sparse"]["path"])
+        arrays = {f: np.load(p / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
+        out = structure_problems(arrays, e["docs"], full=True)
+        if not out and comp.get("vocab_size") and len(arrays["term_indptr"]) - 1 != comp["vocab_size"]:
+            out.append("the sparse vocabulary size differs from the manifest's")
+        return out
+
+    def describe(self, comp: dict, segments: list[dict]) -> dict:
+        return dict(comp, postings=sum(s.get("sparse", {}).get("postings", 0) for s in segments))
+
+    def summary(self, comp: dict) -> list[str]:
+        m = comp["model"]
+        st = m.get("settings", {})
+        return model_lines(comp, f"{m.get('name')} ({m.get('architecture')}, {st.get('kind')}), "
+                           f"{comp.get('postings')} postings, backend={backend_label(m)}")
+
+
+class _SparsePart:
+    def __init__(self, writer: SparseWriter):
+        self.writer = writer
+
+    @property
+    def tokens(self) -> int:
+        return self.writer.tokens
+
+    def add(self, row, doc):
+        self.writer.add(row, doc)
+
+    def close(self) -> Part:
+        info = self.writer.close()
+        about = {k: info[k] for k in ("vocab_size", "model") if k in info}
+        return Part({k: info[k] for k in ("path", "postings")}, about)
+
+    def abort(self):
+        self.writer.abort()

@@ -1,0 +1,106 @@
+"""Index stores: the components that keep one index of their own for the whole index (tantivy,
+Lucene) rather than a part per segment.
+
+Their files are write-once, so each generation gets its own folder `<store_dir>/gen-NNNNNN/`
+made of hard links to the previous generation's files plus what the backend wrote for this
+change: a reader pinned to an old generation keeps an exact view. A write works in
+`<store_dir>/work-*` (listed by no manifest: a killed writer's is removed by the next one).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from .. import components as registry
+from .paths import inside
+
+log = logging.getLogger(__name__)
+# lock files the backends leave in their folder: never linked into the next generation
+BACKEND_LOCKS = {".tantivy-writer.lock", ".tantivy-meta.lock", "write.lock"}
+
+
+def store_dirs() -> list[str]:
+    """Top-level folders of every registered kind's index store."""
+    return [k.store_dir for k in map(registry.get, registry.names()) if k.store_dir]
+
+
+class Stores:
+    """The index stores one write feeds: documents by uid, deletions by uid; `publish` names the
+    new generation's folders in `components` (the manifest entries, changed in place)."""
+
+    def __init__(self, root: Path, components: dict, threads: int, append: bool):
+        """`append`: start from the files of the generation `components` describes (add, delete);
+        otherwise from nothing (a rebuild)."""
+        self.root, self.components, self.threads, self.append = Path(root), components, threads, append
+        self.kinds = [(n, k) for n, k in registry.kinds(components) if k.uses_store(components[n])]
+        self.works: dict[str, Path] = {}
+        self.writers: dict = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.kinds)
+
+    @property
+    def folders(self) -> list[Path]:
+        return list(self.works.values())
+
+    def prepare(self) -> None:
+        """Make the work folders: hard links to the previous generation's files."""
+        for name, kind in self.kinds:
+            work = self.root / kind.store_dir / f"work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            work.mkdir(parents=True)
+            self.works[name] = work
+            previous = self.components[name].get("path") if self.append else None
+            if previous:
+                for f in inside(self.root, previous, f"components.{name}.path").iterdir():
+                    if f.is_file() and f.name not in BACKEND_LOCKS:
+                        os.link(f, work / f.name)
+
+    def open(self) -> "Stores":
+        if not self.works:
+            self.prepare()
+        for name, kind in self.kinds:
+            self.writers[name] = kind.store_writer(self.works[name], self.components[name], self.threads,
+                                                   append=self.append and bool(self.components[name].get("path")))
+        return self
+
+    def add(self, uid: int, doc) -> None:
+        for w in self.writers.values():
+            w.add(uid, doc)
+
+    def delete(self, uids: list[int]) -> None:
+        for w in self.writers.values():
+            w.delete(uids)
+
+    def close(self) -> None:
+        for name, w in list(self.writers.items()):
+            log.info("committing the %s index store (%s)", name, self.components[name].get("backend", ""))
+            w.close()
+        self.writers.clear()
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            try:
+                w.abort()
+            except Exception as e:  # cleanup: keep the original error
+                log.debug("abort failed: %s", e)
+        self.writers.clear()
+
+    def publish(self, gen: int) -> None:
+        """Move each work folder to `<store_dir>/gen-NNNNNN` and record it in the manifest entry."""
+        for name, kind in self.kinds:
+            rel = f"{kind.store_dir}/gen-{gen:06d}"
+            final = self.root / rel
+            if final.exists():   # left by a writer that died before committing generation `gen`
+                shutil.rmtree(final)
+            work = self.works[name]
+            for lock in BACKEND_LOCKS:
+                (work / lock).unlink(missing_ok=True)
+            os.rename(work, final)
+            self.components[name]["path"] = rel
+
+    def paths(self) -> list[str]:
+        """The published folders (relative), for the commit's file list."""
+        return [self.components[n]["path"] for n, _ in self.kinds if self.components[n].get("path")]
