@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -18,11 +17,12 @@ from typing import Iterable
 from .corpus import Doc, IngestReport, iter_corpus
 from .errors import ConfigError, CorpusError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
-from .index.manifest import inside, read_manifest, verify_files
+from .index.manifest import read_manifest, verify_files
 from .index.ray_build import RayOptions
-from .search.hits import Hit, SearchResult
+from .search.hits import Hit, SearchResult  # noqa: F401  (ldr.api.Hit)
 from . import components as registry
-from .search.pipeline import SearchOptions, run_query, to_hits
+from .search.options import QueryOptions
+from .search.pipeline import run_query, to_hits
 from .search.query import prepare
 
 log = logging.getLogger(__name__)
@@ -302,36 +302,31 @@ class Index:
     def default_mode(self) -> str:
         return self.search_defaults()["mode"]
 
-    def search(self, query: str, k: int = 10, *, mode: str | None = None, fusion: str | None = None,
-               weights: dict[str, float] | None = None, rerank: bool | str | None = None,
-               rerank_model: str | None = None, depth: int | None = None, rerank_depth: int | None = None,
-               rrf_k: int | None = None, rerank_weight: float | None = None, rerank_windows: int | None = None,
-               filters: dict | None = None, passages: int = 0, with_text: bool = False,
-               with_meta: bool = True) -> SearchResult:
+    def search(self, query: str, k: int = 10, **options) -> SearchResult:
         """Top-k documents for `query`, best first; every hit carries each stage's score.
 
-        By default: every retriever of the index, fused, then the top candidates reranked, as
-        recorded in the manifest. `rerank=False` skips reranking; `rerank_model=` uses a
-        cross-encoder. `filters` ({"lang": "de", "path": "contracts/*"}, see ldr/search/filters.py)
-        restrict every retriever before fusion. `rerank_weight` (0–1): the reranker's share of the
-        final score, mixed with the first stage's (z-normalised over the reranked candidates).
-        `rerank_windows`: how many of each document's best passages a cross-encoder scores (fewer:
-        faster; default: the reranker's setting, 8).
-        `passages=N` gives each hit its N best passages (character offsets into its text); a hit's
-        full text is read only with `with_text=True`.
+        `options` are the fields of ldr.search.options.QueryOptions (one schema for the API, the
+        CLI, the server and the RAG adapters); None keeps the index's default:
+        mode, fusion, weights, rrf_k, depth: the first stage (every retriever of the index, fused,
+        as recorded in the manifest); `filters` ({"lang": "de", "path": "contracts/*"}, see
+        ldr/search/filters.py) restrict every retriever before fusion.
+        rerank (False skips it, "passage"), rerank_model (a cross-encoder), rerank_depth,
+        rerank_weight (0–1: the reranker's share of the final score, mixed with the first stage's,
+        z-normalised over the reranked candidates), rerank_windows (how many of each document's
+        best passages a cross-encoder scores).
+        passages=N gives each hit its N best passages (character offsets into its text); a hit's
+        full text is read only with with_text=True.
         """
-        return self._search(prepare(query), k, mode=mode, fusion=fusion, weights=weights, rerank=rerank,
-                            rerank_model=rerank_model, depth=depth, rerank_depth=rerank_depth, rrf_k=rrf_k,
-                            rerank_weight=rerank_weight, rerank_windows=rerank_windows, filters=filters,
-                            passages=passages, with_text=with_text, with_meta=with_meta)
+        return self._search(prepare(query), QueryOptions.of(k=k, **options))
 
     def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
         """Search many queries ({qid: text} or [(qid, text)]), yielding (qid, SearchResult or the
         QueryError that query raised) in order. Queries are encoded in batches: a run of 1,000
         queries takes a fraction of 1,000 `search` calls. `options` as for `search`."""
         items = list(queries.items()) if isinstance(queries, dict) else list(queries)
+        request = QueryOptions.of(k=k, **options)
         view = self._view
-        retrievers = [self.retriever(n, view) for n in self._names(view, options.get("mode"))]
+        retrievers = [self.retriever(n, view) for n in self._names(view, request.mode)]
         for i in range(0, len(items), batch_size):
             chunk, ready = items[i:i + batch_size], []
             for qid, text in chunk:
@@ -341,7 +336,7 @@ class Index:
                     ready.append((qid, None, e))
             texts = [t for _, t, e in ready if e is None]
             reps = [{} for _ in texts]
-            for n, r in zip(self._names(view, options.get("mode")), retrievers):
+            for n, r in zip(self._names(view, request.mode), retrievers):
                 if hasattr(r, "encode_many"):
                     for j, rep in enumerate(r.encode_many(texts)):
                         reps[j][n] = rep
@@ -351,7 +346,7 @@ class Index:
                     yield qid, err
                 else:
                     try:
-                        yield qid, self._search(text, k, view=view, reps=reps[j], **options)
+                        yield qid, self._search(text, request, view=view, reps=reps[j])
                     except QueryError as e:
                         yield qid, e
                     j += 1
@@ -380,52 +375,18 @@ class Index:
             terms = self._window_terms[sig]
         return PassageFinder(terms, weights, retrievers.get("dense") if maxp else None)
 
-    def _search(self, query: str, k: int, *, view: _View | None = None, reps: dict | None = None,
-                mode=None, fusion=None, weights=None, rerank=None, rerank_model=None, depth=None,
-                rerank_depth=None, rrf_k=None, rerank_weight=None, rerank_windows=None, filters=None,
-                passages: int = 0, with_text: bool = False, with_meta: bool = True) -> SearchResult:
+    def _search(self, query: str, request: QueryOptions, *, view: _View | None = None,
+                reps: dict | None = None) -> SearchResult:
         from .search import filters as _filters
+        from .search.options import resolve
 
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise QueryError(f"k must be a whole number of at least 1 (got {k!r})")
-        if not isinstance(passages, int) or isinstance(passages, bool) or passages < 0:
-            raise QueryError(f"passages must be a whole number of at least 0 (got {passages!r})")
+        k, passages = request.k, request.passages
         view = view or self._view   # the whole search reads this one generation, whatever refresh() does
         store = view.segments
-        conds = _filters.normalise(filters)
+        conds = _filters.normalise(request.filters)
         allow = store.cached_mask(_filters.key(conds), lambda s: _filters.mask(conds, s)) if conds else None
         n_docs = int(allow.sum()) if allow is not None else len(store)
-        d = self.search_defaults(view)
-        fields = {f.name for f in dataclasses.fields(SearchOptions)}
-        opts = SearchOptions(**{key: v for key, v in d.items() if key in fields})
-        if mode is not None:
-            opts.mode = mode
-            if mode != "hybrid" and rerank is None and rerank_model is None:
-                opts.rerank = None  # a single retriever's own ranking, unless asked otherwise
-        if fusion is not None:
-            opts.fusion = fusion
-        if weights is not None:
-            # partial weights change only the retrievers they name; the others keep the index's
-            # defaults (equal weights when the index has none)
-            base = opts.weights or {n: 1.0 for n in registry.names()}
-            opts.weights = {**base, **weights}
-        if depth is not None:
-            opts.depth = depth
-        if rerank_depth is not None:
-            opts.rerank_depth = rerank_depth
-        if rrf_k is not None:
-            opts.rrf_k = rrf_k
-        if rerank_weight is not None:
-            opts.rerank_weight = rerank_weight
-        if rerank_windows is not None:
-            opts.rerank_windows = rerank_windows
-        if rerank_model is None and rerank is None and opts.rerank is None and opts.mode == "hybrid":
-            rerank_model = d.get("rerank_model")    # a cross-encoder recorded as the index's reranker
-        opts.check()
-        if rerank is False:
-            opts.rerank = None
-        elif isinstance(rerank, str):
-            opts.rerank = rerank
+        opts, rerank_model = resolve(request, self.search_defaults(view))
         components = view.manifest["components"]
         if opts.mode != "hybrid" and opts.mode not in components:
             have = ", ".join(registry.in_order(components)) or "none"
@@ -450,9 +411,9 @@ class Index:
                 h.passages = found.get(h.docno, [])
             ctx.timings["passages"] = time.perf_counter() - t
         for h in hits:
-            if with_text:
+            if request.with_text:
                 h.text = store.text(h.docno)
-            if with_meta:
+            if request.with_meta:
                 h.meta = store.meta(h.docno)
         result = SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
         result.generation = view.generation

@@ -16,7 +16,7 @@ from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors
 class MultiDense:
     """Dense retrieval over every segment's FAISS index; a document scores by its best passage."""
 
-    def __init__(self, parts: list, segments: Segments, encoder=None):
+    def __init__(self, parts: list, segments, encoder=None):
         """`parts`: one DenseSearcher per segment (None where a segment has no vectors)."""
         self.parts, self.segments, self.encoder = parts, segments, encoder
 

@@ -16,7 +16,7 @@ from .sparse_store import FILES, SparseIndex, SparseWriter, gather_rows, save_in
 class MultiSparseIndex:
     """Learned-sparse scores over every segment (a term weight needs no corpus statistics)."""
 
-    def __init__(self, parts: list, segments: Segments):
+    def __init__(self, parts: list, segments):
         self.parts, self.segments = parts, segments
 
     def score(self, q_terms, q_weights) -> np.ndarray:

@@ -29,14 +29,17 @@ class LdrRetriever(BaseRetriever):
     k: int = 4
     passages: int = 1
     filters: dict | None = None
-    search_kwargs: dict = {}     # mode, fusion, weights, rerank ...
+    search_kwargs: dict = {}     # any search option: mode, fusion, weights, rerank, ... (they win over k etc.)
     _source: Any = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
         self._source = open_source(self.index, self.url, self.api_key)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        hits = self._source.search(query, k=self.k, passages=self.passages, filters=self.filters, **self.search_kwargs)
+        # search_kwargs are any search options (ldr.search.options.QueryOptions) and win over the
+        # fields above: search_kwargs={"k": 2} is k=2, not a clash
+        options = {"k": self.k, "passages": self.passages, "filters": self.filters, **self.search_kwargs}
+        hits = self._source.search(query, **options)
         generation = getattr(hits, "generation", None)
         return [Document(page_content=r["text"], id=r["id"],
                          metadata={**r["metadata"], "score": r["score"], "generation": generation})

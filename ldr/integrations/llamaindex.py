@@ -25,8 +25,9 @@ class LdrRetriever(BaseRetriever):
         self.search_kwargs = dict(search_kwargs or {})
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = self._source.search(query_bundle.query_str, k=self.k, passages=self.passages, filters=self.filters,
-                                   **self.search_kwargs)
+        # search_kwargs are any search options (ldr.search.options.QueryOptions), winning over k etc.
+        options = {"k": self.k, "passages": self.passages, "filters": self.filters, **self.search_kwargs}
+        hits = self._source.search(query_bundle.query_str, **options)
         generation = getattr(hits, "generation", None)
         out = []
         for r in passage_records(hits):

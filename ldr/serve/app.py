@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -47,21 +47,25 @@ class ServerSettings:
     warm_up: bool = True
 
 
-class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str
-    k: int = Field(10, ge=1)
-    mode: str | None = None
-    fusion: str | None = None
-    weights: dict[str, float] | None = None
-    filters: dict[str, Any] | None = None
-    passages: int = Field(1, ge=0)
-    rerank: bool | None = None
-    depth: int | None = Field(None, ge=1, le=100_000)
-    rerank_depth: int | None = Field(None, ge=1)
-    rerank_weight: float | None = Field(None, ge=0, le=1)      # the reranker's share of the final score
-    rerank_windows: int | None = Field(None, ge=1, le=64)      # passages per candidate a cross-encoder scores
-    with_text: bool = False
+def _search_request_model():
+    """The request body of POST /search, derived from the one options schema (QueryOptions)."""
+    import typing
+    from dataclasses import MISSING
+
+    from pydantic import create_model
+
+    from ..search.options import QueryOptions, server_fields
+
+    hints = typing.get_type_hints(QueryOptions)
+    spec = {"query": (str, ...)}
+    for f in server_fields():
+        default = f.metadata.get("server_default", f.default if f.default is not MISSING else None)
+        bounds = {k: v for k, v in (("ge", f.metadata.get("ge")), ("le", f.metadata.get("le"))) if v is not None}
+        spec[f.name] = (hints[f.name], Field(default, description=f.metadata["help"], **bounds))
+    return create_model("SearchRequest", __config__=ConfigDict(extra="forbid"), **spec)
+
+
+SearchRequest = _search_request_model()
 
 
 class DocumentIn(BaseModel):
@@ -234,11 +238,10 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
         if req.rerank_depth is not None and req.rerank_depth > s.max_rerank_depth:
             raise HTTPException(400, f"rerank_depth must be at most {s.max_rerank_depth}")
         t = time.perf_counter()
-        res = index().search(req.query, k=req.k, mode=req.mode, fusion=req.fusion, weights=req.weights,
-                             filters=req.filters, passages=req.passages, with_text=req.with_text,
-                             rerank=False if req.rerank is False else None,
-                             depth=max(req.depth, req.k) if req.depth else None, rerank_depth=req.rerank_depth,
-                             rerank_weight=req.rerank_weight, rerank_windows=req.rerank_windows)
+        options = req.model_dump(exclude={"query"})
+        if options.get("depth"):
+            options["depth"] = max(options["depth"], req.k)
+        res = index().search(req.query, **options)
         return {"query": req.query, "generation": res.generation, "took_ms": round(1e3 * (time.perf_counter() - t), 2),
                 "reranker": res.reranker, "hits": [h.to_dict(with_text=req.with_text) for h in res]}
 

@@ -51,15 +51,18 @@ class Client:
             raise QueryError(message)
         raise ServerError(f"{self.url}: {message}")
 
-    def search(self, query: str, k: int = 10, *, passages: int = 1, filters: dict | None = None,
-               mode: str | None = None, fusion: str | None = None, weights: dict | None = None,
-               rerank: bool | None = None, depth: int | None = None, rerank_depth: int | None = None,
-               rerank_weight: float | None = None, rerank_windows: int | None = None,
-               with_text: bool = False) -> SearchResult:
-        body = {"query": query, "k": k, "passages": passages, "filters": filters, "mode": mode, "fusion": fusion,
-                "weights": weights, "rerank": rerank, "depth": depth, "rerank_depth": rerank_depth,
-                "rerank_weight": rerank_weight, "rerank_windows": rerank_windows, "with_text": with_text}
-        data = self._call("POST", "/search", json={n: v for n, v in body.items() if v is not None})
+    def search(self, query: str, k: int = 10, *, passages: int = 1, **options) -> SearchResult:
+        """As `ldr.Index.search` (the same options: ldr.search.options.QueryOptions), answered by
+        the server; a hit carries its passages (1 by default, as the server's)."""
+        from ..search.options import QueryOptions, spec
+
+        request = QueryOptions.of(k=k, passages=passages, **options)   # unknown names fail here, not remotely
+        body = {"query": query, "k": k, "passages": passages, **request.given()}
+        local = [n for n in body if n not in ("query",) and spec(n)["server"] is not True]
+        if local:
+            raise QueryError(f"a server does not take {', '.join(local)} per request: "
+                             + "; ".join(str(spec(n)["server"]) for n in local))
+        data = self._call("POST", "/search", json=body)
         hits = [Hit(id=h["id"], score=h["score"], rank=h["rank"], title=h.get("title", ""), text=h.get("text"),
                     scores=h.get("scores", {}), meta=h.get("meta"),
                     passages=[Passage(**p) for p in h.get("passages", [])]) for h in data["hits"]]

@@ -1,0 +1,111 @@
+"""`ldr serve`, `ldr info`, `ldr check`: run and inspect an index."""
+from __future__ import annotations
+
+import json  # noqa: F401
+import sys  # noqa: F401
+
+import click
+
+from .app import main
+
+
+@main.command("serve")
+@click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface).")
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--api-key", default=None, envvar="LDR_API_KEY", show_envvar=True,
+              help="Key the write endpoints require (X-API-Key or Authorization: Bearer).")
+@click.option("--read-only", is_flag=True, help="Turn the write endpoints off.")
+@click.option("--max-body-mb", type=float, default=32, show_default=True, help="Largest request body.")
+@click.option("--max-query-chars", type=int, default=8192, show_default=True)
+@click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
+@click.option("--trust-remote-code", is_flag=True,
+              help="Allow the index's models to run code they ship (an index cannot grant this itself).")
+def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, device, trust_remote_code):
+    """Serve an index over HTTP: POST /search, GET|POST|DELETE /documents, /info, /health, /metrics, /docs."""
+    from ..errors import BackendUnavailable
+
+    try:
+        from ..serve.app import ServerSettings, serve
+    except ImportError as e:
+        raise BackendUnavailable(f"`ldr serve` needs the server extra: pip install 'ldr[server]' ({e.name} is missing)") from None
+    from .. import api
+
+    api.open(index_path).close()   # a clear error before the server starts, not in its log
+    settings = ServerSettings(api_key=api_key or None, read_only=read_only, max_body_bytes=int(max_body_mb * (1 << 20)),
+                              max_query_chars=max_query_chars)
+    click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs)"
+               + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
+    serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code)
+
+
+@main.command("info")
+@click.argument("index_path", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def info_cmd(index_path, as_json):
+    """Show what an index holds (components, models, counts, sizes)."""
+    from .. import api
+
+    info = api.open(index_path).info()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"index       {info['path']}")
+    click.echo(f"documents   {info['documents']}")
+    deleted = sum(s["deleted"] for s in info["segments"])
+    click.echo(f"generation  {info['generation']}, {len(info['segments'])} segments"
+               + (f" ({deleted} deleted rows until the next merge)" if deleted else ""))
+    click.echo(f"size        {info['bytes'] / 1e6:.1f} MB")
+    click.echo(f"created     {info['created']} by ldr {info['ldr_version']} (format {info['format_version']})")
+    ing = info["ingest"]
+    if ing:
+        skipped = ", ".join(f"{r}: {n}" for r, n in ing.get("skipped", {}).items()) or "none"
+        click.echo(f"ingest      {ing.get('indexed')} indexed; skipped: {skipped}")
+    sd = info["search"]
+    rr = sd.get("rerank_model") or sd.get("rerank") or "none"
+    click.echo(f"search      mode={sd.get('mode')}, fusion={sd.get('fusion')}"
+               + (f" (k={sd.get('rrf_k')})" if sd.get("fusion") == "rrf" else "")
+               + f", weights={sd.get('weights') or 'equal'}, rerank={rr}"
+               + (f" (top {sd.get('rerank_depth')}" + (f", weight {sd['rerank_weight']:g} mixed with the fused score"
+                                                        if sd.get("rerank_weight", 1) < 1 else "") + ")"
+                  if rr != "none" else ""))
+    t = sd.get("tuned")
+    if t:
+        click.echo(f"{'':<11} tuned by `ldr tune` on {t['data']} ({t['split']}, {t['queries']} queries) at "
+                   f"{t['at']}: held-out {t['metric']} {t['held_out']['tuned']:.1f} vs {t['held_out']['default']:.1f} "
+                   "with the previous defaults")
+    else:
+        from ..search.defaults import DEFAULT_SEARCH
+        own = {k: v for k, v in sd.items() if k in DEFAULT_SEARCH}
+        built_in = all(DEFAULT_SEARCH[k] == v for k, v in own.items())
+        where = "ldr's built-in defaults" if built_in else "set through the API (Index.set_search_defaults)"
+        click.echo(f"{'':<11} ({where}; `ldr tune` chooses them on your own qrels)")
+    from .. import components as registry
+
+    for name, comp in info["components"].items():
+        for i, line in enumerate(registry.get(name).summary(comp)):
+            click.echo(f"{name if i == 0 else '':<11} {line}")
+
+
+@main.command("check")
+@click.argument("index_path", type=click.Path())
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def check_cmd(index_path, quiet):
+    """Verify an index in full: every file's SHA-256, array shapes and ranges, counts. Exit 1 on any problem."""
+    from tqdm.auto import tqdm
+
+    from ..index.check import check_index
+
+    with tqdm(desc="checking", unit="file", disable=quiet, leave=False) as bar:
+        manifest, problems = check_index(index_path, progress=lambda _: bar.update(1))
+    if problems:
+        click.echo(f"{index_path}: {len(problems)} problem(s)", err=True)
+        for p in problems:
+            click.echo(f"  - {p}", err=True)
+        click.echo("rebuild the index with `ldr index` (or restore it from a backup)", err=True)
+        sys.exit(1)
+    n_files = len(manifest["files"])
+    click.echo(f"{index_path}: OK ({manifest['doc_count']} documents, {n_files} files verified, "
+               f"components: {', '.join(manifest['components'])})")
+
+

@@ -1,0 +1,65 @@
+"""The `ldr` command group: error handling (no traceback reaches a user) and logging."""
+from __future__ import annotations
+
+import logging
+
+import click
+
+from ..errors import LdrError
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that a build cleans up the same way."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+class _Group(click.Group):
+    """Turns every error into `error: ...` on stderr and an exit code, never a traceback:
+    LdrError and OS errors (disk full, permissions) exit 2, anything unexpected 1 (its traceback
+    with -vv), Ctrl-C 130 and SIGTERM 143, after the same cleanup."""
+
+    def invoke(self, ctx):
+        import errno
+        import signal
+
+        try:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        except ValueError:  # not the main thread (embedded use): leave signals alone
+            pass
+        try:
+            return super().invoke(ctx)
+        except LdrError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(2)
+        except _Terminated:
+            click.echo("terminated", err=True)
+            ctx.exit(143)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                click.echo("error: no space left on device", err=True)
+            else:
+                where = f": {e.filename}" if e.filename else ""
+                click.echo(f"error: {e.strerror or e}{where}", err=True)
+            ctx.exit(2)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as e:  # a bug: say so plainly; the traceback is for -vv
+            logging.getLogger("ldr").debug("unexpected error", exc_info=True)
+            click.echo(f"error: unexpected {type(e).__name__}: {str(e)[:500]} "
+                       "(run with -vv for details; please report it)", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ldr")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """ldr: long-document retrieval engine."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+

@@ -1,0 +1,102 @@
+"""`ldr eval` and `ldr probe`: benchmarks and diagnostics."""
+from __future__ import annotations
+
+import json  # noqa: F401
+import sys  # noqa: F401
+
+import click
+
+from .app import main
+from ..encode.chunking import STRATEGIES
+from .common import build_config, index_options
+
+@main.command("eval")
+@click.option("--bench", type=click.Choice(["longembed", "loco", "mldr", "beir"]), required=True)
+@click.option("--tasks", default=None, help="Comma-separated tasks (LongEmbed/LoCo task names, MLDR languages).")
+@click.option("--data", type=click.Path(), default=None,
+              help="Dataset folder as downloaded from Hugging Face (BEIR: the BEIR folder). Default: the hub, "
+                   "or synthetic passkey/needle.")
+@click.option("--haystack", type=click.Path(exists=True), default=None,
+              help="Synthetic needle: folder of .txt essays to hide facts in.")
+@click.option("--lengths", default=None, help="passkey/needle context lengths, e.g. 256,512,1024.")
+@click.option("--split", default="test", show_default=True)
+@click.option("--max-queries", type=int, default=None, help="Evaluate only the first N queries per task.")
+@click.option("--depth", type=int, default=1000, show_default=True, help="Candidates per retriever.")
+@click.option("--out", "out_dir", type=click.Path(), default="eval-out", show_default=True)
+@click.option("--cache", type=click.Path(), default=None, help="Index cache folder (default OUT/cache).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic tasks.")
+@click.option("--rerank-model", default=None, help="Cross-encoder for the reranked stage (default: passage rescoring).")
+@index_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, out_dir, cache, seed, rerank_model, quiet,
+             **options):
+    """Evaluate every stage on a benchmark; writes TREC runs, metrics.json, report.md and plots."""
+    from pathlib import Path
+
+    from ..eval.benchmarks import load
+    from ..eval.runner import EvalOptions, run_benchmark
+
+    task_list = [t.strip() for t in tasks.split(",")] if tasks else None
+    length_list = [int(x) for x in lengths.split(",")] if lengths else None
+    loaded = load(bench, task_list, data, length_list, haystack, split, seed)
+    config = build_config(**options)
+    partial = []
+    if max_queries:
+        partial.append(f"max {max_queries} queries per task")
+    if length_list:
+        partial.append(f"lengths {lengths}")
+    if task_list:
+        partial.append(f"tasks {tasks}")
+    settings = {"data": str(data) if data else ("synthetic" if bench == "longembed" else "hub"),
+                "haystack": haystack, "split": split, "max_queries": max_queries, "lengths": length_list,
+                "tasks": task_list, "depth": depth, "seed": seed, "partial": "; ".join(partial) or None,
+                "dense": options["dense_model"], "doc_strategy": options["doc_strategy"],
+                "sparse": options["sparse_model"], "bm25": options["bm25"]}
+    opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
+                       rerank_model=rerank_model)
+    settings["reranker"] = rerank_model or "passage"
+    metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings)
+    stages = list(metrics["averages"])
+    click.echo(f"{'task':<22}" + "".join(f"{s:>10}" for s in stages))
+    for name, t in metrics["tasks"].items():
+        click.echo(f"{name:<22}" + "".join(f"{t['stages'][s][t['main_metric']]:>10.1f}" if s in t["stages"] else f"{'-':>10}"
+                                          for s in stages))
+    click.echo(f"{'average':<22}" + "".join(f"{metrics['averages'][s]:>10.1f}" for s in stages))
+    click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
+
+
+@main.group("probe")
+def probe_group():
+    """Diagnostics of encoders on long documents."""
+
+
+@probe_group.command("position")
+@click.argument("corpus", type=click.Path(exists=True))
+@click.option("--out", "out_dir", type=click.Path(), default="probe-out", show_default=True)
+@click.option("--model", default="all-MiniLM-L6-v2", show_default=True)
+@click.option("--strategies", default="truncate,pcw,maxp,pi", show_default=True,
+              help="Document strategies to compare (any of: " + ", ".join(STRATEGIES) + ").")
+@click.option("--target-length", type=int, default=4096, show_default=True, help="Extension strategies' length.")
+@click.option("--max-docs", type=int, default=50, show_default=True, help="Documents of CORPUS to probe.")
+@click.option("--needle-length", type=int, default=2048, show_default=True, help="Moved-needle document length.")
+@click.option("--depths", type=int, default=10, show_default=True, help="Needle depths, evenly spaced.")
+@click.option("--needle-docs", type=int, default=50, show_default=True, help="Documents (= queries) per depth.")
+@click.option("--device", default=None)
+def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, needle_length, depths, needle_docs,
+                   device):
+    """Where in a long document does an embedding look? Window similarity and moved-needle Acc@1."""
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from ..eval.probe import run_probe, table
+
+    strats = [s.strip() for s in strategies.split(",")]
+    bad = [s for s in strats if s not in STRATEGIES]
+    if bad:
+        raise ConfigError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
+    result = run_probe(corpus, Path(out_dir), model, strats, target_length, max_docs, needle_length, depths,
+                       needle_docs, device)
+    click.echo(table(result))
+    click.echo(f"written to {out_dir}/probe.json and {out_dir}/probe.png")
+
+

@@ -1,0 +1,100 @@
+"""`ldr index`, `add`, `delete`, `merge`: the commands that write an index."""
+from __future__ import annotations
+
+import json  # noqa: F401
+import sys  # noqa: F401
+
+import click
+
+from .app import main
+from .common import _echo_ray, build_config, index_options, make_ray_options, ray_options, write_options
+
+@main.command("index")
+@click.argument("corpus", type=click.Path(exists=True))
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
+@index_options
+@ray_options
+@click.option("--wait", is_flag=True, help="Wait for another writer of OUTPUT to finish instead of failing.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def index_cmd(corpus, out, wait, quiet, ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs, **options):
+    """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT.
+
+    On an existing index this commits a new generation holding only CORPUS: readers keep the
+    previous one until they refresh."""
+    from ..api import Index
+    from ..corpus import IngestReport
+
+    report = IngestReport()
+    ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
+    index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet, wait=wait,
+                        ray=ray)
+    click.echo(report.summary())
+    _echo_ray(index.manifest["settings"]["build"].get("ray"))
+    for line in report.details():
+        click.echo(line, err=True)
+    secs = index.manifest["settings"]["build"]["seconds"]
+    click.echo(f"index written to {out} in {secs:.1f}s (generation {index.generation})")
+
+
+
+@main.command("add")
+@click.argument("corpus", type=click.Path(exists=True))
+@write_options
+@click.option("--max-doc-mb", type=float, default=64.0, show_default=True,
+              help="Skip (and count) documents larger than this.")
+@click.option("--no-merge", is_flag=True, help="Do not merge small segments after adding.")
+@ray_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, quiet, ray_address, ray_workers,
+            ray_cpus_per_worker, ray_shard_docs):
+    """Add the documents of CORPUS to an index (encoding only them); an existing id is replaced."""
+    from ..corpus import IngestReport, iter_corpus
+    from ..index.writer import IndexWriter
+
+    report = IngestReport()
+    ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
+    with IndexWriter(index_path, wait=wait, trust_remote_code=trust_remote_code, device=device) as w:
+        docs = iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[index_path])
+        r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge, ray=ray)
+    for line in report.details():
+        click.echo(line, err=True)
+    _echo_ray(w.ray_info if ray else None)
+    click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {r['skipped']} skipped "
+               f"(generation {r['generation']}, {w.current['doc_count']} documents in "
+               f"{len(w.current['segments'])} segments)")
+
+
+@main.command("delete")
+@click.argument("ids", nargs=-1)
+@write_options
+@click.option("--ids-file", type=click.File("r", encoding="utf-8"), default=None,
+              help="A file of ids to delete, one per line ('-': standard input).")
+def delete_cmd(ids, index_path, wait, trust_remote_code, device, ids_file):
+    """Delete documents by id (IDS and/or --ids-file) and commit."""
+    from ..errors import ConfigError
+    from ..index.writer import IndexWriter
+
+    wanted = list(ids) + ([line.strip() for line in ids_file if line.strip()] if ids_file else [])
+    if not wanted:
+        raise ConfigError("give the ids to delete (arguments or --ids-file)")
+    with IndexWriter(index_path, wait=wait) as w:
+        r = w.delete(wanted)
+    click.echo(f"{len(r['deleted'])} deleted" + (f", {len(r['missing'])} not found" if r["missing"] else "")
+               + f" (generation {r['generation']}, {w.current['doc_count'] if w.current else 0} documents)")
+    if r["missing"]:
+        shown = ", ".join(r["missing"][:10]) + (" ..." if len(r["missing"]) > 10 else "")
+        click.echo(f"not in the index: {shown}", err=True)
+
+
+@main.command("merge")
+@write_options
+@click.option("--max-segments", type=int, default=1, show_default=True, help="Merge down to this many segments.")
+def merge_cmd(index_path, wait, trust_remote_code, device, max_segments):
+    """Merge segments (deleted documents dropped, nothing re-encoded) and commit."""
+    from ..index.writer import IndexWriter
+
+    with IndexWriter(index_path, wait=wait) as w:
+        r = w.merge(max_segments)
+    click.echo(f"merged {r['merged']} segments; {r['segments']} segments now (generation {r['generation']})")
+
+
