@@ -82,10 +82,16 @@ class EncoderCache:
                 enc = get(kind).load_encoder(settings)
                 with self._lock:
                     self._items[k] = enc
+                    # loading resolves settings (backend "auto" → the engine chosen, a package name →
+                    # its folder) as the manifest records them: readers of that index ask by those
+                    resolved = getattr(enc, "settings", None)
+                    if resolved is not None and hasattr(resolved, "__dataclass_fields__"):
+                        self._items.setdefault(self.key(kind, resolved), enc)
         return self._items[k]
 
-    def loaded(self) -> list[tuple[str, str]]:
-        return list(self._items)
+    def loaded(self) -> list:
+        """The distinct encoders loaded."""
+        return list({id(e): e for e in self._items.values()}.values())
 
     def clear(self) -> None:
         with self._lock:

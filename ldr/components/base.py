@@ -65,6 +65,7 @@ class Component:
     # document vectors the passage rescorer (--rerank passage) rescores candidates with; every
     # retriever may give it a feature (`exact_scores`), but it needs one kind with this set
     passage_features: bool = False
+    default_weight: float = 1.0        # its fusion weight when an index's defaults name none for it
 
     # -- configuration (BuildConfig → manifest) ---------------------------------------------
     def configure(self, config) -> tuple[dict, Any] | None:
