@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -14,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from .corpus import Doc, IngestReport, iter_corpus
-from .errors import ConfigError, CorpusError, IndexFormatError, LdrError, QueryError
+from .corpus import Doc, IngestReport, corpus_docs
+from .errors import ConfigError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
 from .index.manifest import read_manifest, verify_files
 from .index.ray_build import RayOptions
@@ -32,27 +31,6 @@ def _ray_options(ray):
     if ray is None or ray is False:
         return None
     return RayOptions() if ray is True else ray
-
-
-def _corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out) -> Iterable[Doc]:
-    if isinstance(corpus, (str, os.PathLike)):
-        # an output directory inside the corpus is not read as corpus
-        return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out])
-    return _as_docs(corpus)
-
-
-def _as_docs(items: Iterable) -> Iterable[Doc]:
-    for i, item in enumerate(items):
-        if isinstance(item, Doc):
-            yield item
-        elif isinstance(item, dict):
-            doc_id = item.get("id", item.get("_id"))
-            if doc_id is None or "text" not in item:
-                raise CorpusError(f"document #{i} needs 'id' (or '_id') and 'text' keys; got {sorted(item)}")
-            meta = {k: v for k, v in item.items() if k not in ("id", "_id", "text", "title")}
-            yield Doc(str(doc_id), item["text"], item.get("title") or "", meta)
-        else:
-            raise CorpusError(f"document #{i} is a {type(item).__name__}; give ldr.Doc objects or dicts")
 
 
 class _View:
@@ -174,7 +152,7 @@ class Index:
             raise ConfigError("give either config= or keyword options, not both")
         config = config or BuildConfig(**options)
         report = report if report is not None else IngestReport()
-        docs = _corpus_docs(corpus, report, config.max_doc_mb, path)
+        docs = corpus_docs(corpus, report, config.max_doc_mb, path)
         build_index(docs, path, config, report, progress=progress, wait=wait, ray=_ray_options(ray))
         index = cls(path, verify=False)
         index.report = report
@@ -192,7 +170,7 @@ class Index:
         generation}; this handle then reads the new generation. `ray`: as in `build`."""
         report = report if report is not None else IngestReport()
         with self._writer(wait) as w:
-            result = w.add(_corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
+            result = w.add(corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
                            max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=_ray_options(ray))
         result["report"] = report
         self.refresh()
@@ -359,21 +337,10 @@ class Index:
         return registry.in_order(components) if mode == "hybrid" else [mode]
 
     def _finder(self, view: _View, weights: dict | None, retrievers: dict):
-        """Locates passages in this generation's documents (dense MaxP spans + BM25 windows)."""
-        from .components.bm25_store.analysis import Analyzer
-        from .search.passages import PassageFinder, WindowTerms
+        """Locates passages in this generation's documents (ldr/search/passages.py)."""
+        from .search.passages import finder_for
 
-        comps = view.manifest["components"]
-        bm25 = comps.get("bm25", {}).get("analyzer")
-        dense = comps.get("dense", {}).get("model", {}).get("settings")
-        maxp = (dense or {}).get("strategy") == "maxp"
-        # a uid's text never changes, but a rebuild may change the analyzer or the dense passages
-        sig = json.dumps([bm25, dense], sort_keys=True, default=str)
-        with self._load_lock:
-            if sig not in self._window_terms:
-                self._window_terms[sig] = WindowTerms(Analyzer.from_dict(bm25) if bm25 else Analyzer())
-            terms = self._window_terms[sig]
-        return PassageFinder(terms, weights, retrievers.get("dense") if maxp else None)
+        return finder_for(view.manifest["components"], weights, retrievers, self._window_terms, self._load_lock)
 
     def _search(self, query: str, request: QueryOptions, *, view: _View | None = None,
                 reps: dict | None = None) -> SearchResult:

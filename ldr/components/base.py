@@ -123,6 +123,15 @@ class Component:
         """The kind's retriever over every segment of a snapshot (ldr/index/snapshot.Segments)."""
         raise NotImplementedError
 
+    # -- passages a hit shows (ldr/search/passages.py) -----------------------------------------
+    def passage_analyzer(self, comp: dict) -> dict | None:
+        """The analyzer (Analyzer.to_dict) term windows are matched with, for a lexical kind."""
+        return None
+
+    def passage_vectors(self, comp: dict) -> bool:
+        """Whether the retriever's vectors are passages with character spans (`passage_scores`)."""
+        return False
+
     # -- verification and description ---------------------------------------------------------
     def check_part(self, seg: Path, comp: dict, entry: dict) -> list[str]:
         """Full verification of one segment's part (`ldr check`); problems, empty when sound."""

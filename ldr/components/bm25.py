@@ -103,6 +103,9 @@ class BM25(Component):
                               key=comp.get("key", "uid"))
         return UidRetriever(inner, segments)
 
+    def passage_analyzer(self, comp: dict) -> dict | None:
+        return comp["analyzer"]
+
     # -- verification -----------------------------------------------------------------------
     def check_part(self, seg: Path, comp: dict, entry: dict) -> list[str]:
         if comp["backend"] != "native":

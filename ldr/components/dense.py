@@ -166,6 +166,9 @@ class Dense(Component):
                          if d else None)   # index files first: cheap checks before a model loads
         return MultiDense(parts, segments, encoder())
 
+    def passage_vectors(self, comp: dict) -> bool:
+        return comp.get("model", {}).get("settings", {}).get("strategy") == "maxp"
+
     # -- verification and description ---------------------------------------------------------
     def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
         if "dense" not in e:

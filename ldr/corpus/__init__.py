@@ -156,3 +156,24 @@ def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float
     if report.indexed == 0:
         why = f" ({report.summary()})" if report.n_skipped else ""
         raise CorpusError(f"the corpus has no indexable documents{why}")
+
+
+def corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out) -> Iterable[Doc]:
+    if isinstance(corpus, (str, os.PathLike)):
+        # an output directory inside the corpus is not read as corpus
+        return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out])
+    return as_docs(corpus)
+
+
+def as_docs(items: Iterable) -> Iterable[Doc]:
+    for i, item in enumerate(items):
+        if isinstance(item, Doc):
+            yield item
+        elif isinstance(item, dict):
+            doc_id = item.get("id", item.get("_id"))
+            if doc_id is None or "text" not in item:
+                raise CorpusError(f"document #{i} needs 'id' (or '_id') and 'text' keys; got {sorted(item)}")
+            meta = {k: v for k, v in item.items() if k not in ("id", "_id", "text", "title")}
+            yield Doc(str(doc_id), item["text"], item.get("title") or "", meta)
+        else:
+            raise CorpusError(f"document #{i} is a {type(item).__name__}; give ldr.Doc objects or dicts")

@@ -9,7 +9,12 @@ import numpy as np
 
 from .published import PUBLISHED
 
-STAGE_ORDER = ("bm25", "dense", "sparse", "fused", "reranked")
+
+def stage_order() -> tuple[str, ...]:
+    """Every retriever kind, then the fused and reranked lists."""
+    from .. import components as registry
+    return registry.names() + ("fused", "reranked")
+
 
 
 def main_metric(task_group: str | None) -> str:
@@ -36,7 +41,7 @@ def aggregate(bench: str, per_task: dict) -> dict:
             t["main_metric"] = "acc@1"
         else:
             t["main_metric"] = "ndcg@10"
-    stages = [s for s in STAGE_ORDER if any(s in t["stages"] for t in tasks.values())]
+    stages = [s for s in stage_order() if any(s in t["stages"] for t in tasks.values())]
     averages = {}
     for st in stages:
         vals = [t["stages"][st][t["main_metric"]] for t in tasks.values() if st in t["stages"]]
@@ -51,7 +56,7 @@ def _published_for(bench: str, task: str) -> str:
 
 def write_report(metrics: dict, out: Path) -> None:
     bench, tasks = metrics["bench"], metrics["tasks"]
-    stages = [s for s in STAGE_ORDER if s in metrics["averages"]]
+    stages = [s for s in stage_order() if s in metrics["averages"]]
     s = metrics.get("settings", {})
     lines = [f"# ldr eval — {bench}", ""]
     partial = s.get("partial")
@@ -100,7 +105,7 @@ def plot(metrics: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     tasks = metrics["tasks"]
-    stages = [s for s in STAGE_ORDER if s in metrics["averages"]]
+    stages = [s for s in stage_order() if s in metrics["averages"]]
     for name, t in tasks.items():
         if "per_length" not in t:
             continue

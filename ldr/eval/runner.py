@@ -13,11 +13,12 @@ from tqdm.auto import tqdm
 
 from ..index.build import BuildConfig
 from .metrics import evaluate
+from .report import stage_order
 from .runs import write_run
 from .tasks import Task
 
 log = logging.getLogger(__name__)
-STAGES = ("bm25", "dense", "sparse", "fused", "reranked")
+
 METRICS = ("ndcg@10", "recall@100", "acc@1", "mrr@10")
 
 
@@ -36,9 +37,9 @@ def _config_key(config: BuildConfig) -> str:
     """What the index content depends on; query-time settings (config.search) are not part of it."""
     d = asdict(config)
     d.pop("search", None)
-    for comp in ("dense", "sparse"):
-        if d.get(comp):
-            d[comp].pop("device", None)
+    for value in d.values():     # the device a model runs on does not change what it writes
+        if isinstance(value, dict):
+            value.pop("device", None)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -100,7 +101,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
     if features:  # the second stage's inputs, for tuning its weights offline
         (tdir / f"{safe}.rerank_features.json").write_text(json.dumps(features))
-    for stage in STAGES:
+    for stage in stage_order():
         if stage in runs:
             write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")
             result["stages"][stage] = {m: round(100 * v, 2) for m, v in evaluate(qrels, runs[stage], METRICS).items()}

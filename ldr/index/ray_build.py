@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -24,16 +23,9 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..corpus import check_documents
-from ..corpus.text import utf8_len
 from ..errors import ConfigError, IndexWriteError
 
 log = logging.getLogger(__name__)
-CHUNK_DOCS = 16                # staging row group: at most this many documents ...
-CHUNK_CHARS = 8 << 20          # ... or this much text (shards are whole row groups)
-FILE_DOCS = 4096               # documents per staging file
-SHARDS_PER_WORKER = 4          # default shard size: about this many shards per worker ...
-MAX_SHARD_DOCS = 1000          # ... and at most this many documents in one (a retry redoes one shard)
 
 
 @dataclass
@@ -117,117 +109,6 @@ def _settings_dicts(encoders: dict) -> dict:
     return {name: asdict(s) for name, s in encoders.items()}
 
 
-class _Bar:
-    """The build's one progress bar: documents encoded, tokens per second, documents read."""
-
-    def __init__(self, enabled: bool, total: int | None):
-        from tqdm.auto import tqdm
-        self.bar = tqdm(desc="indexing (ray)", unit="doc", total=total, disable=not enabled, leave=False)
-        self.t0 = time.perf_counter()
-        self.read = 0
-
-    def reading(self, n: int) -> None:
-        self.read = n
-        if n % 64 == 0:
-            self.bar.set_postfix_str(f"read {n}", refresh=True)
-
-    def encoding(self, workers: int) -> None:
-        self.bar.total = self.read
-        self.bar.set_description(f"encoding on {workers} Ray worker{'s' if workers > 1 else ''}")
-        self.t0 = time.perf_counter()
-
-    def update(self, docs: int, tokens: int) -> None:
-        self.bar.n = min(docs, self.read)
-        rate = tokens / max(time.perf_counter() - self.t0, 1e-6)
-        self.bar.set_postfix_str(f"{rate:,.0f} tok/s", refresh=True)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def plan_shards(chunks: list[tuple[int, int, int, int]], workers: int, opts: RayOptions, first_uid: int,
-                first_segment: int) -> list[dict]:
-    """Consecutive row groups into shards: about SHARDS_PER_WORKER per worker (so a slow or
-    retried shard does not hold the build), bounded in documents and text."""
-    n_docs = sum(c[2] for c in chunks)
-    per = opts.shard_docs or min(MAX_SHARD_DOCS, max(1, math.ceil(n_docs / (workers * SHARDS_PER_WORKER))))
-    limit = opts.shard_mb * (1 << 20)
-    shards, groups, docs, chars, uid = [], [], 0, 0, first_uid
-
-    def close():
-        nonlocal groups, docs, chars, uid
-        shards.append({"shard": len(shards), "segment": first_segment + len(shards), "first_uid": uid,
-                       "docs": docs, "groups": json.dumps(groups)})
-        uid += docs
-        groups, docs, chars = [], 0, 0
-
-    for f, g, d, c in chunks:
-        if groups and (docs + d > per or chars + c > limit):
-            close()
-        groups.append([f, g])
-        docs, chars = docs + d, chars + c
-    if groups:
-        close()
-    return shards
-
-
-def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: int, store_writer, bar: _Bar,
-                    chunk_docs: int = CHUNK_DOCS):
-    """Check and number the documents as a local build does, feed the index stores (tantivy/Lucene), and write them
-    to staging files `docs-NNNNNN.parquet` in row groups (a file holds at most FILE_DOCS
-    documents, which bounds its footer). Returns (row groups [(file, group, docs, chars)], ids, bytes)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from .docstore import SCHEMA
-
-    chunks, ids, pending, chars, n_bytes, uid = [], [], [], 0, 0, first_uid
-    out, n_file, in_file, n_groups = None, -1, 0, 0
-
-    def flush():
-        nonlocal pending, chars, out, n_file, in_file, n_groups
-        if out is None or in_file >= FILE_DOCS:
-            if out is not None:
-                out.close()
-            n_file, in_file, n_groups = n_file + 1, 0, 0
-            out = pq.ParquetWriter(staging / f"docs-{n_file:06d}.parquet", SCHEMA, compression="zstd",
-                                   write_page_checksum=True, write_statistics=["uid"])
-        out.write_table(pa.table({
-            "uid": [u for u, _ in pending], "id": [d.id for _, d in pending],
-            "title": [d.title for _, d in pending], "text": [d.text for _, d in pending],
-            "length": [0] * len(pending),
-            "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for _, d in pending]},
-            schema=SCHEMA))
-        chunks.append((n_file, n_groups, len(pending), chars))
-        in_file, n_groups = in_file + len(pending), n_groups + 1
-        pending, chars = [], 0
-
-    try:
-        for doc in check_documents(docs, report, max_doc_mb):
-            pending.append((uid, doc))
-            ids.append(doc.id)
-            if store_writer is not None:
-                store_writer.add(uid, doc)
-            uid += 1
-            chars += len(doc.text)
-            n_bytes += utf8_len(doc.text)
-            bar.reading(len(ids))
-            if len(pending) >= chunk_docs or chars >= CHUNK_CHARS:
-                flush()
-        if pending:
-            flush()
-    finally:
-        if out is not None:
-            out.close()
-    return chunks, ids, n_bytes
-
-
-def _shard_name(shard: dict, ids: list[str], first_uid: int) -> str:
-    a = shard["first_uid"] - first_uid
-    b = a + shard["docs"] - 1
-    return f"shard {shard['shard']} (documents {ids[a]!r} … {ids[b]!r})"
-
-
 def _attempts(staging: Path) -> dict[int, int]:
     from .ray_worker import ATTEMPTS
     out: dict[int, int] = {}
@@ -238,7 +119,7 @@ def _attempts(staging: Path) -> dict[int, int]:
 
 
 def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: dict, settings: dict,
-               opts: RayOptions, plan: tuple[int, float, float], bar: _Bar, names) -> dict[int, dict]:
+               opts: RayOptions, plan: tuple[int, float, float], bar, names) -> dict[int, dict]:
     """Encode every shard on the actor pool; {shard: worker result}. Fails naming the shard."""
     ray = cluster.ray
     from .ray_worker import SHARD_COLUMNS, Progress, ShardEncoder
@@ -345,3 +226,65 @@ def verify_shards(staging: Path, shards: list[dict], results: dict[int, dict], c
         known.update({f"{rel}/{f}": h for f, h in hashes.items()})
         entries.append(e)
     return entries, about, known
+
+
+def write_segments(writer, docs, report, settings, components, stores, number, first_uid, progress, total,
+                   max_doc_mb, opts):
+    """IndexWriter's Ray path: the driver reads, numbers and stages the documents (feeding the
+    index stores), the actors encode shards into segments, the driver checks them and moves them
+    into `segments/`. Returns (segment entries, bytes, component info, files already hashed)."""
+    import shutil
+    import uuid
+
+    from . import ray_stage as rb
+
+    staging = writer.root / "segments" / f"ray-work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    created: list[Path] = []
+
+    def run():
+        cluster = Cluster(opts.address)     # a wrong address fails before the corpus is read
+        bar = None
+        try:
+            plan = cluster.plan(opts)
+            stores.prepare()
+            created.extend([*stores.folders, staging])
+            staging.mkdir(parents=True)
+            stores.open()
+            bar = rb._Bar(progress, total)
+            t0 = time.perf_counter()
+            chunks, ids, n_bytes = rb.stage_documents(
+                docs, report, max_doc_mb, staging, first_uid, stores if stores else None, bar,
+                chunk_docs=min(rb.CHUNK_DOCS, opts.shard_docs or rb.CHUNK_DOCS))
+            stores.close()
+            t_read = time.perf_counter()
+            shards = rb.plan_shards(chunks, plan[0], opts, first_uid, number)
+
+            def names(i):
+                return rb._shard_name(shards[i], ids, first_uid)
+            bar.encoding(min(plan[0], len(shards)))
+            results = run_shards(cluster, shards, staging, components, settings, opts, plan, bar, names)
+            t_enc = time.perf_counter()
+            entries, about, known = verify_shards(staging, shards, results, components, ids, first_uid, names)
+        except BaseException:
+            stores.abort()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+            cluster.close()
+        for e in entries:
+            created.append(writer.root / e["path"])
+            os.rename(staging / e["path"], writer.root / e["path"])
+        shutil.rmtree(staging)
+        t_done = time.perf_counter()
+        writer.profile = {"read": round(t_read - t0, 3), "encode": round(t_enc - t_read, 3),
+                        "verify": round(t_done - t_enc, 3)}
+        retried = sorted(r["shard"] for r in results.values() if r["attempt"] > 1)
+        writer.ray_info = {"address": opts.address, "nodes": cluster.nodes, "workers": min(plan[0], len(shards)),
+                         "cpus_per_worker": plan[1], "gpus_per_worker": plan[2], "shards": len(shards),
+                         "retried": retried, "tokens": sum(r["tokens"] for r in results.values()),
+                         "worker_seconds": round(sum(r["seconds"] for r in results.values()), 3),
+                         "options": {k: v for k, v in asdict(opts).items() if k != "faults"}}
+        return entries, n_bytes, about, known
+
+    return writer._guard(run, created)

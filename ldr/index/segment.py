@@ -120,6 +120,32 @@ def write_deletes(root: Path, entry: dict, mask: np.ndarray, gen: int) -> dict:
     return dict(entry, deletes=rel, live=int((~mask).sum()))
 
 
+def delete_rows(root: Path, segments: list[dict], masks: list[np.ndarray], found: dict, gen: int) -> list[dict]:
+    """`segments` with the rows of `found` ({id: (segment, row, uid)}) deleted: a new deletes file
+    for generation `gen` in every segment that loses documents."""
+    segments = [dict(s) for s in segments]
+    masks = [m.copy() for m in masks]
+    for i, row, _ in found.values():
+        masks[i][row] = True
+    for i in sorted({i for i, _, _ in found.values()}):
+        segments[i] = write_deletes(root, segments[i], masks[i], gen)
+    return segments
+
+
+def rows_of(root: Path, segments: list[dict], masks: list[np.ndarray], ids) -> dict[str, tuple[int, int, int]]:
+    """{id: (segment index, row, uid)} for the live documents among `ids`."""
+    from .paths import inside
+
+    wanted = set(ids)
+    found = {}
+    for i, (seg, deleted) in enumerate(zip(segments, masks)):
+        store = Docstore(inside(root, seg["path"], "segment"), seg["docs"])
+        for row, doc_id in enumerate(store.ids):
+            if doc_id in wanted and not deleted[row]:
+                found[doc_id] = (i, row, int(store.uids[row]))
+    return found
+
+
 def merge(root: Path, sources: list[tuple[dict, np.ndarray]], number: int, components: dict) -> dict:
     """Copy the live rows of `sources` [(segment entry, deleted mask)] into segment `number`.
 

@@ -18,7 +18,6 @@ import logging
 import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Iterable
 
@@ -32,8 +31,8 @@ from ..errors import ConfigError, IndexFormatError, IndexWriteError
 from .. import components as registry
 from . import generations as gens
 from .lock import WriteLock
-from .manifest import file_entries, inside, new_manifest, read_manifest, seal
-from .segment import SegmentWriter, merge as merge_segments, read_deletes, write_deletes
+from .manifest import file_entries, new_manifest, read_manifest, seal
+from .segment import SegmentWriter, delete_rows, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, store_dirs
 
 log = logging.getLogger(__name__)
@@ -238,68 +237,12 @@ class IndexWriter:
         segment, or one per shard on Ray. `stores` (the index stores) are fed and closed, not
         published."""
         if ray is not None:
-            return self._write_segments_ray(docs, report, settings, components, stores, number, first_uid,
-                                            progress, total, max_doc_mb, ray)
+            from .ray_build import write_segments
+            return write_segments(self, docs, report, settings, components, stores, number, first_uid, progress,
+                                  total, max_doc_mb, ray)
         seg, n_bytes, about = self._write_segment(docs, report, self._loaders(settings), components, stores, number,
                                                   first_uid, progress, total, max_doc_mb, allow_small)
         return [seg], n_bytes, about, {}
-
-    def _write_segments_ray(self, docs, report, settings, components, stores, number, first_uid, progress, total,
-                            max_doc_mb, opts):
-        from dataclasses import asdict
-
-        from . import ray_build as rb
-
-        staging = self.root / "segments" / f"ray-work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        created: list[Path] = []
-
-        def run():
-            cluster = rb.Cluster(opts.address)     # a wrong address fails before the corpus is read
-            bar = None
-            try:
-                plan = cluster.plan(opts)
-                stores.prepare()
-                created.extend([*stores.folders, staging])
-                staging.mkdir(parents=True)
-                stores.open()
-                bar = rb._Bar(progress, total)
-                t0 = time.perf_counter()
-                chunks, ids, n_bytes = rb.stage_documents(
-                    docs, report, max_doc_mb, staging, first_uid, stores if stores else None, bar,
-                    chunk_docs=min(rb.CHUNK_DOCS, opts.shard_docs or rb.CHUNK_DOCS))
-                stores.close()
-                t_read = time.perf_counter()
-                shards = rb.plan_shards(chunks, plan[0], opts, first_uid, number)
-
-                def names(i):
-                    return rb._shard_name(shards[i], ids, first_uid)
-                bar.encoding(min(plan[0], len(shards)))
-                results = rb.run_shards(cluster, shards, staging, components, settings, opts, plan, bar, names)
-                t_enc = time.perf_counter()
-                entries, about, known = rb.verify_shards(staging, shards, results, components, ids, first_uid, names)
-            except BaseException:
-                stores.abort()
-                raise
-            finally:
-                if bar is not None:
-                    bar.close()
-                cluster.close()
-            for e in entries:
-                created.append(self.root / e["path"])
-                os.rename(staging / e["path"], self.root / e["path"])
-            shutil.rmtree(staging)
-            t_done = time.perf_counter()
-            self.profile = {"read": round(t_read - t0, 3), "encode": round(t_enc - t_read, 3),
-                            "verify": round(t_done - t_enc, 3)}
-            retried = sorted(r["shard"] for r in results.values() if r["attempt"] > 1)
-            self.ray_info = {"address": opts.address, "nodes": cluster.nodes, "workers": min(plan[0], len(shards)),
-                             "cpus_per_worker": plan[1], "gpus_per_worker": plan[2], "shards": len(shards),
-                             "retried": retried, "tokens": sum(r["tokens"] for r in results.values()),
-                             "worker_seconds": round(sum(r["seconds"] for r in results.values()), 3),
-                             "options": {k: v for k, v in asdict(opts).items() if k != "faults"}}
-            return entries, n_bytes, about, known
-
-        return self._guard(run, created)
 
     def _write_segment(self, docs, report, encoders, components, stores, number, first_uid, progress, total,
                        max_doc_mb, allow_small):
@@ -358,28 +301,10 @@ class IndexWriter:
         return [read_deletes(self.root, s) for s in self.current["segments"]]
 
     def _delete_rows(self, found: dict) -> list[dict]:
-        """The current segments with the rows of `found` ({id: (segment, row, uid)}) deleted: a new
-        deletes file for this generation in every segment that loses documents."""
-        segments = [dict(s) for s in self.current["segments"]]
-        masks = self._deleted_masks()
-        for i, row, _ in found.values():
-            masks[i][row] = True
-        for i in sorted({i for i, _, _ in found.values()}):
-            segments[i] = write_deletes(self.root, segments[i], masks[i], self.generation + 1)
-        return segments
+        return delete_rows(self.root, self.current["segments"], self._deleted_masks(), found, self.generation + 1)
 
     def _rows_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int, int]]:
-        """{id: (segment index, row, uid)} for the live documents among `ids`."""
-        from .docstore import Docstore
-
-        wanted = set(ids)
-        found = {}
-        for i, (seg, deleted) in enumerate(zip(self.current["segments"], self._deleted_masks())):
-            store = Docstore(inside(self.root, seg["path"], "segment"), seg["docs"])
-            for row, doc_id in enumerate(store.ids):
-                if doc_id in wanted and not deleted[row]:
-                    found[doc_id] = (i, row, int(store.uids[row]))
-        return found
+        return rows_of(self.root, self.current["segments"], self._deleted_masks(), ids)
 
     def add(self, docs: Iterable[Doc], report: IngestReport | None = None, progress: bool = True,
             total: int | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True, ray=None) -> dict:

@@ -27,7 +27,7 @@ class Passage:
     end: int
     text: str
     score: float
-    stage: str           # which stage ranks this window highest: "dense" or "bm25"
+    stage: str           # which source ranks this window highest: the vector kind ("dense") or the lexical one
     scores: dict
 
     def to_dict(self) -> dict:
@@ -107,12 +107,15 @@ class PassageFinder:
     weights."""
 
     def __init__(self, terms: WindowTerms, weights: dict | None = None, dense=None, k1: float = 1.2,
-                 b: float = 0.75):
+                 b: float = 0.75, vector_kind: str = "dense", term_kind: str = "bm25"):
+        """`vector_kind` / `term_kind`: the component names the two sources are weighted and
+        labelled by (the retriever whose vectors are passages, the lexical one)."""
         self.cache = terms
         self.dense = dense
+        self.vector_kind, self.term_kind = vector_kind, term_kind
         w = weights or {}
-        self.w_dense = float(w.get("dense", 1.0)) if dense is not None else 0.0
-        self.w_terms = float(w.get("bm25", 1.0))
+        self.w_dense = float(w.get(vector_kind, 1.0)) if dense is not None else 0.0
+        self.w_terms = float(w.get(term_kind, 1.0))
         if self.w_dense == 0 and self.w_terms == 0:   # a sparse-only weighting: words still locate passages
             self.w_terms = 1.0
         self.k1, self.b = k1, b
@@ -163,10 +166,10 @@ class PassageFinder:
             a, e = _tidy(docs[d], *win[i].tolist())
             if any(a < p.end and p.start < e for p in chosen):
                 continue   # overlapping windows: the better one stands for both
-            scores = {"bm25": float(term_scores[i])}
+            scores = {self.term_kind: float(term_scores[i])}
             if has[i]:
-                scores["dense"] = float(dense_arr[i])
-            stage = "dense" if has[i] and self.w_dense * dn[i] >= self.w_terms * tn[i] else "bm25"
+                scores[self.vector_kind] = float(dense_arr[i])
+            stage = self.vector_kind if has[i] and self.w_dense * dn[i] >= self.w_terms * tn[i] else self.term_kind
             chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores))
             if all(len(c) >= n for c in out.values()):
                 break
@@ -262,3 +265,30 @@ def snippet(text: str, marks: list[tuple[int, int]], width: int = 160, style=Non
     parts.append(text[pos:e])
     body = " ".join("".join(parts).split())
     return ("…" if a > 0 else "") + body + ("…" if e < len(text) else "")
+
+
+def finder_for(components: dict, weights: dict | None, retrievers: dict, cache: dict, lock) -> PassageFinder:
+    """The passage finder of an index: term windows analysed as its lexical kind analyses text,
+    and the passage vectors of a kind whose vectors are passages (dense MaxP), when searched.
+    `cache` ({signature: WindowTerms}) keeps analysed windows across searches."""
+    import json
+
+    from .. import components as registry
+    from ..components.bm25_store.analysis import Analyzer
+
+    analyzer, term_kind, vector_kind = None, "bm25", None
+    for name, kind in registry.kinds(components):
+        found = kind.passage_analyzer(components[name])
+        if found is not None and analyzer is None:
+            analyzer, term_kind = found, name
+        if vector_kind is None and name in retrievers and kind.passage_vectors(components[name]):
+            vector_kind = name
+    vectors = components[vector_kind].get("model", {}).get("settings") if vector_kind else None
+    # a uid's text never changes, but a rebuild may change the analyzer or the passage vectors
+    sig = json.dumps([analyzer, vectors], sort_keys=True, default=str)
+    with lock:
+        if sig not in cache:
+            cache[sig] = WindowTerms(Analyzer.from_dict(analyzer) if analyzer else Analyzer())
+        terms = cache[sig]
+    return PassageFinder(terms, weights, retrievers.get(vector_kind) if vector_kind else None,
+                         vector_kind=vector_kind or "dense", term_kind=term_kind)

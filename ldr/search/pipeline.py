@@ -80,7 +80,7 @@ class QueryContext:
         """{docno: its n best passages} (empty lists when the index cannot say)."""
         if self.finder is None or n < 1:
             return {d: [] for d in docnos}
-        qvec = self.rep("dense") if self.finder.dense is not None else None
+        qvec = self.rep(self.finder.vector_kind) if self.finder.dense is not None else None
         keys = {d: int(self.uids[d]) for d in docnos} if self.uids is not None else None
         return self.finder.find(self.query, qvec, {d: self.text(d) for d in docnos}, n, keys)
 

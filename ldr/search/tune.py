@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import components as registry
 from ..errors import ConfigError
 from .defaults import DEFAULT_SEARCH
 
@@ -211,7 +212,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     qrels = {q: qrels[q] for q in qids}
     metric = opts.metric
     cut = int(metric.split("@")[1]) if "@" in metric else 1000
-    names = [n for n in ("bm25", "dense", "sparse") if n in index.components]
+    names = index.retriever_names
     defaults = index.search_defaults()
     depth = min(int(defaults.get("depth", 1000)), len(index))
     shuffled = qids[:]
@@ -286,7 +287,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
 
     # reranking, on the fusion settings chosen on each half and on all queries
     rerankers = []
-    if opts.rerank_depths and ({"dense", "sparse"} & set(names)):
+    if opts.rerank_depths and any(registry.get(n).passage_features for n in names):
         rerankers += [{"rerank": "passage", "rerank_depth": d} for d in opts.rerank_depths]
     if opts.rerank_model:
         rerankers += [{"rerank": None, "rerank_model": opts.rerank_model, "rerank_depth": d}
