@@ -27,7 +27,7 @@ def query_options(f):
 
     for fd in reversed(fields(QueryOptions)):
         flags = fd.metadata.get("cli")
-        if not flags:
+        if isinstance(flags, str):    # why `ldr search` has no flag for it
             continue
         kw = {"help": _CLI_HELP.get(fd.name, fd.metadata["help"]), "default": None}
         if fd.type == "bool":

@@ -14,10 +14,11 @@ from typing import Any
 from ..errors import QueryError
 
 
-def _opt(default, help: str, *, ge=None, le=None, cli: tuple | None = None, server: bool | str = True,
+def _opt(default, help: str, *, ge=None, le=None, cli: tuple | str, server: bool | str = True,
          server_default=MISSING):
-    """A field with what each interface needs: bounds, help, the CLI flag, whether a server
-    takes it (False needs a reason: str), the server's default when it differs."""
+    """A field with what each interface needs: bounds, help, the CLI flags (or why `ldr search`
+    has none: str), whether a server takes it (or why not: str), the server's default when it
+    differs."""
     meta = {"help": help, "ge": ge, "le": le, "cli": cli, "server": server}
     if server_default is not MISSING:
         meta["server_default"] = server_default
@@ -52,7 +53,8 @@ class QueryOptions:
     passages: int = _opt(0, "Best passages per hit (character offsets into the text).", ge=0,
                          cli=("-p", "--passages"), server_default=1)
     with_text: bool = _opt(False, "Each hit's full text.", cli=("--text",))
-    with_meta: bool = _opt(True, "Each hit's metadata.", cli=None, server="hits always carry their metadata")
+    with_meta: bool = _opt(True, "Each hit's metadata.", cli="the table shows none; --json always includes it",
+                           server="hits always carry their metadata")
 
     def __post_init__(self):
         self.check()
