@@ -387,14 +387,10 @@ class Index:
         return result
 
     def info(self) -> dict:
-        m = self.manifest
-        size = sum(f["size"] for f in m.get("files", {}).values())
-        segs = [{"name": s["name"], "documents": s["live"], "deleted": s["docs"] - s["live"]} for s in m["segments"]]
-        comps = {n: kind.describe(dict(self.components[n]), m["segments"]) for n, kind in registry.kinds(self.components)}
-        return {"path": str(self.path), "documents": m["doc_count"], "bytes": size, "generation": m["generation"],
-                "segments": segs, "created": m.get("created", "?"), "ldr_version": m.get("ldr_version", "?"),
-                "format_version": m["format_version"], "components": comps,
-                "search": self.search_defaults(), "ingest": m.get("ingest", {}), "history": m.get("history", [])}
+        """What `ldr info` shows: counts, sizes, segments, each component described by its kind."""
+        from .index.manifest import describe
+
+        return {"path": str(self.path), **describe(self.manifest), "search": self.search_defaults()}
 
 
 def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001

@@ -67,7 +67,7 @@ def _check_target(out: Path) -> None:
     inside the output directory) is a refusal naming the files.
     """
     from . import generations as gens
-    from .writer import own_names
+    from .stores import own_names
 
     if out.is_symlink() or out.is_file():
         raise ConfigError(f"{out} is a file or a link; give a directory path for the index")

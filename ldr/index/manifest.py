@@ -242,3 +242,17 @@ def verify_files(root: Path, manifest: dict, full: bool = True, small: int = SMA
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise IndexFormatError(f"index {root} is damaged: {shown}. {_REBUILD[0].upper() + _REBUILD[1:]}.")
     return problems
+
+
+def describe(m: dict) -> dict:
+    """A manifest as `ldr info` shows it: counts, size, segments, each component described by its kind."""
+    from .. import components as registry
+
+    comps = {n: kind.describe(dict(m["components"][n]), m["segments"]) for n, kind in registry.kinds(m["components"])}
+    return {"documents": m["doc_count"], "bytes": sum(f["size"] for f in m.get("files", {}).values()),
+            "generation": m["generation"],
+            "segments": [{"name": s["name"], "documents": s["live"], "deleted": s["docs"] - s["live"]}
+                         for s in m["segments"]],
+            "created": m.get("created", "?"), "ldr_version": m.get("ldr_version", "?"),
+            "format_version": m["format_version"], "components": comps, "ingest": m.get("ingest", {}),
+            "history": m.get("history", [])}

@@ -27,6 +27,13 @@ def store_dirs() -> list[str]:
     return [k.store_dir for k in map(registry.get, registry.names()) if k.store_dir]
 
 
+def own_names() -> set[str]:
+    """What ldr itself writes at the top of an index directory."""
+    from .generations import READERS
+
+    return {"segments", READERS, "write.lock", *store_dirs()}
+
+
 class Stores:
     """The index stores one write feeds: documents by uid, deletions by uid; `publish` names the
     new generation's folders in `components` (the manifest entries, changed in place)."""
@@ -104,3 +111,36 @@ class Stores:
     def paths(self) -> list[str]:
         """The published folders (relative), for the commit's file list."""
         return [self.components[n]["path"] for n, _ in self.kinds if self.components[n].get("path")]
+
+
+def collect(root: Path, current: int | None) -> list[str]:
+    """Remove generations no reader holds and the files under ldr's own folders that no kept
+    generation lists (generations.collect); a first build that never committed leaves nothing.
+    An unreadable current generation (`current`) is an error; an older one stops collection."""
+    from . import generations as gens
+    from ..errors import IndexFormatError
+    from .manifest import read_manifest
+
+    manifests = {}
+    for g in gens.generations(root):
+        try:
+            manifests[g] = read_manifest(root, g)
+        except IndexFormatError as e:
+            if g == current:
+                raise
+            log.warning("not collecting files: generation %d cannot be read (%s)", g, e)
+            return []
+    for part in root.glob("manifest-*.json.part"):
+        part.unlink(missing_ok=True)
+    owned = ("segments", *store_dirs())
+    if not manifests:
+        removed = []
+        for top in owned:   # a first build that never finished
+            if (root / top).is_dir():
+                shutil.rmtree(root / top, ignore_errors=True)
+                removed.append(top)
+        return removed
+    removed = gens.collect(root, manifests, owned_dirs=owned)
+    if removed:
+        log.info("removed %d unreferenced files or folders", len(removed))
+    return removed

@@ -5,11 +5,10 @@
     delete         new deletes files for the segments that lose documents
     merge          the live rows of several segments copied into one (nothing re-encoded)
 
-The writer never asks which kinds an index has: every component is reached through the registry
-(ldr/components/): its part of each segment through SegmentWriter and merge (segment.py), its
-index store, if it keeps one (tantivy, Lucene), through Stores (stores.py). Anything a killed
-writer leaves (segment and work folders, a `.part` manifest) is listed by no manifest and removed
-by the next writer.
+The writer never names a kind: each component's segment part goes through SegmentWriter and merge
+(segment.py), its index store (tantivy, Lucene) through Stores (stores.py). What a killed writer
+leaves (segment and work folders, a `.part` manifest) is listed by no manifest and removed by the
+next writer.
 """
 from __future__ import annotations
 
@@ -26,24 +25,18 @@ from tqdm.auto import tqdm
 
 from ..corpus import Doc, IngestReport, check_documents
 from ..corpus.text import utf8_len
-from ..encode.models import model_settings  # noqa: F401  (ldr.index.writer.model_settings is public)
 from ..errors import ConfigError, IndexFormatError, IndexWriteError
 from .. import components as registry
 from . import generations as gens
 from .lock import WriteLock
 from .manifest import file_entries, new_manifest, read_manifest, seal
 from .segment import SegmentWriter, delete_rows, merge as merge_segments, read_deletes, rows_of
-from .stores import Stores, store_dirs
+from .stores import Stores, collect
 
 log = logging.getLogger(__name__)
 AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
 AUTO_MERGE_TO = 5            # ... down to this many (amortised: a merge every few adds)
 HISTORY = 100                # operations remembered in the manifest
-
-
-def own_names() -> set[str]:
-    """What ldr itself writes at the top of an index directory."""
-    return {"segments", gens.READERS, "write.lock", *store_dirs()}
 
 
 def crash_point(name: str) -> None:
@@ -168,28 +161,7 @@ class IndexWriter:
 
     def collect(self) -> list[str]:
         """Remove generations no reader holds and files no kept generation lists (see generations.py)."""
-        manifests = {}
-        for g in gens.generations(self.root):
-            try:
-                manifests[g] = read_manifest(self.root, g)
-            except IndexFormatError as e:
-                if self.current is not None and g == self.current.get("generation"):
-                    raise
-                log.warning("not collecting files: generation %d cannot be read (%s)", g, e)
-                return []
-        for part in self.root.glob("manifest-*.json.part"):
-            part.unlink(missing_ok=True)
-        if not manifests:
-            removed = []
-            for top in ("segments", *store_dirs()):   # a first build that never finished
-                if (self.root / top).is_dir():
-                    shutil.rmtree(self.root / top, ignore_errors=True)
-                    removed.append(top)
-            return removed
-        removed = gens.collect(self.root, manifests, owned_dirs=("segments", *store_dirs()))
-        if removed:
-            log.info("removed %d unreferenced files or folders", len(removed))
-        return removed
+        return collect(self.root, (self.current or {}).get("generation"))
 
     # -- operations ---------------------------------------------------------------------------
     def rebuild(self, docs: Iterable[Doc], config, report: IngestReport | None = None, progress: bool = True,
