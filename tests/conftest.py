@@ -11,12 +11,18 @@ SHARED = ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# ONNX exports go to a cache of this test session, not the user's (and CLI subprocesses inherit it)
+# ONNX exports go to the checkout's own cache (git-ignored), not the user's, and stay there between
+# runs: an export is keyed by the weights' hash, the export code's version and the int8 settings,
+# so a changed model or exporter exports again and an unchanged one is never exported twice. CLI
+# subprocesses inherit it. LDR_TEST_FRESH_CACHE=1 uses a throwaway cache instead.
 if "LDR_CACHE_DIR" not in os.environ:
-    import atexit
-    import shutil
-    os.environ["LDR_CACHE_DIR"] = tempfile.mkdtemp(prefix="ldr-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["LDR_CACHE_DIR"], True)   # exports are 100s of MB
+    if os.environ.get("LDR_TEST_FRESH_CACHE"):
+        import atexit
+        import shutil
+        os.environ["LDR_CACHE_DIR"] = tempfile.mkdtemp(prefix="ldr-test-cache-")
+        atexit.register(shutil.rmtree, os.environ["LDR_CACHE_DIR"], True)   # exports are 100s of MB
+    else:
+        os.environ["LDR_CACHE_DIR"] = str(ROOT / ".pytest_cache" / "ldr")
 
 
 @pytest.fixture
@@ -59,3 +65,31 @@ def segment_dir(idx: Path, i: int = 0) -> Path:
 def bm25_dir(idx: Path) -> Path:
     """The tantivy/Lucene folder of the newest generation."""
     return Path(idx) / manifest_of(idx)["components"]["bm25"]["path"]
+
+
+class CliResult:
+    """What a CLI run gives a test: the exit code and the separate stdout/stderr text."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def cli_run(*args, check: bool = False) -> CliResult:
+    """`ldr ARGS` in this process through click's CliRunner: no interpreter and import start-up per
+    call. Tests of the process boundary itself (signals, kill -9, argv bytes, locks held by
+    another process, a server) start a real process instead."""
+    import signal
+
+    from click.testing import CliRunner
+    from ldr.cli import main
+
+    old = signal.getsignal(signal.SIGTERM)      # the CLI installs its own SIGTERM handler
+    try:
+        r = CliRunner().invoke(main, [str(a) for a in args])
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    if check and r.exit_code != 0:
+        raise AssertionError(f"ldr {' '.join(map(str, args))} exited {r.exit_code}: {r.stderr[-2000:]}")
+    return CliResult(r.exit_code, r.stdout, r.stderr)

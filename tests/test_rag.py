@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import ldr
+from conftest import cli_run
 from ldr.errors import ConfigError, QueryError
 from ldr.search import filters as F
 from ldr.search.passages import word_windows
@@ -68,8 +69,8 @@ def test_passages_survive_a_merge_and_json_output(hybrid, tmp_path):
     after = [(h.id, [(p.start, p.end, round(p.score, 6)) for p in h.passages])
              for h in idx.search("topic5 budget", k=3, passages=2)]
     assert before == after and len(idx.info()["segments"]) == 1
-    out = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "m"), "topic5", "-k", "2",
-                          "-p", "2", "--json"], capture_output=True, text=True, check=True)
+    out = cli_run("search", "-i", str(tmp_path / "m"), "topic5", "-k", "2",
+                          "-p", "2", "--json", check=True)
     hit = json.loads(out.stdout)["hits"][0]
     assert hit["id"] == "doc5" and len(hit["passages"]) == 2 and "text" not in hit
     assert {"start", "end", "text", "score", "stage"} <= set(hit["passages"][0])
@@ -84,8 +85,8 @@ def test_word_windows_when_the_index_has_no_passage_vectors(tmp_path):
     assert all(not (a.start < b.end and b.start < a.end) for i, a in enumerate(ps) for b in ps[i + 1:])  # no overlaps
     _check_offsets(idx, hits)
     # the table shows the best passage as the snippet
-    out = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "b"), "launch code telescope",
-                          "-k", "1"], capture_output=True, text=True, check=True)
+    out = cli_run("search", "-i", str(tmp_path / "b"), "launch code telescope",
+                          "-k", "1", check=True)
     assert "PELICAN-7431" in out.stdout
 
 
@@ -171,11 +172,11 @@ def test_path_and_parquet_columns_are_filterable(tmp_path, write_jsonl):
     assert ids(path="*.jsonl") == ["r1"]
     assert ids(lang="de") == ["p1"] and ids(pages={">": 10}) == ["p2"]
     assert ids(lang=["fr", "en"]) == ["p2", "r1"]
-    out = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "idx"), "termination",
-                          "--filter", "path=notes/*", "--json"], capture_output=True, text=True, check=True)
+    out = cli_run("search", "-i", str(tmp_path / "idx"), "termination",
+                          "--filter", "path=notes/*", "--json", check=True)
     assert [h["id"] for h in json.loads(out.stdout)["hits"]] == ["notes/memo.txt"]
-    bad = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "idx"), "termination",
-                          "--filter", "pages"], capture_output=True, text=True)
+    bad = cli_run("search", "-i", str(tmp_path / "idx"), "termination",
+                          "--filter", "pages")
     assert bad.returncode == 2 and "bad filter" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -185,9 +186,8 @@ def test_batch_search_writes_a_trec_run(tmp_path, write_jsonl):
     idx = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None)
     (tmp_path / "q.tsv").write_text("q1\talpha1 beta2\nq2\tgamma alpha3\nq3\t   \n")
     write_jsonl(tmp_path / "queries.jsonl", [{"_id": "q1", "text": "alpha1 beta2"}, {"_id": "q2", "text": "gamma alpha3"}])
-    cmd = [sys.executable, "-m", "ldr.cli", "search", "-i", str(tmp_path / "idx"), "-k", "4", "--run-tag", "t"]
-    r = subprocess.run(cmd + ["--queries", str(tmp_path / "q.tsv"), "-o", str(tmp_path / "run.trec")],
-                       capture_output=True, text=True)
+    cmd = ["search", "-i", str(tmp_path / "idx"), "-k", "4", "--run-tag", "t"]
+    r = cli_run(*(cmd + ["--queries", str(tmp_path / "q.tsv"), "-o", str(tmp_path / "run.trec")]))
     assert r.returncode == 0, r.stderr
     assert "2 queries searched, 8 lines" in r.stderr and "1 queries skipped: q3" in r.stderr
     lines = (tmp_path / "run.trec").read_text().splitlines()
@@ -195,13 +195,12 @@ def test_batch_search_writes_a_trec_run(tmp_path, write_jsonl):
     for qid, text in (("q1", "alpha1 beta2"), ("q2", "gamma alpha3")):
         want = [f"{qid} Q0 {h.id} {h.rank} {h.score:.6f} t" for h in idx.search(text, k=4)]
         assert [ln for ln in lines if ln.startswith(qid + " ")] == want
-    r2 = subprocess.run(cmd + ["--queries", str(tmp_path / "queries.jsonl")], capture_output=True, text=True, check=True)
+    r2 = cli_run(*(cmd + ["--queries", str(tmp_path / "queries.jsonl")]), check=True)
     assert r2.stdout.splitlines() == lines                              # BEIR jsonl, to stdout
     (tmp_path / "bad.tsv").write_text("no tab here\n")
-    r3 = subprocess.run(cmd + ["--queries", str(tmp_path / "bad.tsv"), "-o", str(tmp_path / "bad.trec")],
-                        capture_output=True, text=True)
+    r3 = cli_run(*(cmd + ["--queries", str(tmp_path / "bad.tsv"), "-o", str(tmp_path / "bad.trec")]))
     assert r3.returncode == 2 and "line(s) 1" in r3.stderr and not (tmp_path / "bad.trec").exists()
-    r4 = subprocess.run(cmd, capture_output=True, text=True)
+    r4 = cli_run(*(cmd))
     assert r4.returncode == 2 and "either a QUERY or --queries" in r4.stderr
 
 

@@ -17,7 +17,7 @@ from ldr.errors import ConfigError, IndexFormatError
 from ldr.index.check import check_index
 from ldr.index.manifest import _self_checksum, file_digest
 
-from conftest import bm25_dir, newest_manifest, segment_dir
+from conftest import cli_run, bm25_dir, newest_manifest, segment_dir
 
 
 def build(docs, path, **kw):
@@ -235,8 +235,7 @@ def test_check_passes_a_sound_index(tmp_path):
 
 def test_cli_never_prints_a_traceback_for_unexpected_errors(tmp_path):
     # an index directory that is not readable at all: an OS error, reported in one line
-    r = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "x", "-i", str(tmp_path / "nope")],
-                       capture_output=True, text=True)
+    r = cli_run("search", "x", "-i", str(tmp_path / "nope"))
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
 
 
