@@ -212,14 +212,14 @@ def test_sigterm_cleans_up_like_sigint(tmp_path):
     marker = tmp_path / "halfway"
     script = textwrap.dedent(f"""
         import sys, time
-        import ldr.api
+        import ldr.corpus
         def slow(path, report, **kw):
             for i in range(10**6):
                 if i == 500:
                     open({str(marker)!r}, "w").close()
                     time.sleep(600)
                 yield ldr.Doc(f"n{{i}}", f"new text {{i}}")
-        ldr.api.iter_corpus = slow
+        ldr.corpus.iter_corpus = slow
         from ldr.cli import main
         sys.argv = ["ldr", "index", {str(tmp_path)!r}, "-o", {str(target)!r}, "-q", "--dense", "none", "--sparse", "none"]
         main()
