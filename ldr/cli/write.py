@@ -48,13 +48,13 @@ def index_cmd(corpus, out, wait, quiet, ray_address, ray_workers, ray_cpus_per_w
 def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, quiet, ray_address, ray_workers,
             ray_cpus_per_worker, ray_shard_docs):
     """Add the documents of CORPUS to an index (encoding only them); an existing id is replaced."""
-    from ..corpus import IngestReport, iter_corpus
+    from ..corpus import IngestReport, corpus_docs
     from ..index.writer import IndexWriter
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
+    docs = corpus_docs(corpus, report, max_doc_mb, index_path)     # refuses a corpus inside the index
     with IndexWriter(index_path, wait=wait, trust_remote_code=trust_remote_code, device=device) as w:
-        docs = iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[index_path])
         r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge, ray=ray)
     for line in report.details():
         click.echo(line, err=True)

@@ -101,6 +101,8 @@ def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
     (the output directory when it lies inside the corpus).
     """
     root = Path(path)
+    for e in exclude:
+        refuse_inside(root, e)
     report = report if report is not None else IngestReport()
     limits = Limits(max_doc_mb)
     files = list_files(root, report, [Path(e) for e in exclude])
@@ -159,10 +161,21 @@ def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float
 
 
 def corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out) -> Iterable[Doc]:
+    """The documents of a corpus path (an index `out` inside it is not read as corpus; a corpus
+    inside the index `out` is refused at once) or of an iterable of Docs/dicts."""
     if isinstance(corpus, (str, os.PathLike)):
-        # an output directory inside the corpus is not read as corpus
+        refuse_inside(corpus, out)
         return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out])
     return as_docs(corpus)
+
+
+def refuse_inside(corpus, index) -> None:
+    """A corpus that is the index or lies inside it would be its own documents (every file an
+    ldr file, every id replaced by itself): a clear error instead."""
+    c, i = Path(corpus).resolve(), Path(index).resolve()
+    if c == i or i in c.parents:
+        raise CorpusError(f"the corpus {corpus} is inside the index {index}: ldr does not read an index as "
+                          "documents; give the folder or file of your documents")
 
 
 def as_docs(items: Iterable) -> Iterable[Doc]:

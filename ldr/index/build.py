@@ -67,7 +67,7 @@ def _check_target(out: Path) -> None:
     inside the output directory) is a refusal naming the files.
     """
     from . import generations as gens
-    from .stores import own_names
+    from .stores import foreign_entries, own_names
 
     if out.is_symlink() or out.is_file():
         raise ConfigError(f"{out} is a file or a link; give a directory path for the index")
@@ -76,9 +76,12 @@ def _check_target(out: Path) -> None:
     own = own_names()
     found = gens.generations(out)
     if not found:
-        if all(p.name in own for p in out.iterdir()):
+        foreign = foreign_entries(out)
+        if not foreign:
             return   # a first build that never committed: the writer removes its leftovers
-        raise ConfigError(f"{out} exists and is not an ldr index; refusing to write into it (choose another -o)")
+        shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+        raise ConfigError(f"{out} exists and is not an ldr index (it holds {shown}); refusing to write into it: "
+                          "choose another -o, or an empty directory")
     try:
         manifest = read_manifest(out)
     except IndexFormatError as e:
@@ -114,7 +117,7 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     _check_target(out)
     created = not out.exists()
     try:
-        with IndexWriter(out, wait=wait, threads=config.threads) as writer:
+        with IndexWriter(out, wait=wait, threads=config.threads, create=True) as writer:
             manifest = writer.rebuild(docs, config, report, progress=progress, total=total, ray=ray)
     except BaseException:
         # a first build that failed leaves no directory behind (only ldr's own files are in it)

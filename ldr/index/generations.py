@@ -11,6 +11,7 @@ lock exclusively, i.e. when no reader holds it. The newest generation is always 
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -95,6 +96,14 @@ def publish(root: Path, manifest: dict) -> Path:
     return final
 
 
+def _open_pin(readers: Path, gen: int) -> int:
+    """A generation's reader lock file, never through a symlink (neither `readers/` nor the file):
+    a link planted there must not lead ldr to lock, create or delete a file outside the index."""
+    if readers.is_symlink() or not readers.is_dir():
+        raise OSError(errno.ELOOP, f"{readers} is not ldr's own folder")
+    return os.open(readers / f"gen-{gen:06d}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+
+
 class Pin:
     """A reader's hold on one generation (a shared flock); released by close() or process exit."""
 
@@ -105,7 +114,7 @@ class Pin:
         d = Path(root) / READERS
         try:
             d.mkdir(exist_ok=True)
-            self._fd = os.open(d / f"gen-{gen:06d}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = _open_pin(d, gen)
             fcntl.flock(self._fd, fcntl.LOCK_SH)
         except OSError as e:  # a read-only index cannot be collected either: reading needs no pin
             log.debug("no reader pin for generation %d of %s: %s", gen, root, e)
@@ -127,7 +136,7 @@ def _with_exclusive(root: Path, gen: int, fn) -> bool:
     lock = Path(root) / READERS / f"gen-{gen:06d}.lock"
     try:
         lock.parent.mkdir(exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_pin(lock.parent, gen)
     except OSError:
         return False
     try:
@@ -220,7 +229,7 @@ def _remove(p: Path) -> None:
 def _sweep_readers(root: Path, gens: set[int]) -> None:
     """Lock files of generations that no longer exist (left by readers that raced a collection)."""
     d = root / READERS
-    if not d.is_dir():
+    if d.is_symlink() or not d.is_dir():
         return
     present = set(generations(root))
     for p in d.glob("gen-*.lock"):

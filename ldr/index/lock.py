@@ -5,13 +5,15 @@ the next one without any staleness guess; the pid in the file is only there to n
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
-from ..errors import IndexLockedError
+from ..errors import IndexFormatError, IndexLockedError
 
 log = logging.getLogger(__name__)
 LOCK = "write.lock"
@@ -34,7 +36,18 @@ class WriteLock:
         """Take the index's write lock. `wait`: False fails at once when another writer holds it;
         True waits for it; a number waits that many seconds."""
         self.path = Path(root) / LOCK
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = None
+        try:   # never through a link: a write.lock replaced by a symlink must not empty its target
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise IndexFormatError(f"{self.path} is a symbolic link; ldr never follows links inside an index. "
+                                       "Remove it (ldr makes its own lock file)") from None
+            raise
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            self._fd = None
+            raise IndexFormatError(f"{self.path} is not a regular file; remove it (ldr makes its own lock file)")
         if fcntl is None:
             return
         deadline = None if wait is True else time.monotonic() + (0 if wait is False else float(wait))

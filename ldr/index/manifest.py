@@ -66,11 +66,16 @@ def seal(manifest: dict) -> dict:
 
 
 def file_entries(root: Path, rels, previous: dict | None = None) -> dict[str, dict]:
-    """{path: {size, sha256}} for every file under the given paths. A file the previous generation
-    listed and that is still the same file (same inode and size: files are never modified, only
-    replaced) keeps its recorded hash, so a commit hashes only what it wrote."""
+    """{path: {size, sha256}} for every file under the given paths.
+
+    A file the previous generation listed that is still the same file (same inode and size: files
+    are never modified, only replaced), or a hard link to one (an index store's next generation),
+    keeps its recorded hash, so a commit hashes only what it wrote. A listed file that is no longer
+    the same file (an index copied or restored: new inodes) is hashed and must match its record:
+    a write never records a damaged file as sound (IndexFormatError, nothing committed)."""
     previous = previous or {}
-    out = {}
+    by_inode = {(info["inode"], info["size"]): info for info in previous.values() if info.get("inode")}
+    out, damaged = {}, []
     for rel in rels:
         base = Path(root) / rel
         paths = [base] if base.is_file() else [Path(d, n) for d, _, names in os.walk(base) for n in names]
@@ -78,11 +83,39 @@ def file_entries(root: Path, rels, previous: dict | None = None) -> dict[str, di
             r = p.relative_to(root).as_posix()
             st = p.stat()
             old = previous.get(r)
+            same = by_inode.get((st.st_ino, st.st_size)) if not old else None
             if old and old.get("size") == st.st_size and old.get("inode") == st.st_ino:
                 out[r] = old
+            elif same is not None:
+                out[r] = same
             else:
                 out[r] = {"size": st.st_size, "sha256": file_digest(p), "inode": st.st_ino}
+                if old and (old.get("size") != st.st_size or old.get("sha256") != out[r]["sha256"]):
+                    damaged.append(r)
+    if damaged:
+        raise_damaged(root, damaged)
     return dict(sorted(out.items()))
+
+
+def raise_damaged(root: Path, rels: list[str]) -> None:
+    shown = ", ".join(rels[:5]) + (f" and {len(rels) - 5} more" if len(rels) > 5 else "")
+    raise IndexFormatError(f"{shown} in {root} no longer match the checksums the index recorded: the index is "
+                           "damaged, and nothing was written on top of it. Run `ldr check` to see every damaged "
+                           "file; restore the index from a backup or rebuild it with `ldr index`")
+
+
+def verify_listed(root: Path, files: dict, under: list[str]) -> None:
+    """Hash every file `files` lists under the folders `under` and compare with its record, before
+    a write reads them to make new files (a merge, an index store's next generation)."""
+    prefixes = tuple(u.rstrip("/") + "/" for u in under)
+    damaged = []
+    for rel, info in files.items():
+        if rel.startswith(prefixes):
+            p = Path(root) / rel
+            if not p.is_file() or p.stat().st_size != info["size"] or file_digest(p) != info["sha256"]:
+                damaged.append(rel)
+    if damaged:
+        raise_damaged(root, damaged)
 
 
 def _need(cond: bool, path: Path, what: str) -> None:

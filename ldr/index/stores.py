@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -27,6 +28,51 @@ def store_dirs() -> list[str]:
     return [k.store_dir for k in map(registry.get, registry.names()) if k.store_dir]
 
 
+# what ldr makes inside its own top-level folders (anything else there is not ldr's)
+_OWN_CHILDREN = {"segments": re.compile(r"^(seg-\d{6,}|ray-work-\d+-[0-9a-f]{8})$"),
+                 "*store*": re.compile(r"^(gen-\d{6,}|work-\d+-[0-9a-f]{8})$"),
+                 "readers": re.compile(r"^gen-\d{6,}\.lock$")}
+
+
+def leftovers(root: Path) -> list[Path]:
+    """The folders a build that never committed left (segments, index-store work folders): only
+    children named as ldr names them, real folders, not links."""
+    out = []
+    for top in ("segments", *store_dirs()):
+        base = Path(root) / top
+        if base.is_symlink() or not base.is_dir():
+            continue
+        pattern = _OWN_CHILDREN["segments" if top == "segments" else "*store*"]
+        out += [c for c in sorted(base.iterdir()) if pattern.match(c.name) and c.is_dir() and not c.is_symlink()]
+    return out
+
+
+def foreign_entries(root: Path) -> list[str]:
+    """Entries of a directory without a committed manifest that ldr did not make: anything but
+    its own top-level names, each holding only what ldr puts there (a `write.lock` ldr wrote)."""
+    root = Path(root)
+    found = []
+    own = own_names()
+    for p in sorted(root.iterdir()):
+        if p.name not in own:
+            found.append(p.name)
+        elif p.is_symlink():
+            found.append(p.name + " (a link)")
+        elif p.name == "write.lock":
+            try:
+                text = p.read_text(encoding="utf-8", errors="replace") if p.is_file() else None
+            except OSError:
+                text = None
+            if text is None or (text and not text.startswith("pid ")):
+                found.append(p.name)
+        elif not p.is_dir():
+            found.append(p.name)
+        else:
+            pattern = _OWN_CHILDREN.get(p.name, _OWN_CHILDREN["*store*"])
+            found += [f"{p.name}/{c.name}" for c in sorted(p.iterdir()) if not pattern.match(c.name)]
+    return found
+
+
 def own_names() -> set[str]:
     """What ldr itself writes at the top of an index directory."""
     from .generations import READERS
@@ -38,10 +84,11 @@ class Stores:
     """The index stores one write feeds: documents by uid, deletions by uid; `publish` names the
     new generation's folders in `components` (the manifest entries, changed in place)."""
 
-    def __init__(self, root: Path, components: dict, threads: int, append: bool):
-        """`append`: start from the files of the generation `components` describes (add, delete);
-        otherwise from nothing (a rebuild)."""
+    def __init__(self, root: Path, components: dict, threads: int, append: bool, files: dict | None = None):
+        """`append`: start from the files of the generation `components` describes (add, delete),
+        whose manifest lists `files`; otherwise from nothing (a rebuild)."""
         self.root, self.components, self.threads, self.append = Path(root), components, threads, append
+        self.files = files
         self.kinds = [(n, k) for n, k in registry.kinds(components) if k.uses_store(components[n])]
         self.works: dict[str, Path] = {}
         self.writers: dict = {}
@@ -54,7 +101,14 @@ class Stores:
         return list(self.works.values())
 
     def prepare(self) -> None:
-        """Make the work folders: hard links to the previous generation's files."""
+        """Make the work folders: hard links to the previous generation's files, each verified
+        against the SHA-256 its manifest records first: the backend rewrites and merges them, so a
+        damaged one would be carried into new files that hash as sound."""
+        from .manifest import verify_listed
+
+        if self.append and self.files:
+            verify_listed(self.root, self.files, [self.components[n]["path"] for n, _ in self.kinds
+                                             if self.components[n].get("path")])
         for name, kind in self.kinds:
             work = self.root / kind.store_dir / f"work-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             work.mkdir(parents=True)
@@ -133,12 +187,15 @@ def collect(root: Path, current: int | None) -> list[str]:
     for part in root.glob("manifest-*.json.part"):
         part.unlink(missing_ok=True)
     owned = ("segments", *store_dirs())
-    if not manifests:
-        removed = []
-        for top in owned:   # a first build that never finished
-            if (root / top).is_dir():
-                shutil.rmtree(root / top, ignore_errors=True)
-                removed.append(top)
+    if not manifests:   # a first build that never finished: only what ldr itself made goes
+        removed = [p.relative_to(root).as_posix() for p in leftovers(root)]
+        for rel in removed:
+            shutil.rmtree(root / rel, ignore_errors=True)
+        for top in owned:
+            try:
+                (root / top).rmdir()      # only when empty: nothing else of anyone's is removed
+            except OSError:
+                pass
         return removed
     removed = gens.collect(root, manifests, owned_dirs=owned)
     if removed:

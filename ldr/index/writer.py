@@ -12,7 +12,6 @@ next writer.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -28,8 +27,9 @@ from ..corpus.text import utf8_len
 from ..errors import ConfigError, IndexFormatError, IndexWriteError
 from .. import components as registry
 from . import generations as gens
+from .faults import abort_all as _abort, crash_point, no_space as _no_space
 from .lock import WriteLock
-from .manifest import file_entries, new_manifest, read_manifest, seal
+from .manifest import file_entries, new_manifest, read_manifest, seal, verify_listed
 from .segment import SegmentWriter, delete_rows, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, collect
 
@@ -39,39 +39,22 @@ AUTO_MERGE_TO = 5            # ... down to this many (amortised: a merge every f
 HISTORY = 100                # operations remembered in the manifest
 
 
-def crash_point(name: str) -> None:
-    """Fault injection for the crash-safety tests: with LDR_CRASH_AT=name the process is killed
-    (SIGKILL, as `kill -9`) at this moment of a write."""
-    if os.environ.get("LDR_CRASH_AT") == name:
-        import signal
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _no_space(e: BaseException) -> bool:
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    # tantivy, pyarrow and faiss report a full disk in their own exception types
-    msg = str(e).lower()
-    return "no space left" in msg or "disk quota exceeded" in msg or "(os error 28)" in msg
-
-
-def _abort(*writers) -> None:
-    """Abort the writers that were opened, keeping the error that made us abort them."""
-    for w in writers:
-        if w is not None:
-            try:
-                w.abort()
-            except Exception as e:  # cleanup: keep the original error
-                log.debug("abort failed: %s", e)
-
-
 class IndexWriter:
     """Holds an index directory's write lock; each operation commits one generation."""
 
     def __init__(self, root: str | os.PathLike, wait: bool | float = False, trust_remote_code: bool = False,
-                 device: str | None = None, threads: int = 0):
+                 device: str | None = None, threads: int = 0, create: bool = False):
+        """`create`: a build into a directory `build_index` checked (new, empty or an ldr index);
+        otherwise `root` must already be an ldr index, proven before anything is created, changed
+        or deleted in it (a user's folder that happens to hold `segments/` stays untouched)."""
         self.root = Path(root).absolute()
-        self.root.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        elif not self.root.is_dir() or not gens.generations(self.root):
+            raise IndexFormatError(f"no index at {self.root} yet: build one with `ldr index CORPUS -o {self.root}` "
+                                   "(nothing was written)")
+        else:
+            read_manifest(self.root)     # an ldr manifest, or an error before the lock file is touched
         self.lock = WriteLock(self.root, wait)
         self.trust_remote_code, self.device = trust_remote_code, device
         self.threads = threads or os.cpu_count() or 1
@@ -275,7 +258,7 @@ class IndexWriter:
     def _delete_rows(self, found: dict) -> list[dict]:
         return delete_rows(self.root, self.current["segments"], self._deleted_masks(), found, self.generation + 1)
 
-    def _rows_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int, int]]:
+    def _rows_of(self, ids: Iterable[str]) -> dict:
         return rows_of(self.root, self.current["segments"], self._deleted_masks(), ids)
 
     def add(self, docs: Iterable[Doc], report: IngestReport | None = None, progress: bool = True,
@@ -289,7 +272,7 @@ class IndexWriter:
         number, first_uid = current["next_segment"], current["next_uid"]
         t0 = time.perf_counter()
         # documents are streamed once; the ids they replace are found after the segment is written
-        stores = Stores(self.root, components, self.threads, append=True)
+        stores = Stores(self.root, components, self.threads, append=True, files=current.get("files"))
         segs, n_bytes, _, known = self._write_segments(
             docs, report, settings, components, stores, number, first_uid, progress, total, max_doc_mb, True, ray)
         created = [self.root / seg["path"] for seg in segs] + stores.folders
@@ -334,7 +317,7 @@ class IndexWriter:
             return {"deleted": [], "missing": missing, "generation": self.generation}
         t0 = time.perf_counter()
         components = {k: dict(v) for k, v in current["components"].items()}
-        stores = Stores(self.root, components, self.threads, append=True)
+        stores = Stores(self.root, components, self.threads, append=True, files=current.get("files"))
         created: list[Path] = []
 
         def run():
@@ -382,6 +365,8 @@ class IndexWriter:
         created = [self.root / f"segments/seg-{number:06d}"]
 
         def run():
+            # a merge copies these segments' vectors and postings into new files: verify them first
+            verify_listed(self.root, current.get("files", {}), [segments[i]["path"] for i in chosen])
             merged = merge_segments(self.root, [(segments[i], masks[i]) for i in chosen], number, comps)
             crash_point("merge:segment-written")
             keep = [s for i, s in enumerate(segments) if i not in set(chosen)]

@@ -1,0 +1,208 @@
+"""Nothing of a user's is touched, no damage is re-blessed (issue: reliability round 3)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import ldr
+from conftest import bm25_dir, cli_run, manifest_of
+from ldr.index.check import check_index
+
+DOCS = [{"id": f"d{i}", "text": f"document {i} about herons and the marsh {i % 3}"} for i in range(12)]
+
+
+def build(path, **kw):
+    kw.setdefault("dense", None)
+    kw.setdefault("sparse", None)
+    return ldr.Index.build(DOCS, path, **kw)
+
+
+def snapshot(folder: Path) -> dict:
+    """Every entry under `folder` with its kind and content: what must not change."""
+    out = {}
+    for d, dirs, files in os.walk(folder):
+        for n in dirs + files:
+            p = Path(d, n)
+            rel = p.relative_to(folder).as_posix()
+            out[rel] = ("link", os.readlink(p)) if p.is_symlink() else \
+                ("dir", None) if p.is_dir() else ("file", p.read_bytes())
+    return out
+
+
+def user_folder(tmp_path) -> Path:
+    """A user's folder that happens to hold names ldr uses."""
+    u = tmp_path / "mine"
+    (u / "segments").mkdir(parents=True)
+    (u / "segments" / "notes.txt").write_text("my notes")
+    (u / "bm25-generations").mkdir()
+    (u / "bm25-generations" / "plan.md").write_text("my plan")
+    (u / "write.lock").write_text("my own lock file, with content")
+    return u
+
+
+@pytest.mark.parametrize("args", [["add", "CORPUS", "-i", "DIR"], ["delete", "x", "-i", "DIR"],
+                                  ["merge", "-i", "DIR"]])
+def test_writes_on_a_folder_that_is_not_an_index_touch_nothing(tmp_path, args):
+    u = user_folder(tmp_path)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("a document")
+    before = snapshot(u)
+    r = cli_run(*[str(u) if a == "DIR" else str(corpus) if a == "CORPUS" else a for a in args])
+    assert r.returncode == 2 and "no index at" in r.stderr
+    assert snapshot(u) == before
+
+
+def test_a_missing_index_path_is_not_created(tmp_path):
+    r = cli_run("delete", "x", "-i", str(tmp_path / "nowhere"))
+    assert r.returncode == 2 and not (tmp_path / "nowhere").exists()
+    from ldr.index.writer import IndexWriter
+    with pytest.raises(ldr.IndexFormatError, match="no index at"):
+        IndexWriter(tmp_path / "n3")
+    assert not (tmp_path / "n3").exists()
+
+
+def test_index_into_a_folder_holding_only_a_segments_folder_refuses(tmp_path):
+    u = tmp_path / "out"
+    (u / "segments").mkdir(parents=True)
+    (u / "segments" / "thesis.tex").write_text("three years of work")
+    before = snapshot(u)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("a document about herons")
+    r = cli_run("index", corpus, "-o", u, "-q", "--dense", "none", "--sparse", "none")
+    assert r.returncode == 2 and "segments/thesis.tex" in r.stderr
+    assert snapshot(u) == before
+    # what a killed first build leaves (ldr's own names) is still cleaned up and built over
+    v = tmp_path / "v"
+    (v / "segments" / "seg-000001").mkdir(parents=True)
+    (v / "write.lock").write_text("")
+    r = cli_run("index", corpus, "-o", v, "-q", "--dense", "none", "--sparse", "none")
+    assert r.returncode == 0, r.stderr
+    assert len(ldr.open(v)) == 1
+
+
+def test_a_write_lock_symlink_is_never_followed(tmp_path):
+    idx = tmp_path / "idx"
+    build(idx, bm25="native")
+    target = tmp_path / "precious.txt"
+    target.write_text("do not empty me")
+    (idx / "write.lock").unlink()
+    os.symlink(target, idx / "write.lock")
+    r = cli_run("delete", "d1", "-i", idx)
+    assert r.returncode == 2 and "symbolic link" in r.stderr
+    assert target.read_text() == "do not empty me"
+
+
+def test_a_readers_symlink_leads_nowhere(tmp_path):
+    idx = tmp_path / "idx"
+    build(idx, bm25="native")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for g in range(1, 6):
+        (outside / f"gen-{g:06d}.lock").write_text("a user's file")
+    import shutil
+    shutil.rmtree(idx / "readers")
+    os.symlink(outside, idx / "readers")
+    before = snapshot(outside)
+    index = ldr.open(idx)
+    index.delete(["d1"])
+    index.add([{"id": "new", "text": "a new heron"}])
+    index.merge(1)
+    assert len(index) == 12 and snapshot(outside) == before
+
+
+def test_an_index_is_not_its_own_corpus(tmp_path):
+    idx = tmp_path / "idx"
+    build(idx)
+    before = [(h.id, h.meta) for h in ldr.open(idx).search("herons", k=12)]
+    r = cli_run("add", idx, "-i", idx)
+    assert r.returncode == 2 and "inside the index" in r.stderr
+    r = cli_run("add", idx / "segments", "-i", idx)
+    assert r.returncode == 2 and "inside the index" in r.stderr
+    with pytest.raises(ldr.CorpusError, match="inside the index"):
+        ldr.open(idx).add(idx)
+    assert [(h.id, h.meta) for h in ldr.open(idx).search("herons", k=12)] == before
+    assert manifest_of(idx)["generation"] == 1
+    # an index inside the corpus is still skipped, not refused
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("a heron")
+    build_in = corpus / "idx"
+    ldr.Index.build(corpus, build_in, dense=None, sparse=None)
+    assert len(ldr.Index.build(corpus, tmp_path / "other", dense=None, sparse=None)) == 1
+    assert bm25_dir(build_in).is_dir()
+    assert check_index(build_in)[1] == []
+
+
+def flip(path: Path, at: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    i = len(data) // 2 if at is None else at
+    data[i] ^= 0x5A
+    with open(path, "r+b") as fh:       # in place: the same inode, the same size
+        fh.write(bytes(data))
+
+
+def test_a_write_never_carries_a_damaged_store_file_into_a_new_generation(tmp_path):
+    idx = tmp_path / "idx"
+    build(idx)                                          # tantivy: an index store
+    store = bm25_dir(idx)
+    victim = max((p for p in store.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    flip(victim)
+    gen = manifest_of(idx)["generation"]
+    r = cli_run("add", _corpus(tmp_path), "-i", idx)
+    assert r.returncode == 2 and victim.name in r.stderr and "ldr check" in r.stderr
+    assert manifest_of(idx)["generation"] == gen                  # nothing committed
+    _, problems = check_index(idx)
+    assert any(victim.name in p for p in problems)                # still reported as damaged
+    with pytest.raises(ldr.IndexFormatError, match=victim.name):
+        ldr.open(idx).delete(["d1"])
+
+
+def _corpus(tmp_path: Path) -> Path:
+    c = tmp_path / "more"
+    c.mkdir(exist_ok=True)
+    (c / "x.txt").write_text("one more document about herons")
+    return c
+
+
+@pytest.mark.parametrize("part", ["bm25/term_tfs.npy", "bm25/doc_lengths.npy", "docstore.parquet"])
+def test_a_restored_copy_with_a_damaged_segment_file_is_not_re_blessed(tmp_path, part):
+    import shutil
+
+    build(tmp_path / "orig", bm25="native")
+    idx = tmp_path / "copy"
+    shutil.copytree(tmp_path / "orig", idx)             # new inodes, as a backup restore gives
+    seg = idx / manifest_of(idx)["segments"][0]["path"]
+    flip(seg / part, at=-3 if part.endswith(".npy") else None)     # a value, past the .npy header
+    gen = manifest_of(idx)["generation"]
+    from ldr.index.writer import IndexWriter    # the writer itself, not ldr.open's own checks at open
+    with IndexWriter(idx) as w, pytest.raises(ldr.IndexFormatError, match=part.split("/")[-1]):
+        w.add([ldr.Doc("new", "a new heron")], progress=False)
+    assert manifest_of(idx)["generation"] == gen
+    with IndexWriter(idx) as w, pytest.raises(ldr.IndexFormatError, match=part.split("/")[-1]):
+        w.delete(["d1"])
+    assert manifest_of(idx)["generation"] == gen
+    assert any(part.split("/")[-1] in p for p in check_index(idx)[1])
+    # an undamaged copy takes writes as before
+    clean = tmp_path / "clean"
+    shutil.copytree(tmp_path / "orig", clean)
+    assert ldr.open(clean).add([{"id": "new", "text": "a new heron"}])["added"] == 1
+    assert check_index(clean)[1] == []
+
+
+def test_a_merge_does_not_copy_a_damaged_segment_into_a_new_one(tmp_path):
+    idx = tmp_path / "idx"
+    build(idx, bm25="native")
+    seg = idx / manifest_of(idx)["segments"][0]["path"]
+    flip(seg / "bm25" / "term_tfs.npy", at=200)         # in place: the recorded hash stays the sound one
+    from ldr.index.writer import IndexWriter
+    with IndexWriter(idx) as w:
+        w.delete(["d1"])                                # writes only a new deletes file
+        gen = w.generation
+        with pytest.raises(ldr.IndexFormatError, match="term_tfs.npy"):
+            w.merge(1)
+    assert manifest_of(idx)["generation"] == gen
+    assert any("term_tfs.npy" in p for p in check_index(idx)[1])
