@@ -243,7 +243,9 @@ class Index:
             return registry.get(name).open(self.path, comp, view.segments, self._encoder(name, comp))
         except LdrError:
             raise
-        except Exception as e:  # a damaged file surfaces as whatever its reader raises
+        except BaseException as e:  # a damaged file surfaces as whatever its reader raises (tantivy: a panic)
+            if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+                raise
             where = comp.get("path") or "its segment parts"
             raise IndexFormatError(
                 f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "

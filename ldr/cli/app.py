@@ -48,8 +48,16 @@ class _Group(click.Group):
             ctx.exit(2)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
-        except Exception as e:  # a bug: say so plainly; the traceback is for -vv
-            logging.getLogger("ldr").debug("unexpected error", exc_info=True)
+        except BaseException as e:
+            panic = type(e).__name__ == "PanicException"    # a Rust library (tantivy) failed: BaseException
+            if not panic and not isinstance(e, Exception):
+                raise
+            if panic:
+                first = str(e).splitlines()[0][:200] if str(e) else "panic"
+                click.echo(f"error: a component of the index failed ({first}); its files are probably damaged: "
+                           "run `ldr check INDEX`", err=True)
+                ctx.exit(2)
+            logging.getLogger("ldr").debug("unexpected error", exc_info=True)   # a bug: the traceback is for -vv
             click.echo(f"error: unexpected {type(e).__name__}: {str(e)[:500]} "
                        "(run with -vv for details; please report it)", err=True)
             ctx.exit(1)

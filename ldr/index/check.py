@@ -18,7 +18,9 @@ def _step(problems: list[str], what: str, fn: Callable[[], list[str] | None]) ->
         problems.extend(fn() or [])
     except LdrError as e:
         problems.append(str(e))
-    except Exception as e:  # a damaged file raises whatever its reader raises
+    except BaseException as e:  # a damaged file raises whatever its reader raises (tantivy: a Rust panic)
+        if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+            raise
         problems.append(f"{what}: {type(e).__name__}: {str(e)[:300]}")
 
 

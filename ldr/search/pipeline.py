@@ -6,12 +6,13 @@ those query representations through a per-query context. Every hit carries each 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import components as registry
-from ..errors import ConfigError, IndexFormatError, QueryError
+from ..errors import ConfigError, IndexFormatError, LdrError, QueryError
 from .fusion import METHODS, fuse
 from ..index.topk import top_k_dict
 from ..rerank.passage import zscore
@@ -113,8 +114,10 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
     lists = {}
     for n in names:
         t = time.perf_counter()
-        lists[n] = (retrievers[n].search_rep(ctx.rep(n), depth) if allow is None
-                    else retrievers[n].search_rep(ctx.rep(n), depth, allow=allow))
+        rep = ctx.rep(n)
+        with damage_guard(n):
+            lists[n] = (retrievers[n].search_rep(rep, depth) if allow is None
+                        else retrievers[n].search_rep(rep, depth, allow=allow))
         ctx.first_stage[n] = dict(lists[n])
         ctx.timings[n] = time.perf_counter() - t
     limit = max(k, opts.rerank_depth if reranker is not None else 0)
@@ -147,6 +150,24 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         rows = reranked + tail
         ctx.timings["rerank"] = time.perf_counter() - t
     return rows[:k], ctx
+
+
+@contextmanager
+def damage_guard(name: str):
+    """What a component's reader raises while searching a damaged file (a Rust panic from tantivy,
+    a BaseException; ValueError/OverflowError from a decoder) becomes one clear IndexFormatError
+    naming `ldr check`, for the CLI and the server alike; ldr's own errors pass unchanged."""
+    try:
+        yield
+    except (LdrError, KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
+        raise
+    except BaseException as e:
+        if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+            raise
+        raise IndexFormatError(
+            f"the {name} component failed while searching ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); "
+            "its files are probably damaged: run `ldr check INDEX`, then restore the index or rebuild it "
+            "with `ldr index`") from None
 
 
 def mix(second, first, weight: float) -> np.ndarray:
