@@ -162,6 +162,21 @@ class Stores:
             os.rename(work, final)
             self.components[name]["path"] = rel
 
+    def rebuild(self, segments: list[dict]) -> None:
+        """Write the stores anew from the live documents of `segments` (a merge): a store's own
+        statistics (document frequencies, average length) then count exactly the live documents,
+        as a fresh build of the same corpus would, instead of documents deleted since."""
+        from .docstore import Docstore
+        from .segment import read_deletes
+
+        self.open()         # prepares the work folders when the caller has not
+        for seg in segments:
+            deleted = read_deletes(self.root, seg)
+            for row, uid, doc in Docstore(inside(self.root, seg["path"], "segment"), seg["docs"]).iter_docs():
+                if not deleted[row]:
+                    self.add(uid, doc)
+        self.close()
+
     def paths(self) -> list[str]:
         """The published folders (relative), for the commit's file list."""
         return [self.components[n]["path"] for n, _ in self.kinds if self.components[n].get("path")]

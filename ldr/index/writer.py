@@ -303,7 +303,7 @@ class IndexWriter:
         result = {"added": n_new - len(old), "replaced": sorted(old), "skipped": report.n_skipped,
                   "generation": manifest["generation"]}
         if auto_merge and len(manifest["segments"]) > AUTO_MERGE_ABOVE:
-            self.merge(AUTO_MERGE_TO)
+            self.merge(AUTO_MERGE_TO, exact_stores=False)
             result["generation"] = self.generation
         return result
 
@@ -345,9 +345,11 @@ class IndexWriter:
                             current.get("settings", {}), {"added": 0, "replaced": 0, "deleted": 0, "skipped": 0,
                                                           **(record or {})})
 
-    def merge(self, max_segments: int = 1) -> dict:
+    def merge(self, max_segments: int = 1, exact_stores: bool = True) -> dict:
         """Merge the smallest segments (dropping deleted rows) until at most `max_segments` remain;
-        with one segment holding deletions, `max_segments=1` rewrites it without them."""
+        with one segment holding deletions, `max_segments=1` rewrites it without them. The index
+        stores (tantivy, Lucene) are written anew from the live documents (`exact_stores`), so
+        their BM25 statistics equal a fresh build's; an add's automatic merge skips that."""
         current = self._writable()
         if max_segments < 1:
             raise ConfigError(f"--max-segments must be at least 1 (got {max_segments})")
@@ -373,7 +375,14 @@ class IndexWriter:
             # the merged segment takes the place of the first one it replaces
             pos = sum(1 for i in range(chosen[0]) if i not in set(chosen))
             out = keep[:pos] + [merged] + keep[pos:]
-            return self._commit("merge", out, {k: dict(v) for k, v in comps.items()}, current.get("search", {}),
+            components = {k: dict(v) for k, v in comps.items()}
+            stores = Stores(self.root, components, self.threads, append=False)
+            if stores and exact_stores:   # deleted documents leave every statistic
+                stores.prepare()
+                created.extend(stores.folders)
+                stores.rebuild(out)
+                stores.publish(self.generation + 1)
+            return self._commit("merge", out, components, current.get("search", {}),
                                 current.get("ingest", {}), current.get("settings", {}),
                                 {"added": 0, "replaced": 0, "deleted": 0, "skipped": 0, "merged": len(chosen),
                                  "seconds": round(time.perf_counter() - t0, 3), "next_segment": number + 1})
