@@ -282,3 +282,53 @@ def test_replace_delete_then_merge_equals_a_fresh_build(tmp_path, backend):
             want = [(h.id, round(h.score, 5)) for h in fresh.search(q, k=10)]
         assert got == want, q
     assert check_index(tmp_path / "idx")[1] == []
+
+
+def _strict_json(text: str):
+    import json
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_metadata_is_refused_at_the_server_and_never_breaks_json(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from ldr.serve.app import ServerSettings, create_app
+
+    idx = tmp_path / "idx"
+    ldr.Index.build([{"id": "a", "text": "herons in the marsh", "depth": float("nan")},
+                     {"id": "b", "text": "cranes in the marsh", "depth": 2.5}], idx, dense=None, sparse=None)
+    r = cli_run("search", "marsh", "-i", idx, "--json")
+    assert r.returncode == 0
+    got = _strict_json(r.stdout)                                  # the API kept a NaN: JSON still parses
+    assert {h["id"]: h["meta"]["depth"] for h in got["hits"]} == {"a": None, "b": 2.5}
+    with TestClient(create_app(str(idx), ServerSettings(warm_up=False))) as c:
+        for doc in ({"id": "c", "text": "egrets", "depth": "NaN"}, {"id": "c", "text": "egrets", "meta": {"x": "Infinity"}}):
+            body = __import__("json").dumps({"documents": [doc]}).replace('"NaN"', "NaN").replace('"Infinity"', "Infinity")
+            res = c.post("/documents", content=body, headers={"content-type": "application/json"})
+            assert res.status_code == 400 and "finite" in res.json()["error"]
+        assert len(ldr.open(idx)) == 2                                # nothing was added
+        res = c.post("/search", json={"query": "marsh"})
+        assert res.status_code == 200 and {h["id"] for h in _strict_json(res.text)["hits"]} == {"a", "b"}
+        assert _strict_json(c.get("/documents/a").text)["meta"]["depth"] is None
+
+
+def test_server_queries_with_lone_surrogates_and_bool_numbers(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from ldr.serve.app import ServerSettings, create_app
+
+    idx = tmp_path / "idx"
+    build(idx)
+    with TestClient(create_app(str(idx), ServerSettings(warm_up=False))) as c:
+        res = c.post("/search", content='{"query": "her\\ud800ons herons"}', headers={"content-type": "application/json"})
+        assert res.status_code == 200 and res.json()["query"] == "her\ufffdons herons" and res.json()["hits"]
+        for bad in ('{"query": "herons", "k": true}', '{"query": "herons", "passages": true}',
+                    '{"query": "herons", "k": "3"}'):
+            res = c.post("/search", content=bad, headers={"content-type": "application/json"})
+            assert res.status_code == 422 and "error" in res.json(), bad
+        assert c.post("/search", json={"query": "herons", "rerank_weight": 1}).status_code == 200

@@ -86,6 +86,7 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
     from .. import api
     from ..corpus.text import replace_surrogates
     from ..errors import ConfigError
+    from ..search.hits import finite
 
     if (query is None) == (queries_file is None):
         raise ConfigError("give either a QUERY or --queries FILE")
@@ -102,10 +103,10 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
                         with_meta=as_json, **options)   # texts are read only when shown
     stages = list(hits[0].scores) if hits else []
     if as_json:
-        click.echo(json.dumps({"query": query, "mode": mode or index.default_mode(), "stages": stages,
+        click.echo(json.dumps(finite({"query": query, "mode": mode or index.default_mode(), "stages": stages,
                                "reranker": hits.reranker, "generation": hits.generation,
                                "timings_ms": {n: round(1e3 * t, 2) for n, t in hits.timings.items()},
-                               "hits": [h.to_dict(with_text=with_text) for h in hits]}, ensure_ascii=False))
+                               "hits": [h.to_dict(with_text=with_text) for h in hits]}), ensure_ascii=False))
         return
     if not hits:
         click.echo("no hits")

@@ -44,3 +44,17 @@ class SearchResult(list):
         self.reranker = reranker
         self.context = context        # per-stage scores of every candidate (QueryContext)
         self.generation: int | None = None   # the index generation that answered
+
+
+def finite(obj):
+    """`obj` with every non-finite float (NaN, ±Infinity: not JSON) as None, for JSON answers that
+    must always parse, whatever an older index or a metadata value holds."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import os
 import threading
 import time
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from ..errors import ConfigError, CorpusError, IndexLockedError, LdrError, QueryError
+from ..search.hits import finite
 from .metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("ldr.serve")
@@ -61,7 +63,9 @@ def _search_request_model():
     for f in server_fields():
         default = f.metadata.get("server_default", f.default if f.default is not MISSING else None)
         bounds = {k: v for k, v in (("ge", f.metadata.get("ge")), ("le", f.metadata.get("le"))) if v is not None}
-        spec[f.name] = (hints[f.name], Field(default, description=f.metadata["help"], **bounds))
+        # strict: `k: true` is not 1, `"10"` is not 10 (JSON numbers only; an int is a valid float)
+        strict = hints[f.name] in (int, bool, int | None, bool | None)
+        spec[f.name] = (hints[f.name], Field(default, description=f.metadata["help"], strict=strict or None, **bounds))
     return create_model("SearchRequest", __config__=ConfigDict(extra="forbid"), **spec)
 
 
@@ -241,9 +245,12 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
         options = req.model_dump(exclude={"query"})
         if options.get("depth"):
             options["depth"] = max(options["depth"], req.k)
-        res = index().search(req.query, **options)
-        return {"query": req.query, "generation": res.generation, "took_ms": round(1e3 * (time.perf_counter() - t), 2),
-                "reranker": res.reranker, "hits": [h.to_dict(with_text=req.with_text) for h in res]}
+        from ..search.query import prepare
+
+        query = prepare(req.query)      # lone surrogates ("\ud800") become U+FFFD, as the README says
+        res = index().search(query, **options)
+        return {"query": query, "generation": res.generation, "took_ms": round(1e3 * (time.perf_counter() - t), 2),
+                "reranker": res.reranker, "hits": [finite(h.to_dict(with_text=req.with_text)) for h in res]}
 
     @app.get("/documents/{doc_id:path}")
     def document(doc_id: str):
@@ -252,7 +259,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             doc = ix.document(doc_id)
         except KeyError:
             raise HTTPException(404, f"no document {doc_id!r} in generation {ix.generation}") from None
-        return {"id": doc.id, "title": doc.title, "text": doc.text, "meta": doc.meta, "generation": ix.generation}
+        return {"id": doc.id, "title": doc.title, "text": doc.text, "meta": finite(doc.meta), "generation": ix.generation}
 
     @app.get("/info")
     def info():
@@ -284,6 +291,10 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
         docs = []
         for d in body.documents:
             extra = {k: v for k, v in (d.model_extra or {}).items() if isinstance(v, (str, int, float, bool))}
+            bad = [k for k, v in {**extra, **(d.meta or {})}.items() if isinstance(v, float) and not math.isfinite(v)]
+            if bad:   # NaN/Infinity would be stored and then break every JSON answer naming the document
+                raise HTTPException(400, f"document {d.id!r}: metadata {', '.join(sorted(bad))} is not a finite "
+                                         "number (NaN and Infinity are not JSON)")
             docs.append({"id": d.id, "text": d.text, "title": d.title, **extra, **(d.meta or {})})
         with write_lock:
             result = index().add(docs, wait=s.write_wait_seconds)
