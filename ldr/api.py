@@ -28,9 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def _ray_options(ray):
-    if ray is None or ray is False:
-        return None
-    return RayOptions() if ray is True else ray
+    return None if ray is None or ray is False else RayOptions() if ray is True else ray
 
 
 class _View:

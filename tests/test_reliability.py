@@ -59,8 +59,8 @@ def test_a_missing_index_path_is_not_created(tmp_path):
     r = cli_run("delete", "x", "-i", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and not (tmp_path / "nowhere").exists()
     from ldr.index.writer import IndexWriter
-    with pytest.raises(ldr.IndexFormatError, match="no index at"):
-        IndexWriter(tmp_path / "n3")
+    with IndexWriter(tmp_path / "n3") as w, pytest.raises(ldr.IndexFormatError, match="no index at"):
+        w.delete(["x"])
     assert not (tmp_path / "n3").exists()
 
 

@@ -44,22 +44,30 @@ class IndexWriter:
 
     def __init__(self, root: str | os.PathLike, wait: bool | float = False, trust_remote_code: bool = False,
                  device: str | None = None, threads: int = 0, create: bool = False):
-        """`create`: a build into a directory `build_index` checked (new, empty or an ldr index);
-        otherwise `root` must already be an ldr index, proven before anything is created, changed
-        or deleted in it (a user's folder that happens to hold `segments/` stays untouched)."""
+        """Takes the write lock of the index at `root`; nothing in a directory is created, changed or
+        deleted before it is proven an ldr index (add/delete/merge elsewhere say "no index").
+        `create` (or `rebuild`) first checks it is new, empty or an index (target.check_target)."""
         self.root = Path(root).absolute()
-        if create:
-            self.root.mkdir(parents=True, exist_ok=True)
-        elif not self.root.is_dir() or not gens.generations(self.root):
-            raise IndexFormatError(f"no index at {self.root} yet: build one with `ldr index CORPUS -o {self.root}` "
-                                   "(nothing was written)")
-        else:
-            read_manifest(self.root)     # an ldr manifest, or an error before the lock file is touched
-        self.lock = WriteLock(self.root, wait)
+        self.wait, self.lock, self.current = wait, None, None
         self.trust_remote_code, self.device = trust_remote_code, device
         self.threads = threads or os.cpu_count() or 1
         self.profile: dict = {}      # seconds per build stage of the last segment written
         self.ray_info: dict = {}     # the last Ray build: cluster, workers, shards, retries
+        if create:
+            self._take()
+        elif self.root.is_dir() and gens.generations(self.root):
+            read_manifest(self.root)     # an ldr manifest, or an error before the lock file is touched
+            self._take()
+
+    def _take(self) -> None:
+        """Lock the directory (a new one is made once checked) and clean up after dead writers."""
+        if self.lock is not None:
+            return
+        if not (self.root.is_dir() and gens.generations(self.root)):
+            from .target import check_target
+            check_target(self.root)
+            self.root.mkdir(parents=True, exist_ok=True)
+        self.lock = WriteLock(self.root, self.wait)
         try:
             self.current = read_manifest(self.root) if gens.generations(self.root) else None
             self.collect()     # leftovers of writers that died
@@ -68,7 +76,8 @@ class IndexWriter:
             raise
 
     def close(self) -> None:
-        self.lock.release()
+        if self.lock is not None:
+            self.lock.release()
 
     def __enter__(self):
         return self
@@ -111,8 +120,7 @@ class IndexWriter:
         gen = self.generation + 1
         segments = [s for s in segments if s["live"] > 0]   # an emptied segment is dropped
         rels = [s["path"] for s in segments if s["path"] != "."]
-        rels += [c["path"] for n, c in components.items()
-                 if registry.known(n) and registry.get(n).uses_store(c) and c.get("path")]
+        rels += Stores(self.root, components, self.threads, append=False).paths()     # the index stores' folders
         previous = (self.current or {}).get("files", {})
         for rel in rels:
             if not (self.root / rel).is_dir():
@@ -151,6 +159,7 @@ class IndexWriter:
                 total: int | None = None, ray=None) -> dict:
         """Index `docs` from scratch with `config` (a BuildConfig) as the next generation; with
         `ray` (RayOptions) the encoding runs on a Ray cluster (see ray_build.py)."""
+        self._take()
         report = report if report is not None else IngestReport()
         components, settings = {}, {}
         for name in registry.names():
