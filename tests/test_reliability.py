@@ -332,3 +332,26 @@ def test_server_queries_with_lone_surrogates_and_bool_numbers(tmp_path):
             res = c.post("/search", content=bad, headers={"content-type": "application/json"})
             assert res.status_code == 422 and "error" in res.json(), bad
         assert c.post("/search", json={"query": "herons", "rerank_weight": 1}).status_code == 200
+
+
+@pytest.mark.parametrize("backend", ["tantivy", "native"])
+def test_a_read_only_index_can_be_searched(tmp_path, backend):
+    """A read-only mount (a shared snapshot) is a normal way to serve an index; tantivy wants a
+    lock file even to read."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not available")
+    idx = tmp_path / "idx"
+    build(idx, bm25=backend)
+    script = (f"mount --bind {idx} {idx} && mount -o remount,ro,bind {idx} || exit 90\n"
+              f"touch {idx}/probe 2>/dev/null && exit 91\n"
+              f"{sys.executable} -m ldr.cli search herons -i {idx} -k 2 --json")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    if r.returncode in (90, 91):
+        pytest.skip("no read-only bind mount in this sandbox")
+    assert r.returncode == 0, r.stderr
+    import json
+    assert len(json.loads(r.stdout)["hits"]) == 2

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from collections import Counter
+import logging
+import os
 from pathlib import Path
 
 import tantivy
@@ -12,6 +14,9 @@ from .analysis import first_terms
 
 TOKENIZER = "ldr"
 FIELD = "body"
+
+
+log = logging.getLogger(__name__)
 
 
 def _analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
@@ -80,11 +85,32 @@ class TantivyWriter:
             pass
 
 
+def _open_readonly(path: Path) -> "tantivy.Index":
+    """tantivy takes a lock file even to read; on a read-only mount or snapshot it cannot, so the
+    index is read from a private copy in a temporary folder (removed at exit) instead."""
+    try:
+        return tantivy.Index.open(str(path))
+    except ValueError as e:
+        if "Lockfile" not in str(e) or os.access(path, os.W_OK):
+            raise
+    import atexit
+    import shutil
+    import tempfile
+
+    copy = Path(tempfile.mkdtemp(prefix="ldr-tantivy-ro-"))
+    atexit.register(shutil.rmtree, copy, True)
+    for f in path.iterdir():
+        if f.is_file():
+            shutil.copyfile(f, copy / f.name)
+    log.info("%s is read-only: tantivy reads a private copy in %s", path, copy)
+    return tantivy.Index.open(str(copy))
+
+
 class TantivySearcher:
     name = "tantivy"
 
     def __init__(self, path: Path, analyzer: Analyzer, key: str = KEY):
-        self._index = tantivy.Index.open(str(path))
+        self._index = _open_readonly(Path(path))
         self.key = key
         self._analyzer = _analyzer(analyzer)
         self._index.register_tokenizer(TOKENIZER, self._analyzer)
