@@ -298,3 +298,22 @@ def test_serve_reports_a_bad_index_before_starting(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path / "missing"), "--port",
                         str(_free_port())], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
+
+
+def test_get_search_and_deleting_many_ids_in_one_shape(server):
+    """`curl '.../search?q=...'` works (Pyserini's REST shape too); Client.delete takes one id or a
+    list and answers as Index.delete does."""
+    from ldr.serve.client import Client
+
+    r = server.http.get("/search", params={"q": "secret word zebra", "k": 2, "passages": 1})
+    assert r.status_code == 200 and r.json()["hits"][0]["id"] == "doc7" and len(r.json()["hits"]) == 2
+    r = server.http.get("/search", params={"query": "secret word zebra", "hits": 1})
+    assert r.status_code == 200 and len(r.json()["hits"]) == 1
+    r = server.http.get("/search", params={"q": "zebra", "k": "many"})
+    assert r.status_code == 422 and "error" in r.json()
+    with Client(server.url, api_key=KEY) as c:
+        c.add([{"id": "del-a", "text": "a pangolin"}, {"id": "del-b", "text": "another pangolin"}])
+        out = c.delete(["del-a", "del-b", "del-none"])
+        assert out["deleted"] == ["del-a", "del-b"] and out["missing"] == ["del-none"] and out["generation"] >= 1
+        assert c.delete("del-none")["missing"] == ["del-none"]
+        assert all(h.id not in ("del-a", "del-b") for h in c.search("pangolin", k=5))

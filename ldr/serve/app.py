@@ -72,6 +72,36 @@ def _search_request_model():
 SearchRequest = _search_request_model()
 
 
+def _query_params(params) -> dict:
+    """GET /search's parameters as the request model's fields: `q`/`query`, `k`/`hits`, and each
+    scalar option converted by its type (a wrong value is then the model's 422)."""
+    import typing
+
+    from ..search.options import QueryOptions
+
+    hints = typing.get_type_hints(QueryOptions)
+    out = {}
+    for name, value in params.items():
+        field = {"q": "query", "hits": "k"}.get(name, name)
+        hint = hints.get(field)
+        try:
+            if hint in (int, int | None):
+                value = int(value)
+            elif hint in (float, float | None):
+                value = float(value)
+            elif hint in (bool, bool | None, bool | str | None) and value.lower() in ("true", "false", "1", "0"):
+                value = value.lower() in ("true", "1")
+        except ValueError:
+            pass
+        out[field] = value
+    return out
+
+
+class IdsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ids: list[str] = Field(min_length=1)
+
+
 class DocumentIn(BaseModel):
     model_config = ConfigDict(extra="allow")   # other scalar fields become metadata (filters read them)
     id: str = Field(min_length=1)
@@ -230,6 +260,18 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
                 raise HTTPException(401, "a valid API key is required for writes (X-API-Key or Authorization: Bearer)")
 
     # -- reading ---------------------------------------------------------------------------
+    @app.get("/search")
+    def search_get(request: Request):
+        """`GET /search?q=...&k=10` (Pyserini's REST shape: `query=` and `hits=` work too); the
+        scalar options as parameters; weights and filters need POST /search."""
+        from pydantic import ValidationError
+
+        try:
+            req = SearchRequest.model_validate(_query_params(request.query_params))
+        except ValidationError as e:
+            raise RequestValidationError(e.errors()) from None
+        return search(req)
+
     @app.post("/search")
     def search(req: SearchRequest):
         if len(req.query) > s.max_query_chars:
@@ -305,6 +347,17 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             if report is not None else {}
         return {"added": result["added"], "replaced": result["replaced"], "skipped": result["skipped"],
                 "skip_reasons": reasons, "generation": result["generation"]}
+
+    @app.post("/documents/delete")
+    def delete_documents(body: IdsIn, request: Request):
+        """Delete many documents in one commit (the shape of `Index.delete`)."""
+        check_write(request)
+        if len(body.ids) > s.max_documents:
+            raise HTTPException(413, f"{len(body.ids)} ids in one request; at most {s.max_documents}")
+        with write_lock:
+            result = index().delete(body.ids, wait=s.write_wait_seconds)
+            warm()
+        return {"deleted": result["deleted"], "missing": result["missing"], "generation": result["generation"]}
 
     @app.delete("/documents/{doc_id:path}")
     def delete_document(doc_id: str, request: Request):

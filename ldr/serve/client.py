@@ -82,9 +82,11 @@ class Client:
                    for d in docs]
         return self._call("POST", "/documents", json={"documents": payload})
 
-    def delete(self, doc_id: str) -> dict:
-        from urllib.parse import quote
-        return self._call("DELETE", f"/documents/{quote(doc_id, safe='')}")
+    def delete(self, ids) -> dict:
+        """Delete documents by id (one id or a list), in one commit: {deleted, missing, generation},
+        as `Index.delete` answers."""
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        return self._call("POST", "/documents/delete", json={"ids": ids})
 
     def info(self) -> dict:
         return self._call("GET", "/info")
