@@ -355,3 +355,31 @@ def test_a_read_only_index_can_be_searched(tmp_path, backend):
     assert r.returncode == 0, r.stderr
     import json
     assert len(json.loads(r.stdout)["hits"]) == 2
+
+
+def test_a_closed_pipe_ends_the_cli_quietly(tmp_path):
+    """`ldr search --queries ... | head -1` (or `ldr info IDX | head`): no "error: Broken pipe"."""
+    import subprocess
+    import sys
+
+    idx = tmp_path / "idx"
+    ldr.Index.build([{"id": f"d{i}", "text": f"word{i % 50} common text {i}"} for i in range(300)], idx,
+                    dense=None, sparse=None)
+    q = tmp_path / "q.tsv"
+    q.write_text("".join(f"q{i}\tcommon word{i % 50}\n" for i in range(3000)))
+    r = subprocess.run(f"{sys.executable} -m ldr.cli search -i {idx} --queries {q} -k 10 | head -1; "
+                       "echo status=${PIPESTATUS[0]} >&2", shell=True, executable="/bin/bash",
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith("q0 Q0 ") and "error" not in r.stderr.lower() and "Traceback" not in r.stderr
+    assert "status=141" in r.stderr
+
+
+def test_json_output_carries_the_passage_the_table_shows(tmp_path):
+    import json
+
+    idx = tmp_path / "idx"
+    build(idx)
+    table = cli_run("search", "herons marsh", "-i", idx, "-k", "1", check=True).stdout
+    hit = json.loads(cli_run("search", "herons marsh", "-i", idx, "-k", "1", "--json", check=True).stdout)["hits"][0]
+    p = hit["passages"][0]
+    assert f"[{p['start']}:{p['end']}]" in table

@@ -39,6 +39,12 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except BrokenPipeError:
+            # the reader stopped (`ldr info IDX | head`): stop quietly, as other command-line tools do
+            import os
+            import sys
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(141)
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 click.echo("error: no space left on device", err=True)

@@ -12,7 +12,7 @@ from .app import main
 # the CLI's own words for a few options (the rest: the schema's help)
 _CLI_HELP = {"k": "Number of hits (per query).",
              "passages": "Best passages per hit (character offsets into the text); the table shows the best as "
-                         "snippet (default 1 in the table, 0 with --json).",
+                         "snippet (default 1; --json lists them with offsets).",
              "with_text": "With --json: include each hit's full text.",
              "filters": "Only documents whose metadata matches (repeatable): lang=de, 'path=contracts/*', year>=2020."}
 _CLI_TYPES = {"fusion": click.Choice(["rrf", "minmax", "zscore"]), "rerank": click.Choice(["passage", "none"])}
@@ -98,7 +98,7 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
         _batch_search(index, queries_file, output, k, run_tag, options)
         return
     query = replace_surrogates(query)   # undecodable argv bytes arrive as lone surrogates
-    n_passages = passages if passages is not None else (0 if as_json else 1)
+    n_passages = passages if passages is not None else 1    # --json carries the passage the table shows
     hits = index.search(query, k=k, passages=n_passages, with_text=as_json and with_text,
                         with_meta=as_json, **options)   # texts are read only when shown
     stages = list(hits[0].scores) if hits else []
