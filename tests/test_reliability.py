@@ -383,3 +383,14 @@ def test_json_output_carries_the_passage_the_table_shows(tmp_path):
     hit = json.loads(cli_run("search", "herons marsh", "-i", idx, "-k", "1", "--json", check=True).stdout)["hits"][0]
     p = hit["passages"][0]
     assert f"[{p['start']}:{p['end']}]" in table
+
+
+def test_tune_says_which_splits_exist_and_how_queries_are_held_out(tmp_path):
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (data / "queries.jsonl").write_text('{"_id": "q1", "text": "herons"}\n')
+    idx = tmp_path / "idx"
+    build(idx)
+    r = cli_run("tune", "-i", idx, "--data", data)
+    assert r.returncode == 2 and "--split test" in r.stderr and "holds out half" in r.stderr
