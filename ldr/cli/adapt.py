@@ -49,11 +49,11 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
     qrels_file = Path(data) / "qrels" / f"{split}.tsv"
     if not qrels_file.is_file():   # most BEIR folders have no dev split: say what to do
         have = sorted(p.stem for p in (Path(data) / "qrels").glob("*.tsv"))
-        hint = (f"pass --split {have[0] if len(have) == 1 else 'NAME'} (present: {', '.join(have)}): ldr tune "
-                "holds out half of those queries itself and reports the score of its choice on them"
+        hint = (f"pass --split {have[0] if len(have) == 1 else 'NAME'}: ldr tune holds out half of those queries "
+                "itself and reports the score of its choice on them"
                 if have else f"put the judgements in {Path(data) / 'qrels'}/SPLIT.tsv (query-id, corpus-id, score)")
-        raise ConfigError(f"{qrels_file} not found; {hint}. Keep a test split you never tune on to report a "
-                          "final score")
+        raise ConfigError(f"{qrels_file} not found (splits present: {', '.join(have) or 'none'}); {hint}. Keep a "
+                          "test split you never tune on to report a final score")
     qrels = load_qrels(Path(data), split)
     try:
         depths = tuple(int(x) for x in rerank_depths.split(",") if x.strip())
