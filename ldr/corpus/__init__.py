@@ -125,6 +125,35 @@ def _clean(doc: Doc, report: IngestReport) -> Doc:
     return Doc(fields["id"], fields["text"], fields["title"], meta)
 
 
+def _json_value(v) -> bool:
+    """A metadata value ldr stores: what JSON holds (strings, booleans, whole and finite numbers,
+    null, lists and objects of those). NaN, Infinity and other Python objects are not JSON."""
+    import math
+
+    if v is None or isinstance(v, (str, bool, int)):
+        return True
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, (list, tuple)):
+        return all(_json_value(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _json_value(x) for k, x in v.items())
+    return False
+
+
+def _clean_meta(doc: Doc, report: IngestReport) -> Doc:
+    """The same metadata rule on every path (files, the API, the server): JSON values are kept,
+    nested, list and null ones included; anything else is dropped and reported."""
+    meta = doc.meta or {}
+    bad = [k for k, v in meta.items() if not isinstance(k, str) or not _json_value(v)]
+    if not bad:
+        return doc
+    where = meta.get("source") or doc.id
+    for k in bad:
+        report.warn("metadata values dropped (not JSON: NaN, Infinity or an object)", f"{where}: {k}")
+    return Doc(doc.id, doc.text, doc.title, {k: v for k, v in meta.items() if k not in bad})
+
+
 def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float = DEFAULT_MAX_DOC_MB) -> Iterator[Doc]:
     """Enforce corpus-wide rules while streaming: unique non-empty ids, at least one document.
 
@@ -137,7 +166,7 @@ def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float
             raise CorpusError(f"expected ldr.Doc objects (or dicts with id/text), got {type(doc).__name__}")
         if not isinstance(doc.id, str) or not isinstance(doc.text, str) or not isinstance(doc.title, str):
             raise CorpusError(f"document {doc.id!r}: id, text and title must be strings")
-        doc = _clean(doc, report)
+        doc = _clean_meta(_clean(doc, report), report)
         if len(doc.text) * 4 > limit and utf8_len(doc.text) > limit:
             report.skip(f"larger than --max-doc-mb {max_doc_mb:g}",
                         f"{doc.meta.get('source') or doc.id} ({utf8_len(doc.text) / (1 << 20):.1f} MB; raise --max-doc-mb)")

@@ -173,8 +173,9 @@ def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport, path
     if not (text.strip() or title.strip()):
         report.skip("empty document", where)
         return None
-    meta = {k: v for k, v in rec.items() if k not in ID_KEYS and k not in TEXT_KEYS and k != "title"
-            and isinstance(v, (str, int, float, bool))}
+    # every other field is metadata, nested, list and null values included (check_documents drops
+    # and reports what is not JSON, on every path alike)
+    meta = {k: v for k, v in rec.items() if k not in ID_KEYS and k not in TEXT_KEYS and k != "title"}
     meta["source"] = where
     if path is not None:
         meta.setdefault("path", path)

@@ -104,7 +104,15 @@ def _compare(a, op: str, b) -> bool:
 
 
 def matches(value, cond: dict) -> bool:
-    """Does one field value (None: the document lacks the field) satisfy a normalised condition?"""
+    """Does one field value (None: the document lacks the field) satisfy a normalised condition?
+    A list value matches when one of its elements does (`tags=urgent`), and `!=` when none is equal."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            value = None
+        else:
+            neg = {op: w for op, w in cond.items() if op == "!="}
+            pos = {op: w for op, w in cond.items() if op != "!="}
+            return all(matches(v, neg) for v in value) and (not pos or any(matches(v, pos) for v in value))
     for op, want in cond.items():
         if op == "!=":
             if value is not None and _equal(value, want):

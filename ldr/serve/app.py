@@ -107,7 +107,7 @@ class DocumentIn(BaseModel):
     id: str = Field(min_length=1)
     text: str
     title: str = ""
-    meta: dict[str, str | int | float | bool] | None = None
+    meta: dict | None = None                   # any JSON values, as files and the API keep them
 
 
 class DocumentsIn(BaseModel):
@@ -332,7 +332,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             raise HTTPException(400, "the same id appears twice in one request")
         docs = []
         for d in body.documents:
-            extra = {k: v for k, v in (d.model_extra or {}).items() if isinstance(v, (str, int, float, bool))}
+            extra = dict(d.model_extra or {})    # any JSON value, as files and the API keep them
             bad = [k for k, v in {**extra, **(d.meta or {})}.items() if isinstance(v, float) and not math.isfinite(v)]
             if bad:   # NaN/Infinity would be stored and then break every JSON answer naming the document
                 raise HTTPException(400, f"document {d.id!r}: metadata {', '.join(sorted(bad))} is not a finite "
