@@ -89,6 +89,9 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
     if (folder / "meta.json").is_file() and (folder / "model.onnx").is_file():
         return folder
     root = cache_root() / "onnx"
+    # shown by the CLI (a warning): the first run waits here for a minute or two with nothing moving
+    log.warning("exporting %s (%s%s) to ONNX Runtime once; later runs reuse %s", model_dir.name, kind,
+                ", int8" if int8 else "", folder)
     try:
         root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".{kind}-{key}-", dir=root))
