@@ -164,3 +164,52 @@ def model_lines(comp: dict, line: str) -> list[str]:
     st = m.get("settings", {})
     return [line, f"model path {m.get('path') or st.get('model')}"
             + ("  [needs --trust-remote-code: the model ships its own code]" if st.get("trust_remote_code") else "")]
+
+
+class ModelComponent(Component):
+    """A kind with an encoder from ldr.encode (dense, sparse): its settings class and loader are
+    named once, and the manifest's `model.settings` go through model_settings (which never takes
+    trust_remote_code from an index)."""
+
+    encoder_module: str = ""           # e.g. "ldr.encode.dense"
+    settings_class: str = ""           # e.g. "DenseSettings"
+    loader: str = ""                   # e.g. "load_dense"
+
+    def _module(self):
+        import importlib
+        return importlib.import_module(self.encoder_module)
+
+    def encoder_settings(self, comp, trust_remote_code, device, where):
+        from ..encode.models import model_settings
+
+        cls = getattr(self._module(), self.settings_class)
+        return model_settings(comp, cls, trust_remote_code, device, f"{where} ({self.name})")
+
+    def load_encoder(self, settings):
+        return getattr(self._module(), self.loader)(settings)
+
+    def settings_from_dict(self, d):
+        return getattr(self._module(), self.settings_class)(**d) if d is not None else None
+
+
+class EncodedPart:
+    """A segment part written by an encoder-backed writer (ldr.encode.pipeline.BatchedWriter):
+    its close() info split into the segment entry (`entry_keys`) and what the index learns
+    (`about_keys`: dimension, vocabulary, the model's description)."""
+
+    def __init__(self, writer, entry_keys: tuple, about_keys: tuple):
+        self.writer, self.entry_keys, self.about_keys = writer, entry_keys, about_keys
+
+    @property
+    def tokens(self) -> int:
+        return self.writer.tokens
+
+    def add(self, row, doc):
+        self.writer.add(row, doc)
+
+    def close(self) -> Part:
+        info = self.writer.close()
+        return Part({k: info[k] for k in self.entry_keys}, {k: info[k] for k in self.about_keys if k in info})
+
+    def abort(self):
+        self.writer.abort()

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..index.paths import inside
 from ..index.topk import top_k
-from .base import Component, Part, backend_label, model_lines
+from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, save_dense
 
 
@@ -96,8 +96,9 @@ class MultiDense:
 
 
 
-class Dense(Component):
+class Dense(ModelComponent):
     name = "dense"
+    encoder_module, settings_class, loader = "ldr.encode.dense", "DenseSettings", "load_dense"
     passage_features = True
     manifest_keys = {"faiss": dict, "model": dict, "dim": int}
 
@@ -110,27 +111,11 @@ class Dense(Component):
         seg["dense"] = {"path": comp.pop("path"), "vectors": comp.pop("vectors"),
                         "multi_vector": comp.pop("multi_vector", False), "faiss": comp["faiss"]}
 
-    # -- encoder ----------------------------------------------------------------------------
-    def encoder_settings(self, comp, trust_remote_code, device, where):
-        from ..encode.dense import DenseSettings
-        from ..encode.models import model_settings
-
-        return model_settings(comp, DenseSettings, trust_remote_code, device, f"{where} (dense)")
-
-    def load_encoder(self, settings):
-        from ..encode.dense import load_dense
-
-        return load_dense(settings)
-
-    def settings_from_dict(self, d):
-        from ..encode.dense import DenseSettings
-
-        return DenseSettings(**d) if d is not None else None
-
     # -- writing ----------------------------------------------------------------------------
     def part_writer(self, folder, comp, encoder, pipeline, allow_small):
-        return _DensePart(DenseWriter(Path(folder) / "dense", encoder, FaissSettings(**comp["faiss"]),
-                                      allow_small=allow_small, pipeline=pipeline, dim=comp.get("dim")))
+        return EncodedPart(DenseWriter(Path(folder) / "dense", encoder, FaissSettings(**comp["faiss"]),
+                                      allow_small=allow_small, pipeline=pipeline, dim=comp.get("dim")),
+                           ("path", "vectors", "multi_vector", "faiss"), ("dim", "model"))
 
     def merge_parts(self, root, sources, row_maps, out, comp):
         vecs, owners, spans = [], [], []
@@ -204,23 +189,3 @@ class Dense(Component):
                            + (f" to {ext.get('target_length')}" if ext else "")
                            + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}, "
                            f"backend={backend_label(m)}")
-
-
-class _DensePart:
-    def __init__(self, writer: DenseWriter):
-        self.writer = writer
-
-    @property
-    def tokens(self) -> int:
-        return self.writer.tokens
-
-    def add(self, row, doc):
-        self.writer.add(row, doc)
-
-    def close(self) -> Part:
-        info = self.writer.close()
-        about = {k: info[k] for k in ("dim", "model") if k in info}
-        return Part({k: info[k] for k in ("path", "vectors", "multi_vector", "faiss")}, about)
-
-    def abort(self):
-        self.writer.abort()

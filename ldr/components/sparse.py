@@ -9,7 +9,7 @@ import numpy as np
 
 from ..index.paths import inside
 from ..index.topk import top_k_dense
-from .base import Component, Part, backend_label, model_lines
+from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .sparse_store import FILES, SparseIndex, SparseWriter, gather_rows, save_inverted, structure_problems
 
 
@@ -66,8 +66,9 @@ class MultiSparse:
         return np.array([self.index.doc_score(d, qt, qw) for d in docnos], dtype=np.float64)
 
 
-class Sparse(Component):
+class Sparse(ModelComponent):
     name = "sparse"
+    encoder_module, settings_class, loader = "ldr.encode.sparse", "SparseSettings", "load_sparse"
     passage_features = True
     manifest_keys = {"model": dict, "vocab_size": int}
 
@@ -80,27 +81,11 @@ class Sparse(Component):
         seg["sparse"] = {"path": comp.pop("path"), "postings": comp.pop("postings", 0)}
         comp.setdefault("vocab_size", 0)
 
-    # -- encoder ----------------------------------------------------------------------------
-    def encoder_settings(self, comp, trust_remote_code, device, where):
-        from ..encode.models import model_settings
-        from ..encode.sparse import SparseSettings
-
-        return model_settings(comp, SparseSettings, trust_remote_code, device, f"{where} (sparse)")
-
-    def load_encoder(self, settings):
-        from ..encode.sparse import load_sparse
-
-        return load_sparse(settings)
-
-    def settings_from_dict(self, d):
-        from ..encode.sparse import SparseSettings
-
-        return SparseSettings(**d) if d is not None else None
-
     # -- writing ----------------------------------------------------------------------------
     def part_writer(self, folder, comp, encoder, pipeline, allow_small):
-        return _SparsePart(SparseWriter(Path(folder) / "sparse", encoder, pipeline=pipeline,
-                                        vocab_size=comp.get("vocab_size")))
+        return EncodedPart(SparseWriter(Path(folder) / "sparse", encoder, pipeline=pipeline,
+                                        vocab_size=comp.get("vocab_size")),
+                           ("path", "postings"), ("vocab_size", "model"))
 
     def merge_parts(self, root, sources, row_maps, out, comp):
         terms, weights, counts = [], [], []
@@ -147,23 +132,3 @@ class Sparse(Component):
         st = m.get("settings", {})
         return model_lines(comp, f"{m.get('name')} ({m.get('architecture')}, {st.get('kind')}), "
                            f"{comp.get('postings')} postings, backend={backend_label(m)}")
-
-
-class _SparsePart:
-    def __init__(self, writer: SparseWriter):
-        self.writer = writer
-
-    @property
-    def tokens(self) -> int:
-        return self.writer.tokens
-
-    def add(self, row, doc):
-        self.writer.add(row, doc)
-
-    def close(self) -> Part:
-        info = self.writer.close()
-        about = {k: info[k] for k in ("vocab_size", "model") if k in info}
-        return Part({k: info[k] for k in ("path", "postings")}, about)
-
-    def abort(self):
-        self.writer.abort()

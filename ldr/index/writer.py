@@ -54,19 +54,19 @@ class IndexWriter:
         self.profile: dict = {}      # seconds per build stage of the last segment written
         self.ray_info: dict = {}     # the last Ray build: cluster, workers, shards, retries
         if create:
-            self._take()
+            self._take(checked=True)     # build_index has checked the target
         elif self.root.is_dir() and gens.generations(self.root):
             read_manifest(self.root)     # an ldr manifest, or an error before the lock file is touched
             self._take()
 
-    def _take(self) -> None:
+    def _take(self, checked: bool = False) -> None:
         """Lock the directory (a new one is made once checked) and clean up after dead writers."""
         if self.lock is not None:
             return
-        if not (self.root.is_dir() and gens.generations(self.root)):
+        if not checked and not (self.root.is_dir() and gens.generations(self.root)):
             from .target import check_target
             check_target(self.root)
-            self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
         self.lock = WriteLock(self.root, self.wait)
         try:
             self.current = read_manifest(self.root) if gens.generations(self.root) else None

@@ -11,7 +11,10 @@ import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from ..errors import QueryError
+from .. import components as registry
+from ..errors import ConfigError, QueryError
+from .fusion import METHODS
+from .query import check_weights
 
 
 def _opt(default, help: str, *, ge=None, le=None, cli: tuple | str, server: bool | str = True,
@@ -120,9 +123,6 @@ def resolve(request: QueryOptions, defaults: dict):
     over the index's defaults (its manifest's `search` entry with ldr's own under it)."""
     from dataclasses import fields as _fields
 
-    from .. import components as registry
-    from .pipeline import SearchOptions
-
     keys = {f.name for f in _fields(SearchOptions)}
     opts = SearchOptions(**{key: v for key, v in defaults.items() if key in keys})
     r = request
@@ -147,3 +147,38 @@ def resolve(request: QueryOptions, defaults: dict):
     elif isinstance(r.rerank, str):
         opts.rerank = r.rerank
     return opts, rerank_model
+
+
+def modes() -> tuple[str, ...]:
+    """Every registered kind alone, or all of an index's kinds fused."""
+    return registry.names() + ("hybrid",)
+
+
+@dataclass
+class SearchOptions:
+    mode: str = "hybrid"
+    fusion: str = "minmax"
+    weights: dict[str, float] | None = None
+    rrf_k: int = 60
+    depth: int = 1000              # per retriever
+    rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
+    rerank_depth: int = 100
+    rerank_weight: float = 1.0     # the second stage's share of the final score (1: its score alone)
+    rerank_windows: int | None = None   # windows per document a cross-encoder scores (None: its own setting)
+
+    def check(self) -> None:
+        if self.mode not in modes():
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(modes())}")
+        if self.fusion not in METHODS:
+            raise ConfigError(f"unknown fusion {self.fusion!r}; choose one of {', '.join(METHODS)}")
+        if self.weights:
+            bad = set(self.weights) - set(registry.names())
+            if bad:
+                raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(registry.names())}")
+        check_weights(self.weights)
+        # types and bounds are the schema's, for the index's defaults too
+        QueryOptions.of(**{n: getattr(self, n) for n in ("depth", "rerank_depth", "rrf_k", "rerank_windows",
+                                                         "rerank_weight")})
+        for name in ("depth", "rerank_depth", "rrf_k"):      # resolved: never left to the index
+            if getattr(self, name) is None:
+                raise QueryError(f"{name} must be a positive whole number (got None)")

@@ -12,52 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import components as registry
-from ..errors import ConfigError, IndexFormatError, LdrError, QueryError
-from .fusion import METHODS, fuse
+from ..errors import ConfigError, IndexFormatError, LdrError
+from .fusion import fuse
 from ..index.topk import top_k_dict
 from ..rerank.passage import zscore
 from .hits import Hit
-from .query import check_weights
+from .options import SearchOptions, modes  # noqa: F401  (the resolved options)
 
-
-
-def modes() -> tuple[str, ...]:
-    """Every registered kind alone, or all of an index's kinds fused."""
-    return registry.names() + ("hybrid",)
-
-
-@dataclass
-class SearchOptions:
-    mode: str = "hybrid"
-    fusion: str = "minmax"
-    weights: dict[str, float] | None = None
-    rrf_k: int = 60
-    depth: int = 1000              # per retriever
-    rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
-    rerank_depth: int = 100
-    rerank_weight: float = 1.0     # the second stage's share of the final score (1: its score alone)
-    rerank_windows: int | None = None   # windows per document a cross-encoder scores (None: its own setting)
-
-    def check(self) -> None:
-        if self.mode not in modes():
-            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(modes())}")
-        if self.fusion not in METHODS:
-            raise ConfigError(f"unknown fusion {self.fusion!r}; choose one of {', '.join(METHODS)}")
-        if self.weights:
-            bad = set(self.weights) - set(registry.names())
-            if bad:
-                raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(registry.names())}")
-        check_weights(self.weights)
-        for name in ("depth", "rerank_depth", "rrf_k"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise QueryError(f"{name} must be a positive whole number (got {v!r})")
-        n = self.rerank_windows
-        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-            raise QueryError(f"rerank_windows must be a positive whole number (got {n!r})")
-        w = self.rerank_weight
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
-            raise QueryError(f"rerank_weight must be a number from 0 to 1 (got {w!r})")
 
 
 @dataclass

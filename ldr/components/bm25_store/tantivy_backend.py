@@ -1,9 +1,9 @@
 """BM25 with tantivy (Rust, embedded): the default backend."""
 from __future__ import annotations
 
-from collections import Counter
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 
 import tantivy
@@ -14,8 +14,6 @@ from .analysis import first_terms
 
 TOKENIZER = "ldr"
 FIELD = "body"
-
-
 log = logging.getLogger(__name__)
 
 
