@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import socket
@@ -48,6 +47,175 @@ def resign(idx: Path, edit) -> None:
     path.write_text(json.dumps(m))
 
 
+def tree(folder: Path) -> dict:
+    """Every entry under `folder` with its content: what an attack on it must not change."""
+    out = {}
+    for d, dirs, files in os.walk(folder):
+        for n in dirs + files:
+            q = Path(d, n)
+            out[q.relative_to(folder).as_posix()] = (os.readlink(q) if q.is_symlink() else
+                                                     None if q.is_dir() else q.read_bytes())
+    return out
+
+
+def flip(path: Path) -> None:
+    """One flipped byte, written beside and renamed over (a file tantivy maps is never truncated)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.with_name(path.name + ".tmp").write_bytes(bytes(data))
+    os.replace(path.with_name(path.name + ".tmp"), path)
+
+
+def hits(idx, query="lamp", *args) -> list:
+    r = ldr("search", query, "-i", idx, "-k", "10", "--json", *args)
+    return [(h["id"], round(h["score"], 6)) for h in json.loads(r.stdout)["hits"]] if r.returncode == 0 else None
+
+
+def run_round3(tmp: Path, corpus: Path, idx: Path) -> None:
+    """Issue 27, items 1-11: the reproductions of reliability round 3."""
+    # 1. a folder that is not an index is never changed
+    mine = tmp / "mine"
+    (mine / "segments").mkdir(parents=True)
+    (mine / "segments" / "notes.txt").write_text("my notes")
+    (mine / "bm25-generations").mkdir()
+    (mine / "bm25-generations" / "plan.md").write_text("my plan")
+    (mine / "write.lock").write_text("my lock file")
+    before = tree(mine)
+    codes = [ldr(*a).returncode for a in (("add", corpus, "-i", mine, *BM25), ("delete", "d1.txt", "-i", mine),
+                                          ("merge", "-i", mine), ("index", corpus, "-o", mine, "-q", *BM25))]
+    record("1 add/delete/merge/index on a user folder", tree(mine) == before and all(c == 2 for c in codes),
+           f"exit codes {codes}, nothing changed" if tree(mine) == before else "FILES CHANGED")
+    r = ldr("add", corpus, "-i", tmp / "nowhere", *BM25)
+    record("1 a missing -i path", r.returncode == 2 and not (tmp / "nowhere").exists(), "not created")
+
+    # 2. symlinks in place of the lock and the reader markers
+    victim = tmp / "victim.txt"
+    victim.write_text("precious")
+    lk = tmp / "idx-lock"
+    shutil.copytree(idx, lk)
+    (lk / "write.lock").unlink()
+    (lk / "write.lock").symlink_to(victim)
+    r = ldr("delete", "d1.txt", "-i", lk)
+    record("2 write.lock is a symlink to a user file", victim.read_text() == "precious" and clean(r),
+           f"exit {r.returncode}, target untouched")
+    rd = tmp / "idx-readers"
+    shutil.copytree(idx, rd)
+    shutil.rmtree(rd / "readers", ignore_errors=True)
+    (tmp / "outside").mkdir()
+    (tmp / "outside" / "keep.txt").write_text("keep")
+    (rd / "readers").symlink_to(tmp / "outside")
+    r1, r2 = ldr("search", "lamp", "-i", rd), ldr("delete", "d2.txt", "-i", rd)
+    record("2 readers/ is a symlink out of the index", (tmp / "outside" / "keep.txt").exists() and clean(r1) and clean(r2),
+           "nothing outside deleted")
+
+    # 3. the index as its own corpus
+    own = tmp / "idx-own"
+    shutil.copytree(idx, own)
+    r = ldr("add", own, "-i", own, *BM25)
+    record("3 ldr add IDX -i IDX", r.returncode == 2 and b"inside the index" in r.stderr, r.stderr.decode().strip()[:90])
+
+    # 4-5. a damaged tantivy file: no write re-blesses it, no search panics
+    dmg = tmp / "idx-dmg"
+    shutil.copytree(idx, dmg)
+    gen = sorted((dmg / "bm25-generations").iterdir())[-1]
+    flip(max((f for f in gen.iterdir() if f.suffix in (".idx", ".term", ".pos", ".store")), key=lambda f: f.stat().st_size))
+    add = tmp / "more"
+    add.mkdir()
+    (add / "new.txt").write_text("a new document about the lamp")
+    ra, rc = ldr("add", add, "-i", dmg, *BM25), ldr("check", dmg, "-q")
+    record("4 write on a damaged tantivy file", ra.returncode != 0 and rc.returncode == 1 and clean(ra),
+           ra.stderr.decode().strip()[:90])
+    bad = [ldr("search", q, "-i", dmg) for q in ("lamp", "topic1", "keeper 7")]
+    record("5 search on the damaged index", all(b"panicked" not in r.stderr and clean(r) for r in bad),
+           (bad[0].stderr.decode().strip() or "answered")[:90])
+    cp = tmp / "idx-restored"
+    shutil.copytree(idx, cp)                    # new inodes: a restore from a backup
+    flip(next((cp / "segments").iterdir()) / "docstore.parquet")
+    r = ldr("add", add, "-i", cp, *BM25)
+    record("4 restored copy with a damaged segment", r.returncode != 0 and ldr("check", cp, "-q").returncode == 1,
+           r.stderr.decode().strip()[:90])
+
+    # 6. replace + delete, then merge == a fresh build of the final corpus (tantivy)
+    live = tmp / "idx-live"
+    shutil.copytree(idx, live)
+    final = tmp / "final"
+    shutil.copytree(corpus, final)
+    upd = tmp / "upd"
+    upd.mkdir()
+    for i in range(0, 30, 3):
+        text = f"document {i} rewritten about the harbour lamp and topic{(i + 1) % 4}"
+        (upd / f"d{i}.txt").write_text(text)
+        (final / f"d{i}.txt").write_text(text)
+    ldr("add", upd, "-i", live, *BM25)
+    gone = [f"d{i}.txt" for i in range(1, 30, 5)]
+    ldr("delete", *gone, "-i", live)
+    for g in gone:
+        (final / g).unlink()
+    ldr("merge", "-i", live)
+    ldr("index", final, "-o", tmp / "idx-fresh", "-q", *BM25)
+    qs = ["lamp", "topic1", "harbour lamp keeper", "document 7", "rewritten topic3"]
+    same = [hits(live, q) == hits(tmp / "idx-fresh", q) for q in qs]
+    record("6 replace+delete+merge == fresh build", all(same), f"{sum(same)}/{len(qs)} top-10 lists and scores identical")
+
+    # 7-8. the user's fields are kept as given
+    recs = tmp / "recs"
+    recs.mkdir()
+    rows = [{"id": "a", "text": "the lamp keeper", "source": "crm", "tags": ["x", "y"], "geo": {"lat": 1.5}, "n": None},
+            {"id": "b", "text": "the lamp room", "source": "wiki"}]
+    (recs / "c.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    ldr("index", recs, "-o", tmp / "idx-recs", "-q", *BM25)
+    r = ldr("search", "lamp", "-i", tmp / "idx-recs", "--filter", "source=crm", "--json")
+    got = json.loads(r.stdout)["hits"] if r.returncode == 0 else []
+    record("7 a user's own source field", [h["id"] for h in got] == ["a"] and got[0]["meta"]["source"] == "crm",
+           f"filter source=crm -> {[h['id'] for h in got]}; ldr's own under \"ldr\"")
+    meta = got[0]["meta"] if got else {}
+    record("8 nested, list and null metadata", meta.get("tags") == ["x", "y"] and meta.get("geo") == {"lat": 1.5}
+           and "n" in meta, "kept as given")
+
+    # 9-10. the server: non-finite numbers, lone surrogates, booleans as numbers
+    try:
+        import httpx
+    except ImportError:
+        record("9-10 server", True, "skipped: pip install 'ldr[server]'")
+    else:
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        srv = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp / "idx-recs"), "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            for _ in range(120):
+                try:
+                    if httpx.get(url + "/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.5)
+            hdr = {"content-type": "application/json"}
+            r9 = httpx.post(url + "/documents", content='{"documents": [{"id": "c", "text": "lamp", "depth": NaN}]}',
+                            headers=hdr, timeout=30)
+            s9 = httpx.post(url + "/search", json={"query": "lamp"}, timeout=30)
+            record("9 NaN metadata POSTed", r9.status_code == 400 and s9.status_code == 200 and "NaN" not in s9.text,
+                   f"{r9.status_code}: {r9.json().get('error', '')[:60]}")
+            r10 = httpx.post(url + "/search", content='{"query": "la\\ud800mp lamp"}', headers=hdr, timeout=30)
+            k10 = httpx.post(url + "/search", content='{"query": "lamp", "k": true}', headers=hdr, timeout=30)
+            record("10 lone surrogate / k: true", r10.status_code == 200 and k10.status_code == 422,
+                   f"{r10.status_code} (U+FFFD), k: true -> {k10.status_code}")
+        finally:
+            srv.terminate()
+            srv.wait(30)
+
+    # 11. a read-only index (a read-only bind mount in a user namespace)
+    script = (f"mount --bind {idx} {idx} && mount -o remount,ro,bind {idx} || exit 90\n"
+              f"{sys.executable} -m ldr.cli search lamp -i {idx} -k 2 --json")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, timeout=120) \
+        if shutil.which("unshare") else None
+    if r is None or r.returncode == 90:
+        record("11 read-only index", True, "skipped: no read-only bind mount here")
+    else:
+        record("11 read-only index", r.returncode == 0 and len(json.loads(r.stdout)["hits"]) == 2, "searched")
+
+
 def run(tmp: Path) -> None:
     corpus = tmp / "corpus"
     corpus.mkdir()
@@ -56,6 +224,8 @@ def run(tmp: Path) -> None:
     idx = tmp / "idx"
     r = ldr("index", corpus, "-o", idx, "-q", *BM25)
     assert r.returncode == 0, r.stderr
+
+    run_round3(tmp, corpus, idx)
 
     # 1. user files
     web = tmp / "webapp"

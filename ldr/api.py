@@ -18,7 +18,7 @@ from .errors import ConfigError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
 from .index.manifest import read_manifest, verify_files
 from .index.ray_build import RayOptions
-from .search.hits import Hit, SearchResult  # noqa: F401  (ldr.api.Hit)
+from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
 from . import components as registry
 from .search.options import QueryOptions
 from .search.pipeline import run_query, to_hits
@@ -381,7 +381,7 @@ class Index:
             if request.with_text:
                 h.text = store.text(h.docno)
             if request.with_meta:
-                h.meta = store.meta(h.docno)
+                h.meta, h.origin = (d := store.doc_meta(h.docno)).meta, origin(d)
         result = SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
         result.generation = view.generation
         return result

@@ -185,3 +185,20 @@ def test_ray_options_without_ray_flag_and_without_the_extra(tmp_path, sample_cor
     assert p.returncode != 0
     assert "pip install 'ldr[ray]'" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "j").exists()
+
+
+def test_workers_import_the_drivers_ldr_whatever_folder_it_runs_from(tmp_path):
+    """Ray puts the driver's working directory first on each worker's sys.path: run from a folder
+    holding another `ldr` (an old clone), the workers must still import the driver's package."""
+    (tmp_path / "ldr").mkdir()
+    (tmp_path / "ldr" / "__init__.py").write_text("raise ImportError('the decoy ldr was imported')\n")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"d{i}.txt").write_text(f"document {i} about herons")
+    script = Path(sys.executable).parent / "ldr"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    r = subprocess.run([str(script), "index", "corpus", "-o", "idx", "--dense", "none", "--sparse", "none", "--ray"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "decoy" not in r.stderr and len(ldr.open(tmp_path / "idx")) == 3

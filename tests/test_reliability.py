@@ -448,3 +448,55 @@ def test_an_unknown_model_fails_fast_when_the_hub_cannot_be_reached(tmp_path, mo
                 "--sparse", "none", "--bm25", "native")
     assert r.returncode == 2 and "hf download someone/not-a-cached-model" in r.stderr
     assert time.monotonic() - t < 15 and not (tmp_path / "idx").exists()
+
+
+def test_a_users_source_and_path_fields_are_never_overwritten(tmp_path):
+    """Item 7: ldr's bookkeeping lives beside the user's metadata (`ldr.source`, `ldr.path`), so
+    a JSONL `source` field stays the user's, filters on it match, and citations name the file."""
+    import json
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    rows = [{"id": "a", "text": "herons nest in the marsh", "source": "crm", "path": "/crm/a"},
+            {"id": "b", "text": "herons feed at dawn", "source": "wiki"}]
+    (corpus / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (corpus / "notes.md").write_text("# Notes\nherons again")
+    idx = ldr.Index.build(corpus, tmp_path / "i", dense=None, sparse=None)
+    assert idx.document("a").meta == {"source": "crm", "path": "/crm/a"}
+    assert (idx.document("a").source, idx.document("a").path) == ("c.jsonl line 1", "c.jsonl")
+    assert [h.id for h in idx.search("herons", filters={"source": "crm"})] == ["a"]
+    assert sorted(h.id for h in idx.search("herons", filters={"ldr.path": "c.jsonl"})) == ["a", "b"]
+    # `path`: the document's own field where it has one, else the file it came from
+    assert [h.id for h in idx.search("herons", filters={"path": "/crm/*"})] == ["a"]
+    assert sorted(h.id for h in idx.search("herons", filters={"path": "*.*"})) == ["b", "notes.md"]
+    hit = next(h for h in idx.search("herons") if h.id == "b")
+    assert hit.meta == {"source": "wiki"} and hit.to_dict()["ldr"] == {"source": "c.jsonl line 2", "path": "c.jsonl"}
+    r = cli_run("search", "herons", "-i", tmp_path / "i", "--filter", "source=crm", "--json")
+    assert r.returncode == 0 and [h["id"] for h in json.loads(r.stdout)["hits"]] == ["a"]
+    # the fields survive a merge (documents are copied with their bookkeeping)
+    idx.add([{"id": "c", "text": "herons fly", "source": "mail"}])
+    idx.merge()
+    assert idx.document("a").meta["source"] == "crm" and idx.document("a").source == "c.jsonl line 1"
+    assert idx.document("c").meta == {"source": "mail"} and idx.document("c").source is None
+
+
+def test_docstores_written_before_the_namespace_read_as_before(tmp_path):
+    """A docstore of an older ldr kept `source` (always ldr's) and `path` in the metadata: they are
+    read as ldr's bookkeeping; a `path` that is not the file `source` names stays the user's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ldr.index.docstore import FILE, Docstore
+
+    old = pa.schema([(n, t) for n, t in [("uid", pa.int64()), ("id", pa.string()), ("title", pa.string()),
+                                         ("text", pa.large_string()), ("length", pa.int64()), ("meta", pa.string())]])
+    metas = ['{"source": "a.md", "path": "a.md"}', '{"source": "c.jsonl line 2", "path": "c.jsonl", "lang": "de"}',
+             '{"source": "c.jsonl line 3", "path": "/crm/x"}', "{}"]
+    pq.write_table(pa.table({"uid": [0, 1, 2, 3], "id": ["a", "b", "c", "d"], "title": [""] * 4,
+                             "text": ["t"] * 4, "length": [1] * 4, "meta": metas}, schema=old), tmp_path / FILE)
+    store = Docstore(tmp_path)
+    got = [(d.meta, d.source, d.path) for d in store.all_meta()]
+    assert got == [({}, "a.md", "a.md"), ({"lang": "de"}, "c.jsonl line 2", "c.jsonl"),
+                   ({"path": "/crm/x"}, "c.jsonl line 3", "/crm/x"), ({}, None, None)]
+    assert store.doc(1).meta == {"lang": "de"} and store.doc(1).source == "c.jsonl line 2"
+    assert [d.meta for _, _, d in store.iter_docs()] == [m for m, _, _ in got]

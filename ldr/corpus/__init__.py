@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -118,11 +119,11 @@ def _clean(doc: Doc, report: IngestReport) -> Doc:
     meta_bad = [k for k, v in (doc.meta or {}).items() if isinstance(v, str) and has_surrogates(v)]
     if not bad and not meta_bad:
         return doc
-    where = (doc.meta or {}).get("source") or doc.id
+    where = doc.source or doc.id
     report.warn("lone surrogates replaced", str(replace_surrogates(str(where))))
     fields = {k: replace_surrogates(v) if k in bad else v for k, v in fields.items()}
     meta = {k: replace_surrogates(v) if k in meta_bad else v for k, v in (doc.meta or {}).items()}
-    return Doc(fields["id"], fields["text"], fields["title"], meta)
+    return replace(doc, **fields, meta=meta)
 
 
 def _json_value(v) -> bool:
@@ -148,10 +149,10 @@ def _clean_meta(doc: Doc, report: IngestReport) -> Doc:
     bad = [k for k, v in meta.items() if not isinstance(k, str) or not _json_value(v)]
     if not bad:
         return doc
-    where = meta.get("source") or doc.id
+    where = doc.source or doc.id
     for k in bad:
         report.warn("metadata values dropped (not JSON: NaN, Infinity or an object)", f"{where}: {k}")
-    return Doc(doc.id, doc.text, doc.title, {k: v for k, v in meta.items() if k not in bad})
+    return replace(doc, meta={k: v for k, v in meta.items() if k not in bad})
 
 
 def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float = DEFAULT_MAX_DOC_MB) -> Iterator[Doc]:
@@ -169,9 +170,9 @@ def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float
         doc = _clean_meta(_clean(doc, report), report)
         if len(doc.text) * 4 > limit and utf8_len(doc.text) > limit:
             report.skip(f"larger than --max-doc-mb {max_doc_mb:g}",
-                        f"{doc.meta.get('source') or doc.id} ({utf8_len(doc.text) / (1 << 20):.1f} MB; raise --max-doc-mb)")
+                        f"{doc.source or doc.id} ({utf8_len(doc.text) / (1 << 20):.1f} MB; raise --max-doc-mb)")
             continue
-        where = doc.meta.get("source", "") if doc.meta else ""
+        where = doc.source or ""
         if not (doc.text.strip() or doc.title.strip()):   # as the file readers do: nothing to search
             report.skip("empty document", where or doc.id or "(no id)")
             continue

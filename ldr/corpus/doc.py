@@ -10,4 +10,8 @@ class Doc:
     id: str
     text: str
     title: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)   # the user's own fields, never touched by ldr
+    # ldr's bookkeeping, kept apart from `meta` so a user's `source` or `path` field is never
+    # overwritten: where the document was read ("c.jsonl line 3") and the file it came from
+    source: str | None = None
+    path: str | None = None

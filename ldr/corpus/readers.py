@@ -91,7 +91,7 @@ def read_text(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> 
     if not text.strip():
         report.skip("empty document", doc_id)
         return
-    yield Doc(doc_id, text, title, {"source": doc_id, "path": doc_id})
+    yield Doc(doc_id, text, title, {}, source=doc_id, path=doc_id)
 
 
 class _HTMLText(HTMLParser):
@@ -150,7 +150,7 @@ def read_html(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> 
     if not text.strip():
         report.skip("empty document", doc_id)
         return
-    yield Doc(doc_id, text, title or path.stem, {"source": doc_id, "path": doc_id})
+    yield Doc(doc_id, text, title or path.stem, {}, source=doc_id, path=doc_id)
 
 
 def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport, path: str | None = None) -> Doc | None:
@@ -175,14 +175,12 @@ def _record_to_doc(rec, where: str, fallback_id: str, report: IngestReport, path
         return None
     # every other field is metadata, nested, list and null values included (check_documents drops
     # and reports what is not JSON, on every path alike)
+    # (a `source` or `path` field of the record stays the user's: ldr's own go beside the metadata)
     meta = {k: v for k, v in rec.items() if k not in ID_KEYS and k not in TEXT_KEYS and k != "title"}
-    meta["source"] = where
-    if path is not None:
-        meta.setdefault("path", path)
     if doc_id is None:
         report.warn("records without an id (assigned FILE#LINE ids)", fallback_id)
-        return Doc(fallback_id, text, title, meta)
-    return Doc(str(doc_id), text, title, meta)
+        return Doc(fallback_id, text, title, meta, source=where, path=path)
+    return Doc(str(doc_id), text, title, meta, source=where, path=path)
 
 
 def _lines(fh, limit: int):

@@ -24,8 +24,50 @@ SCHEMA = pa.schema([
     ("title", pa.string()),
     ("text", pa.large_string()),
     ("length", pa.int64()),   # whitespace-separated words; tokens depend on the model
-    ("meta", pa.string()),    # JSON object
+    ("meta", pa.string()),    # JSON object: the user's fields only
+    ("source", pa.string()),  # ldr's own: where the document was read ("c.jsonl line 3"), or null
+    ("path", pa.string()),    # the file it came from, or null
 ])
+
+
+def rows_table(docs: list[Doc], uids: list[int], lengths: list[int] | None = None) -> pa.Table:
+    """Documents as docstore rows (the Ray staging files share the layout)."""
+    return pa.table({
+        "uid": uids,
+        "id": [d.id for d in docs],
+        "title": [d.title for d in docs],
+        "text": [d.text for d in docs],
+        "length": lengths if lengths is not None else [count_words(d.text) for d in docs],
+        "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for d in docs],
+        "source": [d.source for d in docs],
+        "path": [d.path for d in docs],
+    }, schema=SCHEMA)
+
+
+def legacy_origin(meta: dict) -> tuple[dict, str | None, str | None]:
+    """(user meta, source, path) of a row written before ldr kept its bookkeeping apart: `source`
+    was always ldr's (it overwrote the user's); `path` was ldr's when it names the file `source`
+    points into, else the user's own."""
+    if "source" not in meta:
+        return meta, None, None
+    meta = dict(meta)
+    source = meta.pop("source")
+    path = meta.get("path")
+    if isinstance(source, str) and isinstance(path, str) and (source == path or source.startswith(path + " ")):
+        del meta["path"]
+    elif not isinstance(source, str):
+        source = None
+    return meta, source, path if isinstance(path, str) else source
+
+
+def doc_of(columns: dict, i: int) -> Doc:
+    """Row `i` of a batch read with ROW_COLUMNS as a Doc (older docstores lack source/path)."""
+    meta = json.loads(columns["meta"][i]) if columns["meta"][i] else {}
+    if "source" in columns:
+        return Doc(columns["id"][i], columns["text"][i], columns["title"][i], meta,
+                   columns["source"][i], columns["path"][i])
+    meta, source, path = legacy_origin(meta)
+    return Doc(columns["id"][i], columns["text"][i], columns["title"][i], meta, source, path)
 
 
 class DocstoreWriter:
@@ -57,15 +99,7 @@ class DocstoreWriter:
     def _flush(self) -> None:
         if not self._rows:
             return
-        rows = self._rows
-        table = pa.table({
-            "uid": self._uids,
-            "id": [d.id for d in rows],
-            "title": [d.title for d in rows],
-            "text": [d.text for d in rows],
-            "length": [count_words(d.text) for d in rows],
-            "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for d in rows],
-        }, schema=SCHEMA)
+        table = rows_table(self._rows, self._uids)
         self._writer.write_table(table)
         self._rows, self._uids, self._pending = [], [], 0
         del table
@@ -103,7 +137,9 @@ class Docstore:
         self.path = Path(root) / FILE
         try:
             self._pf = pq.ParquetFile(self.path, page_checksum_verification=True)
-            has_uid = "uid" in self._pf.schema_arrow.names   # format 2 docstores have none: uid = row
+            names = self._pf.schema_arrow.names
+            has_uid = "uid" in names   # format 2 docstores have none: uid = row
+            self._columns = [c for c in ("id", "title", "text", "meta", "source", "path") if c in names]
             small = self._pf.read(columns=(["uid"] if has_uid else []) + ["id", "title", "length"])
             self.ids: list[str] = small.column("id").to_pylist()
             self.uids = _int64s(small.column("uid")) if has_uid else np.arange(len(self.ids), dtype=np.int64)
@@ -149,37 +185,48 @@ class Docstore:
                 self._cache = (g, self._column(g, "text"))
             return self._cache[1][row - self._starts[g]]
 
-    def meta(self, row: int) -> dict:
+    def meta_doc(self, row: int) -> Doc:
+        """Row `row` without its text: the user's metadata and ldr's source and path."""
         g = bisect.bisect_right(self._starts, row) - 1
+        names = [c for c in self._columns if c in ("meta", "source", "path")]
         try:
             with self._lock:
-                values = self._column(g, "meta")
-            return json.loads(values[row - self._starts[g]])
-        except (TypeError, ValueError) as e:
+                t = self._pf.read_row_group(g, columns=names)
+            cols = {c: t.column(c).to_pylist()[row - self._starts[g]: row - self._starts[g] + 1] for c in names}
+            return doc_of({"id": [""], "title": [""], "text": [""], **cols}, 0)
+        except Exception as e:
             raise _damaged(self.path, e) from None
 
-    def all_meta(self) -> list[dict]:
-        """Every row's metadata (filters read it; one pass over the small meta column)."""
+    def meta(self, row: int) -> dict:
+        """The metadata given at indexing: the user's fields only."""
+        return self.meta_doc(row).meta
+
+    def all_meta(self) -> list[Doc]:
+        """Every row's metadata, source and path as text-less Docs (filters read them; one pass
+        over the small columns)."""
+        names = [c for c in self._columns if c in ("meta", "source", "path")]
         try:
             with self._lock:
-                values = self._pf.read(columns=["meta"]).column("meta").to_pylist()
-            return [json.loads(v) if v else {} for v in values]
-        except (TypeError, ValueError) as e:
-            raise _damaged(self.path, e) from None
+                t = self._pf.read(columns=names)
+            cols = {c: t.column(c).to_pylist() for c in names}
+            n = len(cols["meta"])
+            blank = {"id": [""] * n, "title": [""] * n, "text": [""] * n}
+            return [doc_of({**blank, **cols}, i) for i in range(n)]
         except Exception as e:
             raise _damaged(self.path, e) from None
 
     def doc(self, row: int) -> Doc:
-        return Doc(self.ids[row], self.text(row), self.titles[row], self.meta(row))
+        d = self.meta_doc(row)
+        return Doc(self.ids[row], self.text(row), self.titles[row], d.meta, d.source, d.path)
 
     def iter_docs(self, batch_size: int = 64):
         """Stream (row, uid, Doc) in row order, meta included (merges copy documents this way)."""
         row = 0
         try:
-            for batch in self._pf.iter_batches(batch_size=batch_size, columns=["id", "title", "text", "meta"]):
+            for batch in self._pf.iter_batches(batch_size=batch_size, columns=self._columns):
                 d = batch.to_pydict()
                 for i in range(batch.num_rows):
-                    yield row, int(self.uids[row]), Doc(d["id"][i], d["text"][i], d["title"][i], json.loads(d["meta"][i]))
+                    yield row, int(self.uids[row]), doc_of(d, i)
                     row += 1
         except Exception as e:
             raise _damaged(self.path, e) from None

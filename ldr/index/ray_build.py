@@ -70,12 +70,19 @@ class Cluster:
             # Ray Data's actors always get max_restarts with their arguments in the object store, which
             # Ray's core logs as an error at every build; set RAY_BACKEND_LOG_LEVEL to see its logs
             os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+            # Ray puts the driver's working directory first on every worker's sys.path: run from a
+            # folder holding another `ldr` (an old clone), workers would import that one. Started
+            # from the folder this package lives in, they import the driver's own.
+            here = os.getcwd()
+            os.chdir(Path(__file__).resolve().parents[2])
             try:
                 self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
                               logging_level=logging.ERROR, configure_logging=True,
                               runtime_env={"env_vars": env} if env else None)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ConfigError(f"cannot connect to the Ray cluster at {address or 'a new local cluster'}: {e}") from None
+            finally:
+                os.chdir(here)
             self.started = True
         from ray.data import DataContext
         ctx = DataContext.get_current()

@@ -75,10 +75,9 @@ def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: i
     """Check and number the documents as a local build does, feed the index stores (tantivy/Lucene), and write them
     to staging files `docs-NNNNNN.parquet` in row groups (a file holds at most FILE_DOCS
     documents, which bounds its footer). Returns (row groups [(file, group, docs, chars)], ids, bytes)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .docstore import SCHEMA
+    from .docstore import SCHEMA, rows_table
 
     chunks, ids, pending, chars, n_bytes, uid = [], [], [], 0, 0, first_uid
     out, n_file, in_file, n_groups = None, -1, 0, 0
@@ -91,12 +90,7 @@ def stage_documents(docs, report, max_doc_mb: float, staging: Path, first_uid: i
             n_file, in_file, n_groups = n_file + 1, 0, 0
             out = pq.ParquetWriter(staging / f"docs-{n_file:06d}.parquet", SCHEMA, compression="zstd",
                                    write_page_checksum=True, write_statistics=["uid"])
-        out.write_table(pa.table({
-            "uid": [u for u, _ in pending], "id": [d.id for _, d in pending],
-            "title": [d.title for _, d in pending], "text": [d.text for _, d in pending],
-            "length": [0] * len(pending),
-            "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for _, d in pending]},
-            schema=SCHEMA))
+        out.write_table(rows_table([d for _, d in pending], [u for u, _ in pending], [0] * len(pending)))
         chunks.append((n_file, n_groups, len(pending), chars))
         in_file, n_groups = in_file + len(pending), n_groups + 1
         pending, chars = [], 0

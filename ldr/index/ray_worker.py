@@ -111,7 +111,7 @@ class ShardEncoder:
     def _write(self, out: Path, number: int, first_uid: int, n_docs: int, groups: list[int], shard: int) -> dict:
         import pyarrow.parquet as pq
 
-        from ..corpus import Doc
+        from .docstore import doc_of
         from .segment import SegmentWriter
 
         t0 = time.perf_counter()
@@ -122,11 +122,11 @@ class ShardEncoder:
             for f, g in groups:
                 if f not in files:
                     files[f] = pq.ParquetFile(self.staging / f"docs-{f:06d}.parquet")
-                d = files[f].read_row_group(g, columns=["uid", "id", "title", "text", "meta"]).to_pydict()
+                d = files[f].read_row_group(g).to_pydict()
                 for i in range(len(d["id"])):
                     if d["uid"][i] != uid:
                         raise ValueError(f"staging row group {g}: uid {d['uid'][i]}, expected {uid}")
-                    writer.add(Doc(d["id"][i], d["text"][i], d["title"][i], json.loads(d["meta"][i])), uid)
+                    writer.add(doc_of(d, i), uid)
                     uid += 1
                     if self.progress is not None and time.monotonic() - last > 0.5:
                         last = time.monotonic()

@@ -86,30 +86,29 @@ class Segments:
         s, r = self.locate(docno)
         return self.stores[s].meta(r)
 
+    def doc_meta(self, docno: int) -> Doc:
+        """The document's metadata, source and path (a Doc without its text)."""
+        s, r = self.locate(docno)
+        return self.stores[s].meta_doc(r)
+
     def doc(self, docno: int) -> Doc:
         s, r = self.locate(docno)
         return self.stores[s].doc(r)
 
     # -- metadata filters ----------------------------------------------------------------
-    def _all_meta(self) -> list[dict]:
+    def all_meta(self) -> list[Doc]:
+        """Per docno, a text-less Doc with the user's metadata and ldr's source and path."""
         with self._meta_lock:   # read once per generation, on the first filtered search
             if self._meta is None:
                 self._meta = [m for s in self.stores for m in s.all_meta()]
         return self._meta
 
     def meta_fields(self) -> set[str]:
+        """The user's metadata fields."""
         fields = set()
-        for m in self._all_meta():
-            fields.update(m)
+        for d in self.all_meta():
+            fields.update(d.meta)
         return fields
-
-    def meta_values(self, field: str) -> list:
-        """The field's value per docno (None where a document lacks it). `path` falls back to
-        `source` (indexes built before `path` was recorded: a file's path or "file line N")."""
-        meta = self._all_meta()
-        if field == "path":
-            return [m.get("path", m.get("source")) for m in meta]
-        return [m.get(field) for m in meta]
 
     def cached_mask(self, k: str, compute) -> np.ndarray:
         """A mask over docnos cached under key `k` for this generation (the search side computes

@@ -30,7 +30,10 @@ def passage_records(hits, with_text_fallback: bool = True) -> list[dict]:
     out = []
     for h in hits:
         base = {"doc_id": h.id, "title": h.title, "doc_score": float(h.score), "doc_rank": h.rank,
+                **{f"ldr_{k}": v for k, v in (h.origin or {}).items()},
                 **{f"meta_{k}" if k in ("doc_id", "title", "start", "end") else k: v for k, v in (h.meta or {}).items()}}
+        if h.origin and "source" in h.origin:
+            base.setdefault("source", h.origin["source"])   # LangChain's citation key, unless the user has one
         if h.passages:
             for p in h.passages:
                 out.append({"text": p.text, "score": float(p.score), "id": f"{h.id}#{p.start}-{p.end}",

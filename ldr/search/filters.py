@@ -1,7 +1,8 @@
 """Metadata filters: which documents a search may return.
 
-A filter names a field of the metadata given at indexing (JSONL fields, Parquet columns), or
-`path` (the file a document came from), `id` or `title`, and a condition:
+A filter names a field of the metadata given at indexing (JSONL fields, Parquet columns), `id`,
+`title`, or ldr's own `ldr.path` (the file a document came from) and `ldr.source` (the file and
+line); `path` is the document's own `path` field where it has one, else `ldr.path`. A condition:
 
     {"lang": "de"}                      equal (a value with * ? [ is a glob: {"path": "contracts/*"})
     {"lang": ["de", "fr"]}              any of
@@ -25,7 +26,7 @@ import numpy as np
 from ..errors import QueryError
 
 OPS = ("=", "!=", "<", "<=", ">", ">=")
-BUILTIN = ("id", "title", "path")
+BUILTIN = ("id", "title", "path", "ldr.path", "ldr.source")
 _EXPR = re.compile(r"^\s*([^=!<>\s][^=!<>]*?)\s*(!=|<=|>=|=|<|>)\s*(.*)$", re.S)
 _GLOB = re.compile(r"[*?\[]")
 
@@ -141,6 +142,22 @@ def key(filters: dict) -> str:
     return json.dumps(filters, sort_keys=True, default=str)
 
 
+def _values(segments, field: str) -> list:
+    """The field's value per docno (None where a document lacks it)."""
+    if field == "id":
+        return segments.ids
+    if field == "title":
+        return segments.titles
+    docs = segments.all_meta()
+    if field == "ldr.path":
+        return [d.path for d in docs]
+    if field == "ldr.source":
+        return [d.source for d in docs]
+    if field == "path":      # the user's own field wins: ldr never overwrites it
+        return [d.meta.get("path", d.path) for d in docs]
+    return [d.meta.get(field) for d in docs]
+
+
 def mask(filters: dict, segments) -> np.ndarray:
     """Boolean mask over the generation's docnos: live and passing every filter."""
     allow = segments.live.copy()
@@ -149,12 +166,7 @@ def mask(filters: dict, segments) -> np.ndarray:
     if unknown:
         raise QueryError(f"no document has the field(s) {', '.join(unknown)}; fields: {', '.join(sorted(known))}")
     for field, cond in filters.items():
-        if field == "id":
-            values = segments.ids
-        elif field == "title":
-            values = segments.titles
-        else:
-            values = segments.meta_values(field)
+        values = _values(segments, field)
         cache: dict = {}   # few distinct values: each is matched once
         for d in np.flatnonzero(allow).tolist():
             v = values[d]

@@ -3,6 +3,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def origin(doc) -> dict | None:
+    """ldr's bookkeeping of a Doc as a hit shows it ({"source", "path"}), None if it has none."""
+    return {k: v for k, v in (("source", doc.source), ("path", doc.path)) if v is not None} or None
+
+
 @dataclass
 class Hit:
     """One search result: the document and why it ranked (score of each stage)."""
@@ -16,6 +21,7 @@ class Hit:
     scores: dict[str, float] = field(default_factory=dict)
     passages: list = field(default_factory=list)   # best passages (ldr/search/passages.py), best first
     meta: dict | None = None            # metadata given at indexing (with passages or text)
+    origin: dict | None = None          # ldr's own: {"source": "c.jsonl line 3", "path": "c.jsonl"}
 
     def to_dict(self, with_text: bool = False) -> dict:
         d = {"id": self.id, "score": self.score, "rank": self.rank, "title": self.title, "scores": self.scores}
@@ -23,6 +29,8 @@ class Hit:
             d["passages"] = [p.to_dict() for p in self.passages]
         if self.meta is not None:
             d["meta"] = self.meta
+        if self.origin:
+            d["ldr"] = self.origin
         if with_text and self.text is not None:
             d["text"] = self.text
         return d

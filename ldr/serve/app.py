@@ -301,7 +301,9 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             doc = ix.document(doc_id)
         except KeyError:
             raise HTTPException(404, f"no document {doc_id!r} in generation {ix.generation}") from None
-        return {"id": doc.id, "title": doc.title, "text": doc.text, "meta": finite(doc.meta), "generation": ix.generation}
+        from ..search.hits import origin
+        return {"id": doc.id, "title": doc.title, "text": doc.text, "meta": finite(doc.meta),
+                **({"ldr": origin(doc)} if origin(doc) else {}), "generation": ix.generation}
 
     @app.get("/info")
     def info():

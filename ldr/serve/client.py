@@ -64,7 +64,7 @@ class Client:
                              + "; ".join(str(spec(n)["server"]) for n in local))
         data = self._call("POST", "/search", json=body)
         hits = [Hit(id=h["id"], score=h["score"], rank=h["rank"], title=h.get("title", ""), text=h.get("text"),
-                    scores=h.get("scores", {}), meta=h.get("meta"),
+                    scores=h.get("scores", {}), meta=h.get("meta"), origin=h.get("ldr"),
                     passages=[Passage(**p) for p in h.get("passages", [])]) for h in data["hits"]]
         result = SearchResult(hits, data["query"], {}, data.get("reranker"))
         result.generation = data.get("generation")
@@ -74,7 +74,8 @@ class Client:
         from urllib.parse import quote
 
         d = self._call("GET", f"/documents/{quote(doc_id, safe='')}")
-        return Doc(d["id"], d["text"], d.get("title", ""), d.get("meta") or {})
+        origin = d.get("ldr") or {}
+        return Doc(d["id"], d["text"], d.get("title", ""), d.get("meta") or {}, origin.get("source"), origin.get("path"))
 
     def add(self, docs: list) -> dict:
         """Add or replace documents ({"id", "text", "title"?, other fields: metadata} or ldr.Doc)."""

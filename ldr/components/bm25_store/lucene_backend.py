@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ...corpus import Doc
 from ...errors import BackendUnavailable
-from .analysis import Analyzer, cjk_pretokenize
+from .analysis import Analyzer
 from .analysis import index_text
 
 log = logging.getLogger(__name__)
