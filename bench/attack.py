@@ -81,11 +81,11 @@ def run_round3(tmp: Path, corpus: Path, idx: Path) -> None:
     (mine / "bm25-generations" / "plan.md").write_text("my plan")
     (mine / "write.lock").write_text("my lock file")
     before = tree(mine)
-    codes = [ldr(*a).returncode for a in (("add", corpus, "-i", mine, *BM25), ("delete", "d1.txt", "-i", mine),
+    codes = [ldr(*a).returncode for a in (("add", corpus, "-i", mine), ("delete", "d1.txt", "-i", mine),
                                           ("merge", "-i", mine), ("index", corpus, "-o", mine, "-q", *BM25))]
     record("1 add/delete/merge/index on a user folder", tree(mine) == before and all(c == 2 for c in codes),
            f"exit codes {codes}, nothing changed" if tree(mine) == before else "FILES CHANGED")
-    r = ldr("add", corpus, "-i", tmp / "nowhere", *BM25)
+    r = ldr("add", corpus, "-i", tmp / "nowhere")
     record("1 a missing -i path", r.returncode == 2 and not (tmp / "nowhere").exists(), "not created")
 
     # 2. symlinks in place of the lock and the reader markers
@@ -111,7 +111,7 @@ def run_round3(tmp: Path, corpus: Path, idx: Path) -> None:
     # 3. the index as its own corpus
     own = tmp / "idx-own"
     shutil.copytree(idx, own)
-    r = ldr("add", own, "-i", own, *BM25)
+    r = ldr("add", own, "-i", own)
     record("3 ldr add IDX -i IDX", r.returncode == 2 and b"inside the index" in r.stderr, r.stderr.decode().strip()[:90])
 
     # 4-5. a damaged tantivy file: no write re-blesses it, no search panics
@@ -122,7 +122,7 @@ def run_round3(tmp: Path, corpus: Path, idx: Path) -> None:
     add = tmp / "more"
     add.mkdir()
     (add / "new.txt").write_text("a new document about the lamp")
-    ra, rc = ldr("add", add, "-i", dmg, *BM25), ldr("check", dmg, "-q")
+    ra, rc = ldr("add", add, "-i", dmg), ldr("check", dmg, "-q")
     record("4 write on a damaged tantivy file", ra.returncode != 0 and rc.returncode == 1 and clean(ra),
            ra.stderr.decode().strip()[:90])
     bad = [ldr("search", q, "-i", dmg) for q in ("lamp", "topic1", "keeper 7")]
@@ -131,7 +131,7 @@ def run_round3(tmp: Path, corpus: Path, idx: Path) -> None:
     cp = tmp / "idx-restored"
     shutil.copytree(idx, cp)                    # new inodes: a restore from a backup
     flip(next((cp / "segments").iterdir()) / "docstore.parquet")
-    r = ldr("add", add, "-i", cp, *BM25)
+    r = ldr("add", add, "-i", cp)
     record("4 restored copy with a damaged segment", r.returncode != 0 and ldr("check", cp, "-q").returncode == 1,
            r.stderr.decode().strip()[:90])
 
@@ -146,7 +146,7 @@ def run_round3(tmp: Path, corpus: Path, idx: Path) -> None:
         text = f"document {i} rewritten about the harbour lamp and topic{(i + 1) % 4}"
         (upd / f"d{i}.txt").write_text(text)
         (final / f"d{i}.txt").write_text(text)
-    ldr("add", upd, "-i", live, *BM25)
+    ldr("add", upd, "-i", live)
     gone = [f"d{i}.txt" for i in range(1, 30, 5)]
     ldr("delete", *gone, "-i", live)
     for g in gone:

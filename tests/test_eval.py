@@ -237,3 +237,28 @@ def test_mldr_languages_get_their_own_analyzer(tmp_path):
     assert metrics["tasks"]["de"]["stages"]["bm25"]["ndcg@10"] == 100.0      # English analysis misses "Häuser"
     report = (tmp_path / "out" / "report.md").read_text()
     assert "BM25 analyzer per task" in report and "| de | de |" in report
+
+
+def test_a_partial_run_is_not_averaged_beside_published_numbers_and_the_legend_spares_the_bars(tmp_path):
+    """Issue 27 item 15: a partial run's average is not set beside full published averages; the
+    bar plot's legend lies beside the axes, not on the bars."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from ldr.eval.report import bars_figure, write_report
+
+    stages = {"bm25": {"ndcg@10": 99.0, "recall@100": 100.0}, "fused": {"ndcg@10": 98.0, "recall@100": 100.0}}
+    tasks = {t: {"main_metric": "ndcg@10", "stages": stages} for t in ("summ_screen_fd", "qmsum", "2wikimqa")}
+    metrics = {"bench": "longembed", "tasks": tasks, "averages": {"bm25": 99.0, "fused": 98.0},
+               "settings": {"partial": "max 5 queries per task"}}
+    write_report(metrics, tmp_path)
+    avg = next(line for line in (tmp_path / "report.md").read_text().splitlines() if "**average**" in line)
+    assert "not comparable (partial run)" in avg and "BGE-M3" not in avg
+    metrics["settings"]["partial"] = None
+    write_report(metrics, tmp_path)
+    avg = next(line for line in (tmp_path / "report.md").read_text().splitlines() if "**average**" in line)
+    assert "BGE-M3" in avg
+    fig = bars_figure(metrics, ["bm25", "fused"])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes.x1 and legend.x1 <= fig.bbox.x1 + 1    # beside the axes, inside the figure

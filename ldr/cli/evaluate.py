@@ -61,7 +61,9 @@ def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, o
     for name, t in metrics["tasks"].items():
         click.echo(f"{name:<22}" + "".join(f"{t['stages'][s][t['main_metric']]:>10.1f}" if s in t["stages"] else f"{'-':>10}"
                                           for s in stages))
-    click.echo(f"{'average':<22}" + "".join(f"{metrics['averages'][s]:>10.1f}" for s in stages))
+    click.echo(f"{'average':<22}" + "".join(f"{metrics['averages'][s]:>10.1f}" for s in stages)
+               + (f"   (partial run: {settings['partial']}; not comparable with published averages)"
+                  if settings["partial"] else ""))
     click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
 
 

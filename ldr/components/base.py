@@ -204,6 +204,10 @@ class EncodedPart:
     def tokens(self) -> int:
         return self.writer.tokens
 
+    @property
+    def encoded(self) -> int:
+        return self.writer.encoded
+
     def add(self, row, doc):
         self.writer.add(row, doc)
 

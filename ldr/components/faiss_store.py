@@ -83,7 +83,7 @@ class DenseWriter(BatchedWriter):
 
     def _write_prepared(self, prepared) -> None:
         docnos, body_starts, job = prepared
-        vecs, owner, spans = self.encoder.finish_documents(job)
+        vecs, owner, spans = self.encoder.finish_documents(job, self._count)
         # spans into the document's text (the body), not into "title\n" + body
         shift = np.asarray(body_starts, dtype=np.int64)[owner][:, None]
         spans = np.where(spans >= 0, np.maximum(spans - shift, 0), spans)

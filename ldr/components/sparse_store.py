@@ -56,7 +56,7 @@ class SparseWriter(BatchedWriter):
         return job
 
     def _write_prepared(self, job) -> None:
-        mat = self.encoder.finish_documents(job)   # rows follow docnos, which arrive in order
+        mat = self.encoder.finish_documents(job, self._count)   # rows follow docnos, which arrive in order
         mat.sort_indices()
         self._terms.write(mat.indices.astype(np.int32).tobytes())
         self._weights.write(mat.data.astype(np.float32).tobytes())

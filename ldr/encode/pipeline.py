@@ -73,6 +73,11 @@ class BatchedWriter:
         self._per_batch, self._chars, self._max_chars = docs_per_batch, 0, chars_per_batch
         self._pipe = pipeline
         self.tokens = 0     # model input tokens prepared so far (progress: tokens per second)
+        self.encoded = 0    # ... and encoded (the progress bar moves with it)
+
+    def _count(self, n: int) -> None:
+        """Progress callback of the encoders (on the pipeline's worker, after each model call)."""
+        self.encoded += n
 
     @property
     def encoder(self):

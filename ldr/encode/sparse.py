@@ -111,7 +111,7 @@ class _SparseCore(SerialEncoder):
 
     def _finish_documents(self, job, progress=None):
         import scipy.sparse as sp
-        return sp.csr_matrix(self._matrix(job), dtype=np.float32)
+        return sp.csr_matrix(self._matrix(job, progress), dtype=np.float32)
 
     def query_terms(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query: (term ids ascending, weights), the first window only. No scipy: importing
@@ -124,7 +124,7 @@ class _SparseCore(SerialEncoder):
             out.append((terms.astype(np.int32), row[terms]))
         return out
 
-    def _matrix(self, job) -> np.ndarray:
+    def _matrix(self, job, progress=None) -> np.ndarray:
         """(documents, vocabulary) float32 weights of a prepared batch, pruned for documents."""
         s = self.settings
         n_texts, pieces, owner, prune = job
@@ -133,6 +133,8 @@ class _SparseCore(SerialEncoder):
             for rows in budget_batches([len(p) for p in pieces], s.batch_tokens):
                 w = self._weights([pieces[r] for r in rows])
                 np.maximum.at(mat, owner[rows], w)   # a term keeps its largest weight over windows
+                if progress is not None:
+                    progress(sum(len(pieces[r]) for r in rows))
         if prune:
             if s.threshold > 0:
                 mat[mat <= s.threshold] = 0

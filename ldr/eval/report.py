@@ -72,7 +72,9 @@ def write_report(metrics: dict, out: Path) -> None:
         cells = [f"{t['stages'][st][m]:.1f}" if st in t["stages"] else "–" for st in stages]
         lines.append(f"| {name} | {m} | " + " | ".join(cells) + f" | {_published_for(bench, name)} |")
     avg = [f"**{metrics['averages'][st]:.1f}**" if metrics["averages"].get(st) is not None else "–" for st in stages]
-    lines.append(f"| **average** ({len(tasks)} tasks) | | " + " | ".join(avg) + f" | {_published_for(bench, 'average')} |")
+    # a partial run's average is over other queries (or lengths, or tasks) than the published ones
+    pub_avg = "not comparable (partial run)" if partial else _published_for(bench, "average")
+    lines.append(f"| **average** ({len(tasks)} tasks) | | " + " | ".join(avg) + f" | {pub_avg} |")
     lines += ["", "## Recall@100 per task", "", "| task | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
     for name, t in tasks.items():
         cells = [f"{t['stages'][st]['recall@100']:.1f}" if st in t["stages"] else "–" for st in stages]
@@ -125,8 +127,18 @@ def plot(metrics: dict, out: Path) -> None:
         fig.tight_layout()
         fig.savefig(out / f"{name}_heatmap.png", dpi=120)
         plt.close(fig)
+    fig = bars_figure(metrics, stages)
+    fig.savefig(out / "tasks.png", dpi=120)
+    plt.close(fig)
+
+
+def bars_figure(metrics: dict, stages: list[str]):
+    """The main metric per task and stage as grouped bars, the legend beside them."""
+    import matplotlib.pyplot as plt
+
+    tasks = metrics["tasks"]
     names = list(tasks)
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names) * len(stages) / 3), 4))
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names) * len(stages) / 3) + 1.5, 4))
     width = 0.8 / max(len(stages), 1)
     for i, st in enumerate(stages):
         vals = [tasks[n]["stages"].get(st, {}).get(tasks[n]["main_metric"], 0) for n in names]
@@ -134,8 +146,7 @@ def plot(metrics: dict, out: Path) -> None:
     ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2, names, rotation=30, ha="right")
     ax.set_ylabel("nDCG@10 (Acc@1 for passkey/needle)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)   # beside the bars, never on them
     ax.set_title(f"{metrics['bench']}: main metric per task and stage")
     fig.tight_layout()
-    fig.savefig(out / "tasks.png", dpi=120)
-    plt.close(fig)
+    return fig

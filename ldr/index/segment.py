@@ -58,6 +58,16 @@ class SegmentWriter:
                 return w.tokens
         return 0
 
+    @property
+    def encodes(self) -> bool:
+        """Does a model encode this segment's documents (progress in tokens, else in documents)?"""
+        return any(hasattr(w, "encoded") for w in self.parts.values())
+
+    def progress(self) -> tuple[int, int]:
+        """(tokens encoded, tokens read) over the encoder-backed parts, all models together."""
+        parts = [w for w in self.parts.values() if hasattr(w, "encoded")]
+        return sum(w.encoded for w in parts), sum(w.tokens for w in parts)
+
     def add(self, doc: Doc, uid: int) -> None:
         row = self.store.add(doc, uid)
         self.uids.append(uid)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..corpus import Doc, IngestReport, check_documents
 from ..corpus.text import utf8_len
@@ -30,6 +29,7 @@ from . import generations as gens
 from .faults import abort_all as _abort, crash_point, no_space as _no_space
 from .lock import WriteLock
 from .manifest import file_entries, new_manifest, read_manifest, seal, verify_listed
+from .progress import BuildBar
 from .segment import SegmentWriter, delete_rows, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, collect
 
@@ -225,15 +225,15 @@ class IndexWriter:
             n_bytes, uid = 0, first_uid
             t_start = time.perf_counter()
             try:
-                with tqdm(desc="indexing", unit="doc", total=total, disable=not progress, leave=False) as bar:
+                with BuildBar(seg_writer, total, progress) as bar:   # moves while the last batches encode
                     for doc in check_documents(docs, report, max_doc_mb):
                         seg_writer.add(doc, uid)
                         stores.add(uid, doc)
                         uid += 1
                         n_bytes += utf8_len(doc.text)
-                        bar.update(1)
-                t_fed = time.perf_counter()
-                entry, about = seg_writer.close()
+                        bar.fed()
+                    t_fed = time.perf_counter()
+                    entry, about = seg_writer.close()
                 t_closed = time.perf_counter()
                 stores.close()
                 # where the time went: the feeding loop (reading, docstore, index stores, tokenising;

@@ -66,3 +66,18 @@ def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: fl
         raise IndexFormatError(f"the BM25 index {path} holds {searcher.num_docs} documents, the docstore "
                                f"{n_docs}; the index is damaged: rebuild it with `ldr index`")
     return searcher
+
+
+def stale_bound(dfs: list[int], live: int, stale: int, avgdl_live: float, avgdl_stale: float, k1: float) -> float:
+    """How far a tantivy/Lucene BM25 score can be from a fresh build's before `ldr merge`.
+
+    Their document count, document frequencies and average length still count the `stale`
+    documents deleted or replaced since the last merge. With df the fresh frequency of a query
+    term, idf = ln((N + 1)/(df + 0.5)) is off by at most ln(1 + D/(df + 0.5)); the length norm
+    by at most the ratio r of the two average lengths; the tf part is below k1 + 1. Summed over
+    the query's terms (`dfs`), the score of every document is within the returned amount."""
+    import math
+
+    n = live + stale
+    r = max(avgdl_stale / avgdl_live, avgdl_live / avgdl_stale) if avgdl_live > 0 and avgdl_stale > 0 else 1.0
+    return sum((k1 + 1) * (math.log1p(stale / (df + 0.5)) + math.log((n + 1) / (df + 0.5)) * (r - 1)) for df in dfs)

@@ -1,0 +1,54 @@
+"""The local build's progress bar.
+
+A long document is one item of many seconds of encoding, and a batch holds up to 32 documents,
+so a bar counting documents read sits still for minutes while the model works. When a model
+encodes, the bar counts model tokens encoded out of those read so far (each encoder reports
+after every model call), and a ticker thread redraws it while the feeder waits and while the
+last batches finish. A BM25-only build counts documents."""
+from __future__ import annotations
+
+import threading
+
+from tqdm.auto import tqdm
+
+
+class BuildBar:
+    def __init__(self, segment, total_docs: int | None, enabled: bool, every: float = 0.5):
+        self.segment, self.total, self.docs, self.every = segment, total_docs, 0, every
+        self.tokens = segment.encodes
+        self.bar = tqdm(desc="encoding" if self.tokens else "indexing", unit="tok" if self.tokens else "doc",
+                        unit_scale=self.tokens, total=None if self.tokens else total_docs,
+                        disable=not enabled, leave=False)
+        self._stop = threading.Event()
+        # only the ticker draws the bar (tqdm is not drawn from two threads); the feeder counts
+        self._ticker = threading.Thread(target=self._tick, name="ldr-progress", daemon=True) \
+            if enabled and self.tokens else None
+
+    def __enter__(self) -> BuildBar:
+        if self._ticker is not None:
+            self._ticker.start()
+        return self
+
+    def fed(self) -> None:
+        """One more document read and handed to the encoders."""
+        self.docs += 1
+        if not self.tokens:
+            self.bar.update(1)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.every):
+            self._draw()
+
+    def _draw(self) -> None:
+        encoded, read = self.segment.progress()
+        self.bar.total = max(read, 1)
+        self.bar.update(encoded - self.bar.n)
+        self.bar.set_postfix_str(f"{self.docs}{f'/{self.total}' if self.total else ''} docs read", refresh=True)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            if exc[0] is None:
+                self._draw()
+        self.bar.close()
