@@ -44,7 +44,7 @@ class _View:
 
     def __del__(self):
         if self.pin is not None:
-            self.pin.close()
+            self.pin.__del__()      # quiet at interpreter exit
 
 
 class Index:

@@ -36,7 +36,6 @@ def test_windows_are_bounded_and_aggregated(tiny_classifier):
 
 
 def test_two_label_models_use_the_positive_margin(tmp_path):
-    import transformers as tf
     path = make("bert-classifier", tmp_path / "two", num_labels=2)
     r = CrossEncoderReranker(CrossEncoderSettings(model=str(path), device="cpu", backend="torch"))
     w = r._windows("q", "some document")
@@ -78,3 +77,50 @@ def test_windows_follow_the_query_into_the_middle_and_end_of_a_long_document(tin
     texts = [r.tokenizer.decode(w["input_ids"]) for w in windows]
     assert len(windows) == 3 and "river" in texts[0]
     assert "relit" in texts[1] and "lamp" in texts[2]      # the middle match and the final one, in order
+
+
+def test_a_pre_exported_onnx_folder_runs_as_it_is(tmp_path):
+    """Models as data: a folder holding model.onnx + tokenizer files and no PyTorch weights (a
+    user's own export) is run by ldr's ONNX engine without an export step, scoring like torch."""
+    import shutil
+
+    pytest.importorskip("onnxruntime")
+    path = make("bert-classifier", tmp_path / "two", num_labels=2)
+    exported = CrossEncoderReranker(CrossEncoderSettings(model=str(path), backend="onnx")).ort.folder
+    folder = tmp_path / "my-export"
+    folder.mkdir()
+    for f in ("model.onnx", "tokenizer.json"):
+        shutil.copy(exported / f, folder / f)
+    for f in path.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab", "config")):
+            shutil.copy(f, folder / f.name)
+    assert not any(folder.glob("*.safetensors")) and not (folder / "meta.json").exists()
+    docs = ["some document about apples " * 40, "short", "a pear and a query word"]
+    t = CrossEncoderReranker(CrossEncoderSettings(model=str(path), backend="torch"))
+    o = CrossEncoderReranker(CrossEncoderSettings(model=str(folder)))
+    assert o.model is None and o.ort.meta["export"]["prebuilt"]
+    assert np.allclose(t.score("query word", docs), o.score("query word", docs), atol=1e-4)
+    with pytest.raises(ConfigError, match="ONNX model folder"):
+        CrossEncoderReranker(CrossEncoderSettings(model=str(folder), backend="torch"))
+
+
+def test_the_packaged_ms_marco_cross_encoder(tmp_path):
+    """The packaged int8 ms-marco-MiniLM-L-12-v2 (ldr[models]) by its short name: relevant above
+    irrelevant, and a reranked search through the whole pipeline."""
+    from ldr.encode.models import packaged_path, resolve
+
+    if packaged_path("ms-marco-minilm-l12") is None:
+        pytest.skip("ldr[models] is not installed")
+    assert resolve("cross-encoder/ms-marco-MiniLM-L-12-v2")[1] == "ms-marco-minilm-l12"
+    r = CrossEncoderReranker(CrossEncoderSettings(model="ms-marco-minilm-l12"))
+    s = r.score("How many people live in Berlin?",
+                ["Berlin has a population of 3,520,031 registered inhabitants.",
+                 "New York City is famous for the Metropolitan Museum of Art."])
+    assert s[0] > 5 > -5 > s[1]
+    import ldr
+    docs = [{"id": "pop", "text": "Berlin has a population of 3.5 million people. " * 20},
+            {"id": "museum", "text": "Berlin is known for its museums and people visit them. " * 20},
+            {"id": "nyc", "text": "New York is a large city with many people. " * 20}]
+    idx = ldr.Index.build(docs, tmp_path / "i", dense=None, sparse=None)
+    hits = idx.search("how many people live in Berlin", k=3, rerank_model="ms-marco-minilm-l12", rerank_weight=1.0)
+    assert hits[0].id == "pop" and "rerank" in hits[0].scores

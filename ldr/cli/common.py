@@ -53,6 +53,12 @@ INDEX_OPTIONS = [
     click.option("--sparse-top-k-per", type=click.Choice(["document", "window"]), default="document", show_default=True,
                  help="Apply --sparse-top-k per document, or per window of it (the cap grows with length)."),
     click.option("--sparse-threshold", type=float, default=0.0, help="Drop term weights at or below this."),
+    click.option("--colbert", "colbert_model", default="none", show_default=True,
+                 help="Late-interaction (ColBERT) model: colbert-small (packaged, ldr[models]), a Hugging Face "
+                      "name or a folder; its token vectors are kept and scored by MaxSim. `none`: no colbert index."),
+    click.option("--colbert-dims", type=int, default=None, help="Keep the first N dimensions of each token vector."),
+    click.option("--colbert-pool", type=int, default=2, show_default=True,
+                 help="Token pooling factor (1: every token vector; 2 halves storage and scoring)."),
 ]
 
 
@@ -65,7 +71,8 @@ def index_options(f):
 def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_doc_mb, dense_model, doc_strategy, max_length,
                  stride, target_length, ntk_lambda, group, window, attn_scaling, dim, query_prefix, doc_prefix,
                  batch_tokens, trust_remote_code, device, backend, faiss_index, sparse_model, sparse_kind, sparse_head,
-                 sparse_top_k, sparse_top_k_per, sparse_threshold):
+                 sparse_top_k, sparse_top_k_per, sparse_threshold, colbert_model="none", colbert_dims=None,
+                 colbert_pool=2):
     from ..encode.dense import DenseSettings
     from ..encode.sparse import SparseSettings
     from ..index.build import BuildConfig
@@ -79,10 +86,14 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_do
     sparse = None if sparse_model == "none" else SparseSettings(
         model=sparse_model, kind=sparse_kind, head=sparse_head, top_k=sparse_top_k or None, top_k_per=sparse_top_k_per,
         threshold=sparse_threshold, device=device, backend=backend)
+    components = {}
+    if colbert_model != "none":
+        from ..encode.colbert import ColbertSettings
+        components["colbert"] = ColbertSettings(model=colbert_model, dims=colbert_dims, pool_factor=colbert_pool,
+                                                device=device)
     return BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
                        stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, max_doc_mb=max_doc_mb,
-                       dense=dense, sparse=sparse,
-                       faiss=FaissSettings(index=faiss_index))
+                       dense=dense, sparse=sparse, faiss=FaissSettings(index=faiss_index), components=components)
 
 
 RAY_OPTIONS = [

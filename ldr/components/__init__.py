@@ -3,6 +3,7 @@
     bm25     lexical (tantivy | Lucene: an index store; native: a part per segment)   bm25.py
     dense    passage vectors in FAISS, MaxP to documents                              dense.py
     sparse   learned term weights, inverted postings                                  sparse.py
+    colbert  token vectors (late interaction), exact MaxSim                           colbert.py
 
 Everything outside this package loops over `kinds(...)`; adding a kind is one module with a
 Component subclass and `register(MyKind())` (see base.py for the protocol).
@@ -112,10 +113,11 @@ def lazy_encoder(kind: str, settings, cache: EncoderCache | None = None):
 
 def _register_builtins() -> None:
     from .bm25 import BM25
+    from .colbert import Colbert
     from .dense import Dense
     from .sparse import Sparse
 
-    for c in (BM25(), Dense(), Sparse()):
+    for c in (BM25(), Dense(), Sparse(), Colbert()):
         register(c)
 
 

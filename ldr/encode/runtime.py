@@ -156,6 +156,34 @@ def threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def onnx_folder(path) -> bool:
+    """A pre-exported model folder (model.onnx + tokenizer.json, no PyTorch weights): ldr's ONNX
+    engine runs it as it is, without torch (packaged int8 models, a user's own export)."""
+    p = Path(path)
+    return ((p / "model.onnx").is_file() and (p / "tokenizer.json").is_file()
+            and not any(p.glob("*.safetensors")) and not (p / "pytorch_model.bin").exists())
+
+
+def folder_meta(folder: Path) -> dict:
+    """What ldr's own exports record in meta.json, read from a pre-exported folder's configs."""
+    cfg: dict = {}
+    for name in ("tokenizer_config.json", "config.json", "vectrix_config.json"):
+        f = folder / name
+        if f.is_file():
+            try:
+                cfg.update(json.loads(f.read_text()))
+            except (OSError, ValueError) as e:
+                raise ModelError(f"{f} is not readable JSON ({e})") from None
+    limit = cfg.get("max_position_embeddings") or cfg.get("max_length") or cfg.get("model_max_length") or 512
+    try:
+        added = json.loads((folder / "tokenizer.json").read_text()).get("added_tokens") or []
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{folder / 'tokenizer.json'} is not readable JSON ({e})") from None
+    return {"export": {"int8": None, "prebuilt": True}, "model_type": cfg.get("model_type", "bert"),
+            "max_position_embeddings": int(min(limit, 8192)), "pad_token_id": cfg.get("pad_token_id", 0),
+            "special_ids": sorted(t["id"] for t in added if isinstance(t, dict) and t.get("special"))}
+
+
 class OrtModel:
     """An exported model folder (model.onnx, tokenizer.json, meta.json) ready to run.
 
@@ -171,8 +199,9 @@ class OrtModel:
         except ImportError:
             raise ModelError(f"ONNX Runtime is not installed: {ONNX_EXTRA} (or use --backend torch)") from None
         self.folder = Path(folder)
-        self.meta = json.loads((self.folder / "meta.json").read_text())
-        self.inputs = list(self.meta.get("inputs", ["input_ids", "attention_mask"]))
+        meta = self.folder / "meta.json"
+        self.meta = json.loads(meta.read_text()) if meta.is_file() else folder_meta(self.folder)
+        self._inputs = self.meta.get("inputs")
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads()
         so.inter_op_num_threads = 1
@@ -187,6 +216,13 @@ class OrtModel:
     def about(self, backend: str) -> dict:
         """What an encoder's describe() records about its engine."""
         return {"name": backend, "int8": self.meta["export"]["int8"], "fused": self.meta.get("fused")}
+
+    @property
+    def inputs(self) -> list[str]:
+        """The graph's inputs (a pre-exported folder's are read from the graph itself)."""
+        if self._inputs is None:
+            self._inputs = [i.name for i in self.session.get_inputs()]
+        return self._inputs
 
     @property
     def session(self):

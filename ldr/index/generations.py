@@ -126,7 +126,10 @@ class Pin:
             self._fd = None
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except (AttributeError, TypeError, OSError):   # at interpreter exit, `os` may be gone already
+            pass
 
 
 def _with_exclusive(root: Path, gen: int, fn) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -70,19 +71,26 @@ class CrossEncoderReranker:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from ..encode.runtime import choose
+        from ..encode.runtime import OrtModel, choose, onnx_folder
 
         hf_logging.disable_progress_bar()
         self.settings = s = settings
         self.name = f"cross-encoder:{s.model}"
         self._lock = threading.Lock()
         path, _ = resolve(s.model)
-        s.backend = choose(s.backend, s.device, os.path.isdir(path), "a cross-encoder that is not a local folder")
+        prebuilt = onnx_folder(path)     # a packaged int8 graph or a user's export: run as it is
+        if prebuilt and s.backend == "torch":
+            raise ConfigError(f"{s.model} is an ONNX model folder (no PyTorch weights): use --backend onnx")
+        s.backend = "onnx" if prebuilt else choose(s.backend, s.device, os.path.isdir(path),
+                                                    "a cross-encoder that is not a local folder")
         self.device = "cpu" if s.backend.startswith("onnx") else pick_device(s.device)
         self.ort = self.model = None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code)
-            if s.backend.startswith("onnx"):
+            if prebuilt:
+                self.ort = OrtModel(Path(path))
+                limit, model_type = self.ort.meta["max_position_embeddings"], self.ort.meta["model_type"]
+            elif s.backend.startswith("onnx"):
                 from ..encode import onnx_export
                 # the graph runs the model; the tokenizer's pair and overflow handling stays as it is
                 _, self.ort = onnx_export.load("cross", s, s.backend, s.trust_remote_code)

@@ -1,0 +1,120 @@
+"""The late-interaction kind: every document's token vectors (ColBERT), scored by exact MaxSim.
+
+Encoding: ldr/encode/colbert.py (whole documents in windows of the model's length, token
+pooling). Storage: ldr/components/colbert_store.py (int8 + a scale per vector, memory-mapped).
+A MaxSim score needs no corpus statistics, so segments score independently and an index built
+by any sequence of add / replace / delete / merge scores exactly as a fresh build.
+
+As a leg of the fusion it scores every live document (brute force; see colbert_store for when
+that stops being cheap); `exact_scores` gives the passage rescorer its MaxSim feature.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..index.paths import inside
+from ..index.topk import top_k_dense
+from .base import EncodedPart, ModelComponent, model_lines
+from .colbert_store import ColbertPart, ColbertWriter, check_part
+
+
+class MultiColbert:
+    """MaxSim over every segment; deleted (and filtered-out) documents never score."""
+
+    def __init__(self, parts: list, segments, encoder=None):
+        self.parts, self.segments, self.encoder = parts, segments, encoder
+
+    def encode(self, query: str) -> np.ndarray:
+        return self.encoder.encode_query(query)
+
+    def encode_many(self, queries: list[str]) -> list[np.ndarray]:
+        return [self.encode(q) for q in queries]
+
+    def scores(self, q: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.segments.rows, dtype=np.float32)
+        for part, offset, e in zip(self.parts, self.segments.offsets, self.segments.entries):
+            if part is not None and e["docs"]:
+                out[offset:offset + e["docs"]] = part.maxsim_all(q)
+        return out
+
+    def search_rep(self, q: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
+        scores = self.scores(q)
+        mask = self.segments.live if allow is None else allow
+        scores[~mask] = -np.inf
+        hits = top_k_dense(scores, k)
+        return [(d, s) for d, s in hits if np.isfinite(s)]
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        return self.search_rep(self.encode(query), k)
+
+    def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
+        """MaxSim of the listed documents only (a rescoring stage reads just their vectors)."""
+        out = np.zeros(len(docnos), dtype=np.float64)
+        by_seg: dict[int, list[int]] = {}
+        for j, d in enumerate(docnos):
+            by_seg.setdefault(self.segments.locate(d)[0], []).append(j)
+        for s, js in by_seg.items():
+            if self.parts[s] is not None:
+                out[js] = self.parts[s].maxsim(rep, [docnos[j] - self.segments.offsets[s] for j in js])
+        return out
+
+
+class Colbert(ModelComponent):
+    name = "colbert"
+    encoder_module, settings_class, loader = "ldr.encode.colbert", "ColbertSettings", "load_colbert"
+    passage_features = True
+    default_weight = 1.0
+    manifest_keys = {"model": dict, "dim": int}
+
+    def configure(self, config):
+        wanted = (getattr(config, "components", None) or {}).get(self.name)
+        if wanted is None:
+            return None
+        if isinstance(wanted, str):
+            from ..encode.colbert import ColbertSettings
+            wanted = ColbertSettings(model=wanted)
+        return {}, wanted
+
+    # -- writing ----------------------------------------------------------------------------
+    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
+        return EncodedPart(ColbertWriter(Path(folder) / "colbert", encoder, comp.get("dim"), pipeline=pipeline),
+                           ("path", "vectors"), ("dim", "model"))
+
+    def merge_parts(self, root, sources, row_maps, out, comp):
+        writer = ColbertWriter(Path(out) / "colbert", None, comp["dim"])
+        try:
+            for (entry, _), rows in zip(sources, row_maps):
+                part = ColbertPart(inside(root, f"{entry['path']}/{entry['colbert']['path']}", "segment"),
+                                   entry["docs"], comp["dim"])
+                for r in np.flatnonzero(rows >= 0):        # live rows, in order (the new rows are in order too)
+                    a, b = int(part.indptr[r]), int(part.indptr[r + 1])
+                    writer.write_rows(part.codes[a:b], part.scales[a:b], [b - a])
+            info = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        return {"path": info["path"], "vectors": info["vectors"]}
+
+    # -- reading ----------------------------------------------------------------------------
+    def open(self, root, comp, segments, encoder):
+        parts = [ColbertPart(inside(root, f"{e['path']}/{e['colbert']['path']}", "segment"), e["docs"], comp["dim"])
+                 if e.get("colbert") else None for e in segments.entries]
+        return MultiColbert(parts, segments, encoder())
+
+    # -- verification and description ---------------------------------------------------------
+    def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
+        if "colbert" not in e:
+            return ["has no colbert vectors"]
+        return check_part(inside(seg, e["colbert"]["path"]), e["docs"], comp["dim"], e["colbert"]["vectors"])
+
+    def describe(self, comp: dict, segments: list[dict]) -> dict:
+        return dict(comp, vectors=sum(s.get("colbert", {}).get("vectors", 0) for s in segments))
+
+    def summary(self, comp: dict) -> list[str]:
+        m = comp["model"]
+        st = m.get("settings", {})
+        return model_lines(comp, f"{m.get('name')} (late interaction, window {m.get('window')}), "
+                           f"{comp.get('vectors', '?')} token vectors x {comp['dim']} (int8), "
+                           f"pool factor {st.get('pool_factor')}, backend={m.get('backend', {}).get('name')}")

@@ -1,0 +1,152 @@
+"""The late-interaction part of a segment: every document's token vectors, int8 with a scale each.
+
+Files (`segments/seg-N/colbert/`): `codes.i8` (n_vectors × dim int8, row-major), `scales.f16` (one
+float16 per vector: v ≈ code · scale), `doc_indptr.npy` (int64, docs + 1: document d owns vectors
+indptr[d]:indptr[d+1]). Raw arrays, read memory-mapped: nothing in them can run code. A vector
+costs dim + 2 bytes (130 for 128 dimensions; pooled ×2, ~65 bytes per document token).
+
+MaxSim is exact over the stored vectors: for each query token the best dot product with one of
+the document's vectors, summed. Brute force over a segment reads its vectors once per query in
+blocks, so its cost grows with the corpus: it suits the indexes ldr is built for (thousands of
+long documents); past that, the colbert leg is best used to rescore the other legs' candidates.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..encode.pipeline import BatchedWriter
+from ..errors import IndexFormatError
+
+BLOCK = 1 << 16          # vectors dequantised at a time when scoring a whole segment
+
+
+def quantise(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 codes, float16 scales) with v ≈ codes · scale per row."""
+    scale = np.abs(v).max(axis=1) / 127.0
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float16)
+    codes = np.clip(np.rint(v / scale.astype(np.float32)[:, None]), -127, 127).astype(np.int8)
+    return codes, scale
+
+
+class ColbertWriter(BatchedWriter):
+    def __init__(self, path: Path, encoder, dim: int | None, pipeline=None, docs_per_batch: int = 8):
+        # few documents per batch: a long document alone is thousands of token vectors
+        super().__init__(docs_per_batch, chars_per_batch=1 << 20, pipeline=pipeline, encoder=encoder)
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._codes = open(self.path / "codes.i8", "wb")
+        self._scales = open(self.path / "scales.f16", "wb")
+        self._counts: list[int] = []
+        self._dim = dim
+
+    def _prepare_batch(self, docnos, texts, body_starts):
+        job = self.encoder.prepare_documents(texts)
+        self.tokens += sum(map(len, job[1]))
+        return job
+
+    def _write_prepared(self, job) -> None:
+        for v in self.encoder.finish_documents(job, self._count):
+            codes, scales = quantise(v)
+            self._codes.write(codes.tobytes())
+            self._scales.write(scales.tobytes())
+            self._counts.append(len(v))
+            self._dim = v.shape[1]
+
+    def write_rows(self, codes: np.ndarray, scales: np.ndarray, counts: list[int]) -> None:
+        """Copy already encoded documents (merges)."""
+        self._codes.write(np.ascontiguousarray(codes, dtype=np.int8).tobytes())
+        self._scales.write(np.ascontiguousarray(scales, dtype=np.float16).tobytes())
+        self._counts.extend(counts)
+
+    def abort(self) -> None:
+        self._codes.close()
+        self._scales.close()
+
+    def close(self) -> dict:
+        self._finish()
+        self._codes.close()
+        self._scales.close()
+        indptr = np.zeros(len(self._counts) + 1, dtype=np.int64)
+        np.cumsum(self._counts, out=indptr[1:])
+        np.save(self.path / "doc_indptr.npy", indptr)
+        dim = self._dim if self._dim is not None else (self.encoder.dim if self.loaded else 0)
+        return {"path": self.path.name, "vectors": int(indptr[-1]), "dim": int(dim),
+                **({"model": self.encoder.describe()} if self.loaded else {})}
+
+
+class ColbertPart:
+    """One segment's token vectors, memory-mapped."""
+
+    def __init__(self, path: Path, docs: int, dim: int):
+        self.path, self.dim = Path(path), dim
+        try:
+            self.indptr = np.load(self.path / "doc_indptr.npy", mmap_mode="r", allow_pickle=False)
+            n = int(self.indptr[-1]) if len(self.indptr) else 0
+            self.scales = np.memmap(self.path / "scales.f16", dtype=np.float16, mode="r", shape=(n,)) if n else \
+                np.zeros(0, np.float16)
+            self.codes = np.memmap(self.path / "codes.i8", dtype=np.int8, mode="r", shape=(n, dim)) if n else \
+                np.zeros((0, dim), np.int8)
+        except (OSError, ValueError) as e:
+            raise IndexFormatError(f"{self.path} is damaged ({e}); run `ldr check` and rebuild the index") from None
+        if len(self.indptr) != docs + 1:
+            raise IndexFormatError(f"{self.path} has {len(self.indptr) - 1} documents, the manifest says {docs}; "
+                                   "run `ldr check` and rebuild the index")
+
+    def vectors(self, row: int) -> np.ndarray:
+        a, b = int(self.indptr[row]), int(self.indptr[row + 1])
+        return self.codes[a:b].astype(np.float32) * self.scales[a:b].astype(np.float32)[:, None]
+
+    def maxsim(self, q: np.ndarray, rows) -> np.ndarray:
+        """MaxSim of query vectors `q` (nq, dim) with each listed document."""
+        out = np.zeros(len(rows), dtype=np.float32)
+        for i, r in enumerate(rows):
+            v = self.vectors(int(r))
+            if len(v):
+                out[i] = (q @ v.T).max(axis=1).sum()
+        return out
+
+    def maxsim_all(self, q: np.ndarray) -> np.ndarray:
+        """MaxSim with every document of the segment, reading the vectors in blocks."""
+        n_docs = len(self.indptr) - 1
+        out = np.zeros(n_docs, dtype=np.float32)
+        best = np.full((n_docs, len(q)), -np.inf, dtype=np.float32)   # per document, per query token
+        owner = np.repeat(np.arange(n_docs), np.diff(self.indptr))
+        total = int(self.indptr[-1]) if n_docs else 0
+        for a in range(0, total, BLOCK):
+            b = min(a + BLOCK, total)
+            v = self.codes[a:b].astype(np.float32) * self.scales[a:b].astype(np.float32)[:, None]
+            sims = v @ q.T                                     # (block, nq)
+            own = owner[a:b]
+            starts = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])
+            block_best = np.maximum.reduceat(sims, starts, axis=0)
+            docs = own[starts]
+            best[docs] = np.maximum(best[docs], block_best)
+        has = np.diff(self.indptr) > 0
+        out[has] = best[has].sum(axis=1)
+        return out
+
+
+def check_part(path: Path, docs: int, dim: int, vectors: int) -> list[str]:
+    """Structure of a segment's colbert part: sizes agree, offsets ordered, scales finite."""
+    out = []
+    try:
+        indptr = np.load(path / "doc_indptr.npy", mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        return [f"colbert offsets unreadable ({e})"]
+    if len(indptr) != docs + 1 or (len(indptr) and (indptr[0] != 0 or np.any(np.diff(indptr) < 0))):
+        out.append("colbert document offsets are out of order or of the wrong length")
+        return out
+    n = int(indptr[-1])
+    if n != vectors:
+        out.append(f"colbert holds {n} vectors, the manifest says {vectors}")
+    for name, size in (("codes.i8", n * dim), ("scales.f16", 2 * n)):
+        f = path / name
+        if not f.is_file() or f.stat().st_size != size:
+            out.append(f"colbert {name} has {f.stat().st_size if f.is_file() else 'no'} bytes, expected {size}")
+    if not out and n:
+        scales = np.memmap(path / "scales.f16", dtype=np.float16, mode="r", shape=(n,))
+        if not np.all(np.isfinite(scales)) or np.any(scales <= 0):
+            out.append("colbert scales are not finite positive numbers")
+    return out

@@ -1,0 +1,165 @@
+"""The late-interaction (colbert) kind: whole documents in windows, token pooling, int8 storage,
+exact MaxSim; incremental = fresh; damage found by `ldr check`; the packaged colbert-small."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import ldr
+from conftest import cli_run, manifest_of
+from ldr.components.colbert_store import quantise
+from ldr.encode.colbert import ColbertEncoder, ColbertSettings, pool
+from ldr.index.check import check_index
+from tiny_models import make
+
+WORDS = ["heron", "crane", "marsh", "reed", "tide", "mud", "egret", "wader", "dune", "spit", "lamp", "harbour"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return str(make("bert", tmp_path_factory.mktemp("colbert") / "m"))
+
+
+def corpus(n=30, seed=1):
+    rng = __import__("random").Random(seed)
+    return {f"d{i:02d}": " ".join(rng.choice(WORDS) for _ in range(rng.randrange(5, 150))) for i in range(n)}
+
+
+def build(docs, path, model, **kw):
+    return ldr.Index.build([{"id": k, "text": v} for k, v in docs.items()], path, dense=None, sparse=None,
+                           components={"colbert": ColbertSettings(model=model, **kw)}, progress=False)
+
+
+def test_pooling_and_quantisation():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(101, 16)).astype(np.float32)
+    assert pool(v, 1) is v and len(pool(v, 2)) == 50 and len(pool(v, 3)) == 33 and len(pool(v[:2], 2)) == 2
+    codes, scales = quantise(v)
+    back = codes.astype(np.float32) * scales.astype(np.float32)[:, None]
+    assert codes.dtype == np.int8 and np.abs(back - v).max() <= np.abs(v).max(1).max() / 127 * 0.51 + 1e-3
+
+
+def test_windows_cover_the_whole_document_and_queries_are_mask_padded(tiny):
+    enc = ColbertEncoder(ColbertSettings(model=tiny, pool_factor=1))
+    assert enc.window == 64
+    n_tok = len(enc.tokenizer("heron " * 200, add_special_tokens=False)["input_ids"])
+    _, pieces, owner = enc.prepare_documents(["heron " * 200, "reed"])
+    assert sum(len(p) - 3 for p, o in zip(pieces, owner) if o == 0) == n_tok     # every token once
+    assert all(p[0] == enc.cls and p[1] == enc.d_marker and p[-1] == enc.sep for p in pieces)
+    vecs = enc.finish_documents(enc.prepare_documents(["heron " * 200, "reed"]))
+    assert len(vecs[0]) == n_tok and np.allclose(np.linalg.norm(vecs[0], axis=1), 1, atol=1e-5)
+    assert enc.encode_query("heron").shape == (32, enc.dim)       # [CLS] [Q] heron [SEP] + 28 [MASK]
+    pooled = ColbertEncoder(ColbertSettings(model=tiny, pool_factor=2, dims=16))
+    v = pooled.finish_documents(pooled.prepare_documents(["heron " * 200]))[0]
+    assert v.shape[1] == 16 and n_tok // 2 - 4 <= len(v) <= n_tok // 2 + 4
+
+
+def test_colbert_scores_are_exact_maxsim_alone_and_fused(tiny, tmp_path):
+    docs = corpus()
+    idx = build(docs, tmp_path / "i", tiny)
+    enc = ColbertEncoder(ColbertSettings(model=tiny))
+    q = enc.encode_query("heron marsh lamp")
+    want = {}
+    for k, v in docs.items():
+        codes, scales = quantise(enc.finish_documents(enc.prepare_documents([v]))[0])
+        d = codes.astype(np.float32) * scales.astype(np.float32)[:, None]
+        want[k] = float((q @ d.T).max(1).sum())
+    got = idx.search("heron marsh lamp", k=5, mode="colbert")
+    best = sorted(want, key=lambda k: -want[k])[:5]
+    assert [h.id for h in got] == best and all(abs(h.score - want[h.id]) < 1e-3 for h in got)
+    fused = idx.search("heron marsh lamp", k=5)
+    assert all("colbert" in h.scores and "bm25" in h.scores for h in fused)
+    r = cli_run("info", tmp_path / "i")
+    assert r.returncode == 0 and "late interaction" in r.stdout
+
+
+def test_add_replace_delete_merge_equal_a_fresh_build(tiny, tmp_path):
+    docs = corpus(40, seed=2)
+    first = dict(list(docs.items())[:25])
+    idx = build(first, tmp_path / "live", tiny)
+    idx.add([{"id": k, "text": v} for k, v in list(docs.items())[25:]])
+    changed = {k: docs[k][::-1] + " harbour" for k in list(docs)[::4]}
+    idx.add([{"id": k, "text": v} for k, v in changed.items()])
+    gone = list(docs)[1::7]
+    idx.delete(gone)
+    final = {k: v for k, v in {**docs, **changed}.items() if k not in gone}
+    fresh = build(final, tmp_path / "fresh", tiny)
+    queries = ["heron marsh", "lamp harbour dune", "tide", "egret wader spit reed"]
+
+    def same(a, b, mode):
+        for q in queries:
+            x = [(h.id, round(h.score, 4)) for h in a.search(q, k=10, mode=mode)]
+            y = [(h.id, round(h.score, 4)) for h in b.search(q, k=10, mode=mode)]
+            assert x == y, (q, mode)
+    same(idx, fresh, "colbert")
+    idx.merge(1)
+    assert len(manifest_of(tmp_path / "live")["segments"]) == 1
+    same(idx, fresh, "colbert")
+    same(idx, fresh, "hybrid")
+    assert check_index(tmp_path / "live")[1] == []
+
+
+def test_check_finds_damaged_colbert_vectors(tiny, tmp_path):
+    build(corpus(8), tmp_path / "i", tiny)
+    seg = tmp_path / "i" / manifest_of(tmp_path / "i")["segments"][0]["path"] / "colbert"
+    data = (seg / "codes.i8").read_bytes()
+    (seg / "codes.tmp").write_bytes(data[:-5])
+    os.replace(seg / "codes.tmp", seg / "codes.i8")
+    problems = check_index(tmp_path / "i")[1]
+    assert any("codes.i8" in p for p in problems), problems
+
+
+def test_a_killed_add_keeps_the_last_commit(tiny, tmp_path):
+    """kill -9 while an add encodes colbert vectors: the index answers exactly as before."""
+    docs = corpus(10)
+    idx = build(docs, tmp_path / "i", tiny)
+    before = [(h.id, h.score) for h in idx.search("heron marsh", k=5)]
+    script = textwrap.dedent(f"""
+        import ldr, os, signal
+        from ldr.encode.colbert import ColbertEncoder
+        real = ColbertEncoder.finish_documents
+        def die(self, job, progress=None):
+            real(self, job, progress)
+            os.kill(os.getpid(), signal.SIGKILL)
+        ColbertEncoder.finish_documents = die
+        ldr.open({str(tmp_path / 'i')!r}).add([{{"id": "new", "text": "heron " * 300}}])
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    assert r.returncode == -9
+    again = ldr.open(tmp_path / "i")
+    assert [(h.id, h.score) for h in again.search("heron marsh", k=5)] == before and len(again) == 10
+    assert check_index(tmp_path / "i")[1] == []
+
+
+def test_a_projection_of_a_full_checkpoint_is_applied(tmp_path):
+    """A PyLate checkpoint keeps its 384→128 style projection in 1_Dense: vectors come out projected."""
+    import torch
+    from safetensors.torch import save_file
+
+    m = make("bert", tmp_path / "full")
+    (m / "1_Dense").mkdir()
+    torch.manual_seed(1)
+    save_file({"linear.weight": torch.randn(24, 64)}, str(m / "1_Dense" / "model.safetensors"))
+    enc = ColbertEncoder(ColbertSettings(model=str(m)))
+    assert enc.dim == 24 and enc.proj is not None
+    assert enc.encode_query("heron").shape == (32, 24)
+
+
+def test_the_packaged_colbert_small(tmp_path):
+    from ldr.encode.models import packaged_path
+
+    if packaged_path("colbert-small") is None:
+        pytest.skip("ldr[models] is not installed")
+    docs = {"pop": "Berlin has a population of 3.5 million people. " * 30,
+            "museum": "The museums of Berlin are visited by many tourists every year. " * 30,
+            "tide": "The tide comes in twice a day over the mud flats of the estuary. " * 30}
+    idx = build(docs, tmp_path / "i", "colbert-small", dims=128)
+    hits = idx.search("how many people live in Berlin", k=3, mode="colbert")
+    assert hits[0].id == "pop" and hits[-1].id == "tide"
+    comp = manifest_of(tmp_path / "i")["components"]["colbert"]
+    assert comp["dim"] == 128 and comp["model"]["backend"]["name"] == "onnx"
