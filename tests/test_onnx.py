@@ -155,3 +155,43 @@ def test_an_index_without_a_recorded_backend_never_queries_int8(monkeypatch):
     assert runtime.choose(s.backend, "cpu", True, "x") == "onnx"
     assert runtime.choose("auto", "cpu", True, "x") == "onnx-int8"
     assert runtime.choose(s.backend, "cpu", False, "x") == "torch"
+
+
+def test_a_pre_exported_dense_folder_runs_as_it_is(tmp_path):
+    """Models as data: ldr's own export of MiniLM copied to a folder of model.onnx + tokenizer
+    files (+ the sentence-transformers configs) loads without torch, giving the same vectors."""
+    import shutil
+
+    from ldr.encode.dense_prebuilt import PrebuiltDenseEncoder
+    from ldr.encode.models import packaged_path
+
+    ort_enc = load_dense(DenseSettings(strategy="maxp", max_length=128))
+    folder = tmp_path / "export"
+    folder.mkdir()
+    shutil.copy(ort_enc.model.folder / "model.onnx", folder / "model.onnx")
+    src = packaged_path("all-minilm-l6-v2")
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin")):
+            shutil.copy(f, folder / f.name)
+    shutil.copytree(src / "1_Pooling", folder / "1_Pooling")
+    pre = load_dense(DenseSettings(model=str(folder), strategy="maxp", max_length=128))
+    assert isinstance(pre, PrebuiltDenseEncoder) and pre.pooling == "mean"
+    v1, o1, _ = ort_enc.encode_documents(TEXTS, spans=True)
+    v2, o2, _ = pre.encode_documents(TEXTS, spans=True)
+    assert (o1 == o2).all() and _cos(v1, v2).min() >= 0.9999
+    from ldr.errors import ConfigError
+    with pytest.raises(ConfigError, match="ONNX model folder"):
+        load_dense(DenseSettings(model=str(folder), strategy="pi"))
+
+
+def test_the_packaged_bge_small():
+    from ldr.encode.models import packaged_path
+
+    if packaged_path("bge-small") is None:
+        pytest.skip("ldr[models] is not installed")
+    enc = load_dense(DenseSettings(model="bge-small"))
+    assert enc.pooling == "cls" and enc.query_prefix.startswith("Represent this sentence") and enc.dim == 384
+    q = enc.encode_queries(["how many people live in berlin"])
+    d = enc.encode_documents(["Berlin has a population of 3.5 million people.", "The tide comes in twice a day."])[0]
+    sims = (q @ d.T)[0]
+    assert sims[0] > sims[1] + 0.2

@@ -51,7 +51,7 @@ def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, o
                 "haystack": haystack, "split": split, "max_queries": max_queries, "lengths": length_list,
                 "tasks": task_list, "depth": depth, "seed": seed, "partial": "; ".join(partial) or None,
                 "dense": options["dense_model"], "doc_strategy": options["doc_strategy"],
-                "sparse": options["sparse_model"], "bm25": options["bm25"]}
+                "sparse": options["sparse_model"], "bm25": options["bm25"], "colbert": options["colbert_model"]}
     opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
                        rerank_model=rerank_model)
     settings["reranker"] = rerank_model or "passage"
