@@ -250,7 +250,8 @@ class Index:
                 f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
 
     def reranker(self, name: str | None, model: str | None = None, weights: dict | None = None):
-        """None, the offline passage rescorer, or a cross-encoder (`model`: any HF classifier)."""
+        """None, a named second stage (passage, or a kind's exact scores: colbert), or a
+        cross-encoder (`model`: any HF classifier)."""
         if model:
             with self._load_lock:
                 if model not in self._rerankers:
@@ -260,10 +261,8 @@ class Index:
             return self._rerankers[model]
         if name in (None, "none"):
             return None
-        if name == "passage":
-            from .rerank.passage import PassageRescorer
-            return PassageRescorer(weights or self.search_defaults().get("weights"))
-        raise ConfigError(f"unknown reranker {name!r}; use passage, none, or --rerank-model MODEL")
+        from .rerank.late import named_reranker
+        return named_reranker(name, weights or self.search_defaults().get("weights"), self._view.manifest["components"])
 
     def search_defaults(self, view: _View | None = None) -> dict:
         """Query-time defaults recorded at build time (fusion method and weights, reranker)."""

@@ -167,6 +167,7 @@ def test_eval_cli_writes_runs_metrics_report_and_plots(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["tasks"]["mini"]["stages"]["bm25"]["ndcg@10"] == 100.0
     assert m["averages"]["bm25"] == 100.0 and m["settings"]["partial"] == "max 4 queries per task"
+    assert m["default_stage"] == "bm25"         # BM25 alone: a plain search returns its list
     assert len((out / "runs/mini.bm25.trec").read_text().splitlines()) >= 4
     assert (out / "report.md").read_text().count("Partial run") == 1
     assert (out / "tasks.png").stat().st_size > 1000

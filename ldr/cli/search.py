@@ -6,6 +6,7 @@ import sys  # noqa: F401
 
 import click
 
+from .. import components as registry
 from .app import main
 
 
@@ -15,7 +16,9 @@ _CLI_HELP = {"k": "Number of hits (per query).",
                          "snippet (default 1; --json lists them with offsets).",
              "with_text": "With --json: include each hit's full text.",
              "filters": "Only documents whose metadata matches (repeatable): lang=de, 'path=contracts/*', year>=2020."}
-_CLI_TYPES = {"fusion": click.Choice(["rrf", "minmax", "zscore"]), "rerank": click.Choice(["passage", "none"])}
+# --rerank: the passage rescorer, none, or a kind's exact scores over the candidates (colbert: MaxSim)
+_CLI_TYPES = {"fusion": click.Choice(["rrf", "minmax", "zscore"]),
+              "rerank": click.Choice(["passage", "none", *(n for n in registry.names() if registry.get(n).passage_features)])}
 
 
 def query_options(f):

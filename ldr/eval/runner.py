@@ -94,7 +94,11 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
             if ctx.rerank_features:
                 features[qid] = {ids[d]: f for d, f in ctx.rerank_features.items()}
     search_s = time.perf_counter() - t1
-    result = {"queries": len(qids), "documents": len(index), "index_cached": cached,
+    d = index.search_defaults()
+    # the stage a plain `ldr search` on this index returns
+    default_stage = "reranked" if d.get("rerank") or d.get("rerank_model") else (
+        "fused" if d["mode"] == "hybrid" else d["mode"])
+    result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {}}
     tdir = out / "runs"
     tdir.mkdir(parents=True, exist_ok=True)
@@ -142,6 +146,7 @@ def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: Eval
                                     "analyzer": cfg.analyzer().to_dict() if cfg.bm25 else None})
     metrics = aggregate(bench, per_task)
     metrics["settings"] = settings
+    metrics["default_stage"] = next((t["default_stage"] for t in per_task.values()), None)
     metrics["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     write_report(metrics, out)

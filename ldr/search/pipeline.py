@@ -65,6 +65,10 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
     already computed (batch search encodes queries together)."""
     opts.check()
     names = registry.in_order(retrievers) if opts.mode == "hybrid" else [opts.mode]
+    if opts.mode == "hybrid" and isinstance(opts.weights, dict):
+        # a leg weighted 0 adds nothing to the fusion: not searched (it may still rescore, --rerank KIND)
+        kept = [n for n in names if opts.weights.get(n, 1.0) != 0]
+        names = kept if len(kept) >= 2 else names
     for n in names:
         if n not in retrievers:
             have = ", ".join(sorted(retrievers)) or "none"

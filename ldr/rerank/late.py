@@ -1,0 +1,35 @@
+"""Second stages named by `--rerank NAME`: the offline passage rescorer, or one retriever kind's
+exact scores over the fused candidates (e.g. `colbert`: exact MaxSim of each candidate's token
+vectors). A kind used this way need not search the whole index: give it fusion weight 0
+(`--weights colbert=0`) and it only reads the vectors of the candidates it rescores, which is
+how late interaction scales past the indexes brute force suits."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import components as registry
+from ..errors import ConfigError
+
+
+class KindRescorer:
+    """Rescore the candidates with one component kind's `exact_scores`."""
+
+    def __init__(self, kind: str):
+        self.name = kind
+
+    def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
+        retriever = ctx.retrievers[self.name]
+        scores = retriever.exact_scores(ctx.rep(self.name), docnos, ctx.first_stage.get(self.name, {}))
+        return np.asarray(scores, dtype=np.float64), {}
+
+
+def named_reranker(name: str, weights: dict | None, components: dict):
+    """The second stage `--rerank NAME` asks for, on an index with `components`."""
+    if name == "passage":
+        from .passage import PassageRescorer
+        return PassageRescorer(weights)
+    if name in components and registry.known(name) and registry.get(name).passage_features:
+        return KindRescorer(name)
+    kinds = [n for n in registry.in_order(components) if registry.get(n).passage_features]
+    raise ConfigError(f"unknown reranker {name!r}; use passage, none, {', '.join(kinds + ['']) if kinds else ''}"
+                      "or --rerank-model MODEL")
