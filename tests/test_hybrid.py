@@ -38,7 +38,7 @@ def test_fusion_finds_what_each_retriever_misses(hybrid):
 def test_every_hit_explains_its_rank(hybrid):
     plain = hybrid.search(QUERY, k=3)
     assert "rerank" not in plain[0].scores and plain[0].scores["fused"] == plain[0].score   # default: no rerank
-    hits = hybrid.search(QUERY, k=3, rerank="passage")
+    hits = hybrid.search(QUERY, k=3, rerank="passage", rerank_weight=1)
     assert hits[0].scores["rerank"] == hits[0].score
     assert {"fused", "rerank", "rerank.dense", "rerank.bm25"} <= set(hits[0].scores)
     assert set(hits.timings) >= {"bm25", "dense", "fusion", "rerank"} and hits.reranker

@@ -110,8 +110,11 @@ def test_rerank_weight_mixes_the_second_stage_with_the_fused_score(beir):
     index = ldr.Index(idx)
     for q in sorted(queries)[:6]:
         t = queries[q]
-        alone = index.search(t, k=8, rerank="passage", rerank_depth=8)
-        assert [h.score for h in alone] == [h.scores["rerank"] for h in alone]     # weight 1: as before
+        alone = index.search(t, k=8, rerank="passage", rerank_depth=8, rerank_weight=1)
+        assert [h.score for h in alone] == [h.scores["rerank"] for h in alone]     # weight 1: its score alone
+        default = index.search(t, k=8, rerank="passage", rerank_depth=8)          # 0.15 by default
+        assert [h.score for h in default] == pytest.approx(list(mix([h.scores["rerank"] for h in default],
+                                                                    [h.scores["fused"] for h in default], 0.15)))
         for w in (0.5, 0.25):
             hits = index.search(t, k=8, rerank="passage", rerank_depth=8, rerank_weight=w)
             final = mix([h.scores["rerank"] for h in hits], [h.scores["fused"] for h in hits], w)

@@ -56,7 +56,8 @@ INDEX_OPTIONS = [
     click.option("--colbert", "colbert_model", default="none", show_default=True,
                  help="Late-interaction (ColBERT) model: colbert-small (packaged, ldr[models]), a Hugging Face "
                       "name or a folder; its token vectors are kept and scored by MaxSim. `none`: no colbert index."),
-    click.option("--colbert-dims", type=int, default=None, help="Keep the first N dimensions of each token vector."),
+    click.option("--colbert-dims", type=int, default=128, show_default=True,
+                 help="Keep the first N dimensions of each token vector (0: all)."),
     click.option("--colbert-pool", type=int, default=2, show_default=True,
                  help="Token pooling factor (1: every token vector; 2 halves storage and scoring)."),
 ]
@@ -89,7 +90,7 @@ def build_config(bm25, language, no_stem, keep_stopwords, k1, b, threads, max_do
     components = {}
     if colbert_model != "none":
         from ..encode.colbert import ColbertSettings
-        components["colbert"] = ColbertSettings(model=colbert_model, dims=colbert_dims, pool_factor=colbert_pool,
+        components["colbert"] = ColbertSettings(model=colbert_model, dims=colbert_dims or None, pool_factor=colbert_pool,
                                                 device=device)
     return BuildConfig(bm25=None if bm25 == "none" else bm25, language=language, stemming=not no_stem,
                        stopwords=not keep_stopwords, k1=k1, b=b, threads=threads, max_doc_mb=max_doc_mb,

@@ -65,7 +65,7 @@ class Colbert(ModelComponent):
     name = "colbert"
     encoder_module, settings_class, loader = "ldr.encode.colbert", "ColbertSettings", "load_colbert"
     passage_features = True
-    default_weight = 1.0
+    default_weight = 0.5      # its fusion weight beside BM25 1, dense and sparse 0.25 (qmsum-train: bench/README.md)
     manifest_keys = {"model": dict, "dim": int}
 
     def configure(self, config):

@@ -163,7 +163,7 @@ class SearchOptions:
     depth: int = 1000              # per retriever
     rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
     rerank_depth: int = 100
-    rerank_weight: float = 1.0     # the second stage's share of the final score (1: its score alone)
+    rerank_weight: float = 0.15    # the second stage's share of the final score (1: its score alone)
     rerank_windows: int | None = None   # windows per document a cross-encoder scores (None: its own setting)
 
     def check(self) -> None:
