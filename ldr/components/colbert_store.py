@@ -98,13 +98,26 @@ class ColbertPart:
         a, b = int(self.indptr[row]), int(self.indptr[row + 1])
         return self.codes[a:b].astype(np.float32) * self.scales[a:b].astype(np.float32)[:, None]
 
+    def _sims(self, q: np.ndarray, a: int, b: int, buf: np.ndarray) -> np.ndarray:
+        """(b - a, nq) dot products of vectors a..b with the query: the int8 codes are cast into
+        a reused buffer and each row scaled after the product (nq columns, not dim)."""
+        blk = buf[: b - a]
+        blk[...] = self.codes[a:b]
+        sims = blk @ q.T
+        sims *= self.scales[a:b].astype(np.float32)[:, None]
+        return sims
+
     def maxsim(self, q: np.ndarray, rows) -> np.ndarray:
-        """MaxSim of query vectors `q` (nq, dim) with each listed document."""
+        """MaxSim of query vectors `q` (nq, dim) with each listed document (only their vectors are read)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = np.asarray(self.indptr)[rows], np.asarray(self.indptr)[rows + 1]
         out = np.zeros(len(rows), dtype=np.float32)
-        for i, r in enumerate(rows):
-            v = self.vectors(int(r))
-            if len(v):
-                out[i] = (q @ v.T).max(axis=1).sum()
+        buf = np.empty((min(BLOCK, int((ends - starts).max(initial=1))), self.dim), dtype=np.float32)
+        for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+            best = np.full(len(q), -np.inf, dtype=np.float32)
+            for c in range(a, b, BLOCK):
+                best = np.maximum(best, self._sims(q, c, min(c + BLOCK, b), buf).max(axis=0))
+            out[i] = best.sum() if b > a else 0.0
         return out
 
     def maxsim_all(self, q: np.ndarray) -> np.ndarray:
@@ -114,10 +127,10 @@ class ColbertPart:
         best = np.full((n_docs, len(q)), -np.inf, dtype=np.float32)   # per document, per query token
         owner = np.repeat(np.arange(n_docs), np.diff(self.indptr))
         total = int(self.indptr[-1]) if n_docs else 0
+        buf = np.empty((min(BLOCK, max(total, 1)), self.dim), dtype=np.float32)
         for a in range(0, total, BLOCK):
             b = min(a + BLOCK, total)
-            v = self.codes[a:b].astype(np.float32) * self.scales[a:b].astype(np.float32)[:, None]
-            sims = v @ q.T                                     # (block, nq)
+            sims = self._sims(q, a, b, buf)                    # (block, nq)
             own = owner[a:b]
             starts = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])
             block_best = np.maximum.reduceat(sims, starts, axis=0)

@@ -65,10 +65,10 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
     already computed (batch search encodes queries together)."""
     opts.check()
     names = registry.in_order(retrievers) if opts.mode == "hybrid" else [opts.mode]
-    if opts.mode == "hybrid" and isinstance(opts.weights, dict):
+    fused = len(names) > 1
+    if fused and isinstance(opts.weights, dict):
         # a leg weighted 0 adds nothing to the fusion: not searched (it may still rescore, --rerank KIND)
-        kept = [n for n in names if opts.weights.get(n, 1.0) != 0]
-        names = kept if len(kept) >= 2 else names
+        names = [n for n in names if opts.weights.get(n, 1.0) != 0] or names
     for n in names:
         if n not in retrievers:
             have = ", ".join(sorted(retrievers)) or "none"
@@ -86,7 +86,7 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
         ctx.first_stage[n] = dict(lists[n])
         ctx.timings[n] = time.perf_counter() - t
     limit = max(k, opts.rerank_depth if reranker is not None else 0)
-    if len(names) == 1:
+    if not fused:
         # a single retriever: its own ranking, equal scores by id (the one top-k rule)
         ranked = lists[names[0]][:limit] if tiebreak is None else top_items(ctx.first_stage[names[0]], limit, tiebreak)
         rows = [(d, sc, {names[0]: sc}) for d, sc in ranked]
