@@ -61,7 +61,7 @@ def legacy_origin(meta: dict) -> tuple[dict, str | None, str | None]:
 
 
 def doc_of(columns: dict, i: int) -> Doc:
-    """Row `i` of a batch read with ROW_COLUMNS as a Doc (older docstores lack source/path)."""
+    """Row `i` of a batch of docstore columns as a Doc (older docstores lack source and path)."""
     meta = json.loads(columns["meta"][i]) if columns["meta"][i] else {}
     if "source" in columns:
         return Doc(columns["id"][i], columns["text"][i], columns["title"][i], meta,
