@@ -189,6 +189,10 @@ def test_eval_synthetic_passkey_all_stages(tmp_path):
     assert set(pk["stages"]) == {"bm25", "dense", "sparse", "fused", "reranked"}
     assert (out / "passkey_heatmap.png").exists()
     assert "passkey: Acc@1 per context length" in (out / "report.md").read_text()
+    sig = next(t["significance"] for n, t in m["raw"].items() if n.startswith("passkey"))   # beat BM25? fusion?
+    assert sig["baseline"] == "bm25" and set(sig["vs_baseline"]) == {"dense", "sparse", "fused", "reranked"}
+    assert "p_t_holm" in sig["reranked_vs_fused"] and "## Significance" in (out / "report.md").read_text()
+    assert m["default_stage"] == "fused"
 
 
 @pytest.mark.slow

@@ -11,7 +11,17 @@ from ..encode.chunking import STRATEGIES
 from .common import build_config, index_options
 
 @main.command("eval")
-@click.option("--bench", type=click.Choice(["longembed", "loco", "mldr", "beir"]), required=True)
+@click.option("--bench", type=click.Choice(["longembed", "loco", "mldr", "beir"]), default=None,
+              help="Run a benchmark (or score run files: --qrels with --run).")
+@click.option("--qrels", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Score and compare run files against these judgements (TREC qrels or a BEIR .tsv).")
+@click.option("--run", "run_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A TREC run file (repeatable); each is tested against the first.")
+@click.option("--json", "as_json", is_flag=True, help="--qrels: print the comparison as JSON.")
+@click.option("--per-query", type=click.Path(dir_okay=False), default=None,
+              help="--qrels: write every query's scores (TSV: run, query, metric, value).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="--qrels: a PNG of per-query nDCG@10 differences against the first run.")
 @click.option("--tasks", default=None, help="Comma-separated tasks (LongEmbed/LoCo task names, MLDR languages).")
 @click.option("--data", type=click.Path(), default=None,
               help="Dataset folder as downloaded from Hugging Face (BEIR: the BEIR folder). Default: the hub, "
@@ -28,10 +38,16 @@ from .common import build_config, index_options
 @click.option("--rerank-model", default=None, help="Cross-encoder for the reranked stage (default: passage rescoring).")
 @index_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, out_dir, cache, seed, rerank_model, quiet,
-             **options):
-    """Evaluate every stage on a benchmark; writes TREC runs, metrics.json, report.md and plots."""
+def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, haystack, lengths, split, max_queries,
+             depth, out_dir, cache, seed, rerank_model, quiet, **options):
+    """Evaluate every stage on a benchmark (writes TREC runs, metrics.json, report.md and plots),
+    or score and compare run files: --qrels QRELS --run A.trec --run B.trec."""
     from pathlib import Path
+
+    if qrels or run_files:
+        return _compare_runs(qrels, run_files, as_json, per_query, plot)
+    if bench is None:
+        raise click.UsageError("give --bench, or --qrels with one or more --run files")
 
     from ..eval.benchmarks import load
     from ..eval.runner import EvalOptions, run_benchmark
@@ -64,7 +80,40 @@ def eval_cmd(bench, tasks, data, haystack, lengths, split, max_queries, depth, o
     click.echo(f"{'average':<22}" + "".join(f"{metrics['averages'][s]:>10.1f}" for s in stages)
                + (f"   (partial run: {settings['partial']}; not comparable with published averages)"
                   if settings["partial"] else ""))
+    for name, t in metrics["raw"].items():
+        g = t.get("significance") or {}
+        if g.get("vs_baseline"):
+            click.echo(f"{name}: nDCG@10 against {g['baseline']}, † significant (Holm-corrected t and randomisation "
+                       "tests): " + ", ".join(f"{s} {100 * r['delta']:+.1f}{'†' if r['significant'] else ''}"
+                                              for s, r in g["vs_baseline"].items()))
     click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
+
+
+def _compare_runs(qrels, run_files, as_json, per_query, plot) -> None:
+    import json as _json
+    from pathlib import Path
+
+    from ..eval.compare import compare, format_table, plot_differences, read_qrels
+    from ..eval.runs import read_run
+
+    if not qrels or not run_files:
+        raise click.UsageError("scoring run files needs --qrels and at least one --run")
+    names = [Path(f).name for f in run_files]
+    if len(set(names)) != len(names):
+        names = [str(f) for f in run_files]
+    result = compare(read_qrels(qrels), {n: read_run(Path(f)) for n, f in zip(names, run_files)})
+    if per_query:
+        with open(per_query, "w", encoding="utf-8") as fh:
+            fh.write("run\tquery\tmetric\tvalue\n")
+            for name, rows in result["per_query"].items():
+                for q, vals in rows.items():
+                    fh.writelines(f"{name}\t{q}\t{m}\t{v:.6f}\n" for m, v in vals.items())
+    if plot and len(names) > 1:
+        plot_differences(result, "ndcg@10", Path(plot))
+    if as_json:
+        click.echo(_json.dumps({k: v for k, v in result.items() if k != "per_query"}, indent=2))
+    else:
+        click.echo(format_table(result))
 
 
 @main.group("probe")

@@ -75,6 +75,17 @@ def write_report(metrics: dict, out: Path) -> None:
     # a partial run's average is over other queries (or lengths, or tasks) than the published ones
     pub_avg = "not comparable (partial run)" if partial else _published_for(bench, "average")
     lines.append(f"| **average** ({len(tasks)} tasks) | | " + " | ".join(avg) + f" | {pub_avg} |")
+    sig = [(n, t["significance"]) for n, t in metrics.get("raw", {}).items() if t.get("significance")]
+    if sig:
+        lines += ["", "## Significance (nDCG@10; paired t-test and randomisation test, Holm-corrected)", ""]
+        for name, g in sig:
+            rows = [f"{st} {100 * r['delta']:+.2f} (p {r['p_t_holm']:.2g}/{r['p_randomisation_holm']:.2g})"
+                    + (" †" if r["significant"] else "") for st, r in g["vs_baseline"].items()]
+            lines.append(f"- {name}, against {g['baseline']}: " + "; ".join(rows))
+            if "reranked_vs_fused" in g:
+                r = g["reranked_vs_fused"]
+                lines.append(f"- {name}, reranked against fused: {100 * r['delta']:+.2f} "
+                             f"(p {r['p_t_holm']:.2g}/{r['p_randomisation_holm']:.2g})" + (" †" if r["significant"] else ""))
     lines += ["", "## Recall@100 per task", "", "| task | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
     for name, t in tasks.items():
         cells = [f"{t['stages'][st]['recall@100']:.1f}" if st in t["stages"] else "–" for st in stages]

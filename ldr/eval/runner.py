@@ -100,6 +100,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
         "fused" if d["mode"] == "hybrid" else d["mode"])
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {}}
+    result["significance"] = stage_significance(qrels, runs)
     tdir = out / "runs"
     tdir.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
@@ -110,6 +111,25 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
             write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")
             result["stages"][stage] = {m: round(100 * v, 2) for m, v in evaluate(qrels, runs[stage], METRICS).items()}
     return result
+
+
+def stage_significance(qrels: dict, runs: dict, metric: str = "ndcg@10") -> dict:
+    """Does each stage beat BM25 (or the first stage), and does the reranker beat fusion? Paired
+    t-test and randomisation test, Holm-corrected over the stages (ldr/eval/compare.py)."""
+    from .compare import compare
+
+    order = [s for s in stage_order() if s in runs]
+    if len(order) < 2 or not qrels:
+        return {}
+    base = "bm25" if "bm25" in runs else order[0]
+    names = [base] + [s for s in order if s != base]
+    out = {"metric": metric, "baseline": base,
+           "vs_baseline": {s: t[metric] for s, t in compare(qrels, {s: runs[s] for s in names}, (metric,),
+                                                             permutations=2000)["tests"].items()}}
+    if "fused" in runs and "reranked" in runs:
+        out["reranked_vs_fused"] = compare(qrels, {"fused": runs["fused"], "reranked": runs["reranked"]}, (metric,),
+                                           permutations=2000)["tests"]["reranked"][metric]
+    return out
 
 
 # MLDR languages → BM25 analyzer: Snowball where there is one, CJK bigrams for zh/ja/ko, plain
