@@ -114,14 +114,14 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
 
 
 def stage_significance(qrels: dict, runs: dict, metric: str = "ndcg@10") -> dict:
-    """Does each stage beat BM25 (or the first stage), and does the reranker beat fusion? Paired
+    """Does each stage beat the first (BM25 when there), and does the reranker beat fusion? Paired
     t-test and randomisation test, Holm-corrected over the stages (ldr/eval/compare.py)."""
     from .compare import compare
 
     order = [s for s in stage_order() if s in runs]
     if len(order) < 2 or not qrels:
         return {}
-    base = "bm25" if "bm25" in runs else order[0]
+    base = order[0]          # the first kind in registry order: BM25 when the index has it
     names = [base] + [s for s in order if s != base]
     out = {"metric": metric, "baseline": base,
            "vs_baseline": {s: t[metric] for s, t in compare(qrels, {s: runs[s] for s in names}, (metric,),
