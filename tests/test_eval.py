@@ -267,3 +267,43 @@ def test_a_partial_run_is_not_averaged_beside_published_numbers_and_the_legend_s
     ax = fig.axes[0]
     legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
     assert legend.x0 >= axes.x1 and legend.x1 <= fig.bbox.x1 + 1    # beside the axes, inside the figure
+
+
+def test_mldr_as_the_hub_ships_it_gives_the_metrics_of_the_same_data_as_a_beir_folder(tmp_path):
+    """Issue 29: `mldr-v1.0-{lang}/corpus.jsonl.gz` + `test.jsonl.gz` (rows `docid, text` and
+    `query_id, query, positive_passages, negative_passages`) read as downloaded."""
+    import gzip
+
+    docs = [{"docid": f"doc-{i}", "text": f"topic{i} words about item{i} and more text"} for i in range(20)]
+    qs = [{"query_id": f"q-{i}", "query": f"item{i}", "positive_passages": [{"docid": f"doc-{i}", "text": "x"}],
+           "negative_passages": []} for i in range(6)]
+    raw = tmp_path / "mldr" / "mldr-v1.0-en"
+    raw.mkdir(parents=True)
+    for name, rows in (("corpus", docs), ("test", qs)):
+        with gzip.open(raw / f"{name}.jsonl.gz", "wt", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+    beir = tmp_path / "en"
+    _jsonl(beir / "corpus.jsonl", [{"_id": d["docid"], "title": "", "text": d["text"]} for d in docs])
+    _jsonl(beir / "queries.jsonl", [{"_id": q["query_id"], "text": q["query"]} for q in qs])
+    (beir / "qrels").mkdir()
+    (beir / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q['query_id']}\t{q['positive_passages'][0]['docid']}\t1\n" for q in qs))
+    got = {}
+    for bench, data in (("mldr", tmp_path / "mldr"), ("beir", beir)):
+        out = tmp_path / f"out-{bench}"
+        args = ["eval", "--bench", bench, "--data", str(data), "--out", str(out), "--dense", "none", "--sparse", "none",
+                "-q"] + (["--tasks", "en"] if bench == "mldr" else [])
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        got[bench] = json.loads((out / "metrics.json").read_text())["tasks"]["en"]["stages"]["bm25"]
+    assert got["mldr"] == got["beir"] and got["mldr"]["ndcg@10"] > 50
+
+
+def test_mldr_leakage_is_named(tmp_path):
+    """A model trained on MLDR's train split, scored on MLDR, gets a warning (issue 29)."""
+    from ldr.eval.benchmarks import mldr_leakage
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "ldr-train.json").write_text(json.dumps({"data": "/data/mldr-v1.0-en", "loss": "mnrl"}))
+    assert mldr_leakage(["BAAI/bge-m3", "all-MiniLM-L6-v2", "none", None, str(mine)]) == ["BAAI/bge-m3", str(mine)]

@@ -55,6 +55,11 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     task_list = [t.strip() for t in tasks.split(",")] if tasks else None
     length_list = [int(x) for x in lengths.split(",")] if lengths else None
     loaded = load(bench, task_list, data, length_list, haystack, split, seed)
+    if bench == "mldr":
+        from ..eval.benchmarks import mldr_leakage
+        for m in mldr_leakage([options["dense_model"], options["sparse_model"], options["colbert_model"], rerank_model]):
+            click.echo(f"warning: {m} was trained on MLDR's train split: its MLDR scores are not a held-out "
+                       "evaluation (nor are published MLDR numbers of models trained on it)", err=True)
     config = build_config(**options)
     partial = []
     if max_queries:

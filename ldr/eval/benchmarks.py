@@ -7,6 +7,7 @@ are generated locally when no data is given.
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -180,3 +181,28 @@ def load(bench: str, tasks=None, data=None, lengths=None, haystack=None, split="
             raise DataError("--bench beir needs --data FOLDER (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)")
         return beir(data, split)
     raise DataError(f"unknown benchmark {bench!r}; choose longembed, loco, mldr or beir")
+
+
+# models whose training data includes MLDR's train split (their model cards say so): scoring them
+# on MLDR is not a held-out evaluation, and published MLDR numbers of such models are not either
+MLDR_TRAINED = ("baai/bge-m3", "bge-m3", "jinaai/jina-colbert-v2", "lightonai/mlateon")
+
+
+def mldr_leakage(models) -> list[str]:
+    """The models among `models` (names or folders) trained on MLDR's train split: a known name, or
+    an `ldr train` output whose card (ldr-train.json) names MLDR data."""
+    out = []
+    for m in models:
+        if not m or m == "none":
+            continue
+        low = str(m).lower()
+        card = Path(m) / "ldr-train.json"
+        trained = any(low == k or low.endswith("/" + k.split("/")[-1]) for k in MLDR_TRAINED)
+        if not trained and card.is_file():
+            try:
+                trained = "mldr" in json.dumps(json.loads(card.read_text()).get("data", "")).lower()
+            except (OSError, ValueError):
+                pass
+        if trained:
+            out.append(str(m))
+    return out

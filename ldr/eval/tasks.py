@@ -24,10 +24,28 @@ class Task:
     meta: dict = field(default_factory=dict)
 
 
+def _kind(path: Path) -> tuple[str, str]:
+    """(stem, format) of a data file: `test.jsonl.gz` → ("test", ".jsonl")."""
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    p = Path(name)
+    return p.stem, p.suffix
+
+
 def read_rows(path: Path) -> Iterator[dict]:
-    """Rows of a .jsonl / .json / .parquet file, streamed where the format allows."""
+    """Rows of a .jsonl / .json / .parquet file (.jsonl.gz and .json.gz too, as MLDR ships them),
+    streamed where the format allows."""
     path = Path(path)
-    if path.suffix == ".parquet":
+    if path.name.endswith(".gz"):
+        import gzip
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            if _kind(path)[1] == ".json":
+                data = json.load(fh)
+                yield from (data if isinstance(data, list) else [data])
+            else:
+                for line in fh:
+                    if line.strip():
+                        yield json.loads(line)
+    elif path.suffix == ".parquet":
         import pyarrow.parquet as pq
         for batch in pq.ParquetFile(path).iter_batches(batch_size=512):
             yield from batch.to_pylist()
@@ -48,7 +66,8 @@ def find_files(root: Path, config: str, split: str) -> list[Path]:
     """Files of (config, split) in a dataset folder as downloaded from the Hugging Face hub.
 
     Accepts the layouts the hub uses: `config/split.jsonl`, `config/split-00000-of-00001.parquet`,
-    `config/split/0000.parquet`, `config/data/split-*.parquet`, `data/config/...`, and the same under a `*config*` folder name.
+    `config/split/0000.parquet`, `config/data/split-*.parquet`, `data/config/...`, and the same under a `*config*` folder name
+    (MLDR's raw repository: `mldr-v1.0-{lang}/{corpus,dev,test}.jsonl.gz`).
     """
     root = Path(root)
     bases = [root / config, root / config / "data", root / "data" / config, root]
@@ -56,10 +75,10 @@ def find_files(root: Path, config: str, split: str) -> list[Path]:
     for base in bases:
         if not base.is_dir():
             continue
-        hits = sorted(p for p in base.iterdir() if p.is_file() and p.suffix in _EXTS
-                      and (p.stem == split or p.stem.startswith(f"{split}-") or p.stem.startswith(f"{split}_")))
+        hits = sorted(p for p in base.iterdir() if p.is_file() and _kind(p)[1] in _EXTS
+                      and (_kind(p)[0] == split or _kind(p)[0].startswith((f"{split}-", f"{split}_"))))
         if not hits and (base / split).is_dir():
-            hits = sorted(p for p in (base / split).iterdir() if p.suffix in _EXTS)
+            hits = sorted(p for p in (base / split).iterdir() if _kind(p)[1] in _EXTS)
         if hits:
             return hits
     return []
@@ -68,7 +87,7 @@ def find_files(root: Path, config: str, split: str) -> list[Path]:
 def rows_of(root: Path, config: str, split: str, what: str) -> Iterator[dict]:
     files = find_files(root, config, split)
     if not files:
-        raise DataError(f"{what}: no {config}/{split} file (.jsonl/.json/.parquet) under {root}")
+        raise DataError(f"{what}: no {config}/{split} file (.jsonl/.json/.parquet, or .jsonl.gz) under {root}")
     for f in files:
         yield from read_rows(f)
 
