@@ -136,7 +136,11 @@ def mldr(langs=MLDR_LANGS, data: Path | None = None, split: str = "test") -> lis
         if lang not in MLDR_LANGS:
             raise DataError(f"unknown MLDR language {lang!r}; languages: {', '.join(MLDR_LANGS)}")
         if data is not None:
-            q_rows = list(rows_of(data, lang, split, f"MLDR {lang} queries"))
+            try:
+                q_rows = list(rows_of(data, lang, split, f"MLDR {lang} queries"))
+            except DataError as e:
+                raise DataError(f"{e}; download MLDR as it is published: hf download --repo-type dataset "
+                                f"{HUB_IDS['mldr']} --local-dir DIR (mldr-v1.0-{lang}/{split}.jsonl.gz is read as is)") from None
             c_rows = lambda lang=lang: (Doc(str(r["docid"]), r["text"]) for r in _mldr_corpus_rows(data, lang))
             fp = fingerprint(Path(data), extra=f"mldr-{lang}")
         else:
