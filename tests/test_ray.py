@@ -202,3 +202,21 @@ def test_workers_import_the_drivers_ldr_whatever_folder_it_runs_from(tmp_path):
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "decoy" not in r.stderr and len(ldr.open(tmp_path / "idx")) == 3
+
+
+def test_a_colbert_index_built_on_ray_scores_as_a_local_build(cluster, tmp_path):
+    """The colbert kind goes through the Ray build like the others (its settings travel to the
+    workers as a dict); shards give the same MaxSim scores as one local segment."""
+    from tiny_models import make
+    from ldr.encode.colbert import ColbertSettings
+
+    model = str(make("bert", tmp_path / "m"))
+    docs = [{"id": f"d{i:02d}", "text": f"heron marsh tide {i} " * (3 + i % 7)} for i in range(12)]
+    kw = dict(dense=None, sparse=None, components={"colbert": ColbertSettings(model=model)}, progress=False)
+    local = ldr.Index.build(docs, tmp_path / "local", **kw)
+    ray_idx = ldr.Index.build(docs, tmp_path / "ray", ray=RayOptions(shard_docs=4), **kw)
+    assert len(manifest_of(tmp_path / "ray")["segments"]) == 3
+    for q in ("heron marsh", "tide 7"):
+        a = [(h.id, round(h.score, 4)) for h in local.search(q, k=12, mode="colbert")]
+        b = [(h.id, round(h.score, 4)) for h in ray_idx.search(q, k=12, mode="colbert")]
+        assert a == b
