@@ -2,7 +2,6 @@ import json
 import math
 import random
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -307,3 +306,48 @@ def test_mldr_leakage_is_named(tmp_path):
     mine.mkdir()
     (mine / "ldr-train.json").write_text(json.dumps({"data": "/data/mldr-v1.0-en", "loss": "mnrl"}))
     assert mldr_leakage(["BAAI/bge-m3", "all-MiniLM-L6-v2", "none", None, str(mine)]) == ["BAAI/bge-m3", str(mine)]
+
+
+def _beir_metrics(tmp_path, docs, queries, qrels, name):
+    beir = tmp_path / f"beir-{len(list(tmp_path.iterdir()))}" / name
+    _jsonl(beir / "corpus.jsonl", [{"_id": d, "title": "", "text": t} for d, t in docs.items()])
+    _jsonl(beir / "queries.jsonl", [{"_id": q, "text": t} for q, t in queries.items()])
+    (beir / "qrels").mkdir()
+    (beir / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t1\n" for q, ds in qrels.items() for d in ds))
+    return _eval_bm25(tmp_path, ["--bench", "beir", "--data", str(beir)], name)
+
+
+def _eval_bm25(tmp_path, args, task):
+    out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+    r = CliRunner().invoke(main, ["eval", *args, "--out", str(out), "--dense", "none", "--sparse", "none", "-q"])
+    assert r.exit_code == 0, r.output
+    return json.loads((out / "metrics.json").read_text())["tasks"][task]["stages"]["bm25"]
+
+
+def test_longembed_and_loco_hub_layouts_give_the_metrics_of_the_same_data_as_beir_folders(tmp_path):
+    """Issue 29: LongEmbed as `hf download --repo-type dataset dwzhu/LongEmbed` leaves it (a folder
+    per config with corpus/queries/qrels .jsonl: doc_id/text, qid/text, qid/doc_id) and LoCoV1 as
+    its two hub repos leave it (parquet under data/: pid/passage/dataset, qid/query/answer_pids/dataset)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = {f"doc{i}": f"topic{i} words about item{i} and a meeting" for i in range(15)}
+    queries = {f"q{i}": f"item{i} meeting" for i in range(5)}
+    qrels = {f"q{i}": [f"doc{i}"] for i in range(5)}
+    le = tmp_path / "longembed" / "qmsum"
+    _jsonl(le / "corpus.jsonl", [{"doc_id": d, "text": t} for d, t in docs.items()])
+    _jsonl(le / "queries.jsonl", [{"qid": q, "text": t} for q, t in queries.items()])
+    _jsonl(le / "qrels.jsonl", [{"qid": q, "doc_id": d} for q, ds in qrels.items() for d in ds])
+    got = _eval_bm25(tmp_path, ["--bench", "longembed", "--tasks", "qmsum", "--data", str(tmp_path / "longembed")], "qmsum")
+    assert got == _beir_metrics(tmp_path, docs, queries, qrels, "qmsum")
+    loco = tmp_path / "loco"
+    (loco / "LoCoV1-Documents" / "data").mkdir(parents=True)
+    (loco / "LoCoV1-Queries" / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"pid": list(docs), "passage": list(docs.values()), "dataset": ["qmsum"] * len(docs)}),
+                   loco / "LoCoV1-Documents" / "data" / "test-00000-of-00001.parquet")
+    pq.write_table(pa.table({"qid": list(queries), "query": list(queries.values()),
+                             "answer_pids": [qrels[q] for q in queries], "dataset": ["qmsum"] * len(queries)}),
+                   loco / "LoCoV1-Queries" / "data" / "test-00000-of-00001.parquet")
+    got = _eval_bm25(tmp_path, ["--bench", "loco", "--tasks", "qmsum", "--data", str(loco)], "qmsum")
+    assert got == _beir_metrics(tmp_path, docs, queries, qrels, "qmsum")
