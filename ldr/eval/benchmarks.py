@@ -29,21 +29,37 @@ HUB_IDS = {"longembed": "dwzhu/LongEmbed", "loco": ("hazyresearch/LoCoV1-Queries
            "mldr": "Shitao/MLDR"}
 
 
-def _how_to_get(bench: str) -> str:
+def _download_cmds(bench: str) -> str:
     ids = HUB_IDS[bench]
     ids = ids if isinstance(ids, tuple) else (ids,)
-    cmds = "; ".join(f"hf download --repo-type dataset {i} --local-dir DIR/{i.split('/')[1]}" for i in ids)
-    return (f"{bench} data is not available offline. Download it where the hub is reachable ({cmds}) "
-            f"and pass --data DIR")
+    return "; ".join(f"hf download --repo-type dataset {i} --local-dir DIR/{i.split('/')[1]}" for i in ids)
+
+
+def _how_to_get(bench: str) -> str:
+    return (f"{bench} data is not available offline. Download it where the hub is reachable "
+            f"({_download_cmds(bench)}) and pass --data DIR")
 
 
 def _hub_rows(repo: str, config: str | None, split: str, bench: str):
-    """Rows from the hub through `datasets`; a DataError that says how to get the data offline."""
+    """Rows from the hub through `datasets`; a DataError that says how to get the data offline
+    (at once when the hub does not answer: no retries)."""
+    from ..encode.models import hub_reachable
+
+    if not hub_reachable():
+        raise DataError(_how_to_get(bench) + " [the Hugging Face hub cannot be reached]")
     try:
         import datasets
         return datasets.load_dataset(repo, config, split=split)
     except Exception as e:  # offline: ConnectionError, OfflineModeIsEnabled, FileNotFoundError, ...
         raise DataError(_how_to_get(bench) + f" [{type(e).__name__}: {str(e)[:160]}]") from None
+
+
+def _local_rows(data: Path, config: str, split: str, what: str, bench: str) -> list:
+    """Rows of a downloaded dataset folder; a missing file names the download command."""
+    try:
+        return list(rows_of(data, config, split, what))
+    except DataError as e:
+        raise DataError(f"{e}; download it as published ({_download_cmds(bench)}) and pass --data DIR") from None
 
 
 def _by_length(name, corpus_rows, query_rows, qrel_rows, lengths, fp) -> list[Task]:
@@ -73,7 +89,7 @@ def longembed(tasks=LONGEMBED_TASKS, data: Path | None = None, lengths=None, hay
             out.extend(_synthetic(name, lengths, haystack, seed))
             continue
         if data is not None:
-            rows = {s: list(rows_of(data, name, s, f"LongEmbed {name}")) for s in ("corpus", "queries", "qrels")}
+            rows = {s: _local_rows(data, name, s, f"LongEmbed {name}", "longembed") for s in ("corpus", "queries", "qrels")}
             fp = fingerprint(Path(data) / name, extra=name)
         else:
             rows = {s: list(_hub_rows(HUB_IDS["longembed"], name, s, "longembed")) for s in ("corpus", "queries", "qrels")}
@@ -109,8 +125,8 @@ def loco(tasks=LOCO_TASKS, data: Path | None = None) -> list[Task]:
     if unknown:
         raise DataError(f"unknown LoCoV1 tasks {sorted(unknown)}; tasks: {', '.join(LOCO_TASKS)}")
     if data is not None:
-        q_rows = list(rows_of(data, "LoCoV1-Queries", "test", "LoCoV1 queries"))
-        d_rows = list(rows_of(data, "LoCoV1-Documents", "test", "LoCoV1 documents"))
+        q_rows = _local_rows(data, "LoCoV1-Queries", "test", "LoCoV1 queries", "loco")
+        d_rows = _local_rows(data, "LoCoV1-Documents", "test", "LoCoV1 documents", "loco")
         fp = fingerprint(Path(data), extra="loco")
     else:
         q_rows = list(_hub_rows(HUB_IDS["loco"][0], None, "test", "loco"))
