@@ -18,22 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "qmsum-train"
-
-
-def ndcg10(ranked, rel) -> float:
-    g = sum((2 ** rel.get(d, 0) - 1) / np.log2(i + 2) for i, d in enumerate(ranked[:10]))
-    ideal = sorted(rel.values(), reverse=True)[:10]
-    return g / sum((2 ** x - 1) / np.log2(i + 2) for i, x in enumerate(ideal))
-
-
-def rank(scores: dict) -> list:
-    return sorted(scores, key=lambda d: (-scores[d], d))
+from qmsum_eval import DATA, load_run, ndcg10, print_paired, qrels as read_qrels, queries as read_queries, rank
 
 
 def main() -> None:
-    from scipy.stats import ttest_rel
-
     from ldr.components.colbert_store import quantise
     from ldr.encode.colbert import ColbertEncoder, ColbertSettings, normalise, pool
     from ldr.search.fusion import fuse
@@ -49,20 +37,10 @@ def main() -> None:
     a = ap.parse_args()
     data, cache = Path(a.data), Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    queries = {json.loads(x)["_id"]: json.loads(x)["text"] for x in open(data / "queries.jsonl")}
-    qrels: dict = {}
-    for line in list(open(next((data / "qrels").glob("*.tsv"))))[1:]:
-        q, d, s = line.split("\t")[:3]
-        qrels.setdefault(q, {})[d] = int(s)
-
-    def load(stage):
-        out: dict = {}
-        for line in open(next(Path(a.runs).glob(f"*.{stage}.trec"))):
-            q, _, d, _, s, _ = line.split()
-            out.setdefault(q, {})[d] = float(s)
-        return out
-    legs = {s: load(s) for s in ("bm25", "dense", "sparse")}
-    fused_run = load("fused")
+    queries = {q["_id"]: q["text"] for q in read_queries(data)}
+    qrels = read_qrels(data)
+    legs = {s: load_run(Path(a.runs), s) for s in ("bm25", "dense", "sparse")}
+    fused_run = load_run(Path(a.runs), "fused")
     enc = ColbertEncoder(ColbertSettings(model="colbert-small", pool_factor=1))
     t0, n_tok = time.perf_counter(), 0
     docs = {}
@@ -104,13 +82,8 @@ def main() -> None:
                              {**default, "colbert": w})
                     res.setdefault(f"fused + colbert {tag} w={w:g}", []).append(ndcg10(rank(f), qrels[q]))
             print(f"{tag}: {sizes[(dims, factor)]:.0f} bytes per document token", flush=True)
-    base = np.array(res["fused (3 legs)"])
     print(f"\nqmsum-train, {len(qids)} queries, {len(docs)} meetings ({n_tokens} tokens); nDCG@10, paired t-test vs fused")
-    for k, v in res.items():
-        v = np.array(v)
-        p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
-        print(f"{k:<36}{100 * v.mean():7.2f}{100 * (v.mean() - base.mean()):+7.2f}   p={p:.4f}")
-
+    print_paired(res, "fused (3 legs)", 36)
 
 if __name__ == "__main__":
     main()

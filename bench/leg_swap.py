@@ -10,22 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "qmsum-train"
-
-
-def load(folder: Path, stage: str) -> dict:
-    out: dict = {}
-    for line in open(next(Path(folder).glob(f"*.{stage}.trec"))):
-        q, _, d, _, s, _ = line.split()
-        out.setdefault(q, {})[d] = float(s)
-    return out
+from qmsum_eval import DATA, load_run as load, ndcg10, print_paired, qrels as read_qrels, rank
 
 
 def main() -> None:
-    from scipy.stats import ttest_rel
-
     from ldr.search.fusion import fuse
 
     ap = argparse.ArgumentParser()
@@ -35,16 +23,10 @@ def main() -> None:
     ap.add_argument("--weights", default="0.25,0.5")
     a = ap.parse_args()
     leg, other = a.swap.split("=", 1)
-    qrels: dict = {}
-    for line in list(open(next((Path(a.data) / "qrels").glob("*.tsv"))))[1:]:
-        q, d, s = line.split("\t")[:3]
-        qrels.setdefault(q, {})[d] = int(s)
+    qrels = read_qrels(Path(a.data))
 
     def ndcg(scores, rel):
-        ranked = sorted(scores, key=lambda d: (-scores[d], d))
-        g = sum((2 ** rel.get(d, 0) - 1) / np.log2(i + 2) for i, d in enumerate(ranked[:10]))
-        ideal = sorted(rel.values(), reverse=True)[:10]
-        return g / sum((2 ** x - 1) / np.log2(i + 2) for i, x in enumerate(ideal))
+        return ndcg10(rank(scores), rel)
 
     legs = {s: load(Path(a.runs), s) for s in ("bm25", "dense", "sparse")}
     new = load(Path(other), leg)
@@ -57,13 +39,8 @@ def main() -> None:
         res[f"fused, {leg} swapped, w={w:g}"] = [
             ndcg(fuse({**{k: legs[k].get(q, {}) for k in legs}, leg: new.get(q, {})}, "minmax", {**base_w, leg: w}),
                  qrels[q]) for q in qids]
-    base = np.array(res["fused (default)"])
     print(f"qmsum-train, {len(qids)} queries; nDCG@10, paired t-test against the default fused list")
-    for k, v in res.items():
-        v = np.array(v)
-        p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
-        print(f"{k:<34}{100 * v.mean():7.2f}{100 * (v.mean() - base.mean()):+7.2f}   p={p:.4f}")
-
+    print_paired(res, "fused (default)", 34)
 
 if __name__ == "__main__":
     main()

@@ -9,20 +9,12 @@ Writes bench/figures/rerank_sweep.png and prints a table."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "qmsum-train"
-
-
-def ndcg10(ranked: list[str], rel: dict[str, int]) -> float:
-    gains = [(2 ** rel.get(d, 0) - 1) / np.log2(i + 2) for i, d in enumerate(ranked[:10])]
-    ideal = sorted(rel.values(), reverse=True)[:10]
-    idcg = sum((2 ** g - 1) / np.log2(i + 2) for i, g in enumerate(ideal))
-    return float(sum(gains) / idcg) if idcg else 0.0
+from qmsum_eval import DATA, ndcg10, queries as read_queries, qrels as read_qrels
 
 
 def main() -> None:
@@ -40,12 +32,8 @@ def main() -> None:
     ap.add_argument("--weights", default="0.1,0.2,0.3,0.4,0.5,0.7,1.0")
     a = ap.parse_args()
     data = Path(a.data)
-    queries = [json.loads(line) for line in open(data / "queries.jsonl")]
-    qrels: dict[str, dict[str, int]] = {}
-    for line in list(open(next((data / "qrels").glob("*.tsv"))))[1:]:
-        q, d, s = line.split("\t")[:3]
-        qrels.setdefault(q, {})[d] = int(s)
-    queries = [q for q in queries if q["_id"] in qrels]
+    qrels = read_qrels(data)
+    queries = [q for q in read_queries(data) if q["_id"] in qrels]
     step = max(1, len(queries) // a.queries)
     chosen = queries[::step][: a.queries]          # spread over the meetings, fixed
     idx = ldr.open(a.index)

@@ -30,7 +30,7 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read qrels {p}: {e}") from None
     for n, line in enumerate(lines, 1):
-        parts = line.split()
+        parts = line.split("\t") if "\t" in line else line.split()   # a BEIR TSV id may hold spaces
         if not parts or (n == 1 and not parts[-1].lstrip("-").isdigit()):
             continue                                  # blank, or a header
         if len(parts) == 4:

@@ -1,0 +1,54 @@
+"""What the qmsum-train sweeps share (rerank_sweep, colbert_sweep, leg_swap): the data folder, its
+qrels, `ldr eval` run files, nDCG@10 of a ranking and a table of paired t-tests."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "qmsum-train"
+
+
+def qrels(data: Path) -> dict[str, dict[str, int]]:
+    out: dict = {}
+    for line in list(open(next((Path(data) / "qrels").glob("*.tsv"))))[1:]:
+        q, d, s = line.split("\t")[:3]
+        out.setdefault(q, {})[d] = int(s)
+    return out
+
+
+def queries(data: Path) -> list[dict]:
+    return [json.loads(x) for x in open(Path(data) / "queries.jsonl")]
+
+
+def load_run(folder: Path, stage: str) -> dict[str, dict[str, float]]:
+    """One stage's TREC run written by `ldr eval` (`*.{stage}.trec` in `folder`)."""
+    out: dict = {}
+    for line in open(next(Path(folder).glob(f"*.{stage}.trec"))):
+        q, _, d, _, s, _ = line.split()
+        out.setdefault(q, {})[d] = float(s)
+    return out
+
+
+def rank(scores: dict) -> list:
+    """Document ids best first; equal scores by id."""
+    return sorted(scores, key=lambda d: (-scores[d], d))
+
+
+def ndcg10(ranked: list, rel: dict[str, int]) -> float:
+    g = sum((2 ** rel.get(d, 0) - 1) / np.log2(i + 2) for i, d in enumerate(ranked[:10]))
+    ideal = sorted(rel.values(), reverse=True)[:10]
+    idcg = sum((2 ** x - 1) / np.log2(i + 2) for i, x in enumerate(ideal))
+    return float(g / idcg) if idcg else 0.0
+
+
+def print_paired(res: dict, base_key: str, width: int = 36) -> None:
+    """Mean nDCG@10 of each entry, its difference from `base_key` and a paired t-test."""
+    from scipy.stats import ttest_rel
+
+    base = np.array(res[base_key])
+    for k, v in res.items():
+        v = np.array(v)
+        p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
+        print(f"{str(k):<{width}}{100 * v.mean():7.2f}{100 * (v.mean() - base.mean()):+7.2f}   p={p:.4f}")
