@@ -9,8 +9,10 @@ from ..encode.chunking import STRATEGIES
 INDEX_OPTIONS = [
     click.option("--bm25", type=click.Choice(["tantivy", "lucene", "native", "none"]), default="tantivy",
                  show_default=True, help="BM25 backend: tantivy; lucene (pyserini); native (ldr's own index, any k1/b)."),
-    click.option("--language", default="en", show_default=True,
-                 help="Analyzer language (ISO code such as en, de, fr, ru; cjk/zh/ja/ko for CJK bigrams; none)."),
+    click.option("--language", default="auto", show_default=True,
+                 help="The corpus language (ISO code such as en, de, fr, ru, zh; cjk for CJK bigrams; none for no "
+                      "stemming): the BM25 analyzer's, and for any language but English the `auto` models are "
+                      "multilingual. auto: detected from the first documents."),
     click.option("--no-stem", is_flag=True, help="Do not stem terms."),
     click.option("--keep-stopwords", is_flag=True, help="Do not remove stop words."),
     click.option("--k1", type=float, default=None, help="BM25 k1 (default: the backend's)."),
@@ -18,8 +20,9 @@ INDEX_OPTIONS = [
     click.option("--threads", type=int, default=0, help="Threads (0: all cores)."),
     click.option("--max-doc-mb", type=float, default=64.0, show_default=True,
                  help="Skip (and count) documents larger than this; raise it to index them (memory grows with it)."),
-    click.option("--dense", "dense_model", default="all-MiniLM-L6-v2", show_default=True,
-                 help="Dense model: a packaged name, a Hugging Face name or a local folder; `none` for no dense index."),
+    click.option("--dense", "dense_model", default="auto", show_default=True,
+                 help="Dense model: a packaged name, a Hugging Face name or a local folder; `none` for no dense index; "
+                      "auto: all-MiniLM-L6-v2 for English, e5-small-multilingual (ldr[multilingual]) otherwise."),
     click.option("--doc-strategy", type=click.Choice(STRATEGIES), default="maxp", show_default=True,
                  help="How long documents are encoded."),
     click.option("--max-length", type=int, default=None, help="Tokens per pass (default: the model's)."),
@@ -43,8 +46,9 @@ INDEX_OPTIONS = [
                       "Recorded in the index; queries use the same."),
     click.option("--faiss", "faiss_index", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat",
                  show_default=True, help="FAISS index type."),
-    click.option("--sparse", "sparse_model", default="splade-tiny", show_default=True,
-                 help="Learned-sparse model (packaged name, HF name or folder); `none` for no sparse index."),
+    click.option("--sparse", "sparse_model", default="auto", show_default=True,
+                 help="Learned-sparse model (packaged name, HF name or folder); `none` for no sparse index; "
+                      "auto: splade-tiny for English, none otherwise (an English vocabulary)."),
     click.option("--sparse-kind", type=click.Choice(["splade", "head"]), default="splade", show_default=True,
                  help="splade: MLM head; head: linear term-weight head (mGTE/BGE-M3 style)."),
     click.option("--sparse-head", default=None, help="kind=head: the head weights (default MODEL/sparse_linear.pt)."),

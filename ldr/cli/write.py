@@ -9,6 +9,16 @@ import click
 from .app import main
 from .common import _echo_ray, build_config, index_options, make_ray_options, ray_options, write_options
 
+
+def _echo_language(info: dict | None) -> None:
+    if not info:
+        return
+    how = (f"detected in {100 * info['share']:.0f}% of the text of {info['sampled']} sampled documents"
+           if info.get("detected") else "as given")
+    models = ", ".join(f"{k} {info[k]}" for k in ("dense", "sparse") if info.get(k)) or "no neural legs"
+    click.echo(f"language: {info['code']} ({how}); BM25 analyzer {info['analyzer']}, {models}")
+
+
 @main.command("index")
 @click.argument("corpus", type=click.Path(exists=True))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
@@ -29,6 +39,7 @@ def index_cmd(corpus, out, wait, quiet, ray_address, ray_workers, ray_cpus_per_w
     index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet, wait=wait,
                         ray=ray)
     click.echo(report.summary())
+    _echo_language(index.manifest["settings"]["build"].get("language"))
     _echo_ray(index.manifest["settings"]["build"].get("ray"))
     for line in report.details():
         click.echo(line, err=True)

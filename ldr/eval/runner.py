@@ -99,7 +99,9 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     default_stage = "reranked" if d.get("rerank") or d.get("rerank_model") else (
         "fused" if d["mode"] == "hybrid" else d["mode"])
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
-              "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {}}
+              "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {},
+              "analyzer": (index.components.get("bm25") or {}).get("analyzer"),
+              "language": index.manifest["settings"]["build"].get("language")}
     result["significance"] = stage_significance(qrels, runs)
     tdir = out / "runs"
     tdir.mkdir(parents=True, exist_ok=True)
@@ -132,22 +134,13 @@ def stage_significance(qrels: dict, runs: dict, metric: str = "ndcg@10") -> dict
     return out
 
 
-# MLDR languages → BM25 analyzer: Snowball where there is one, CJK bigrams for zh/ja/ko, plain
-# lowercased words for Hindi and Thai (no stemmer in tantivy; Lucene's Thai segmenter is not used)
-def task_language(task: Task) -> str | None:
-    from ..components.bm25_store.analysis import LANGUAGES
-
-    lang = task.meta.get("language")
-    if lang is None:
-        return None
-    return lang if lang in LANGUAGES else "none"
-
-
 def task_config(task: Task, config: BuildConfig) -> BuildConfig:
-    """The build settings for one task: a multilingual task analyses its own language."""
+    """The build settings for one task: a multilingual task is built in its own language (its
+    analyzer and, where the models are `auto`, the multilingual ones: BuildConfig.for_language);
+    other tasks detect theirs like `ldr index`."""
     import dataclasses
 
-    lang = task_language(task)
+    lang = task.meta.get("language")
     return config if lang is None or lang == config.language else dataclasses.replace(config, language=lang)
 
 
@@ -162,8 +155,7 @@ def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: Eval
         log.info("task %s: %d queries", task.name, len(task.queries))
         cfg = task_config(task, config)
         per_task[task.name] = evaluate_task(task, cfg, opts, out)
-        per_task[task.name].update({"group": task.group, "length": task.length,
-                                    "analyzer": cfg.analyzer().to_dict() if cfg.bm25 else None})
+        per_task[task.name].update({"group": task.group, "length": task.length})
     metrics = aggregate(bench, per_task)
     metrics["settings"] = settings
     metrics["default_stage"] = next((t["default_stage"] for t in per_task.values()), None)

