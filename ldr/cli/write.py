@@ -15,8 +15,8 @@ def _echo_language(info: dict | None) -> None:
         return
     how = (f"detected in {100 * info['share']:.0f}% of the text of {info['sampled']} sampled documents"
            if info.get("detected") else "as given")
-    models = ", ".join(f"{k} {info[k]}" for k in ("dense", "sparse") if info.get(k)) or "no neural legs"
-    click.echo(f"language: {info['code']} ({how}); BM25 analyzer {info['analyzer']}, {models}")
+    models = ", ".join(f"{kind} {model}" for kind, model in info.get("models", {}).items() if model)
+    click.echo(f"language: {info['code']} ({how}); BM25 analyzer {info['analyzer']}" + (f", {models}" if models else ""))
 
 
 @main.command("index")

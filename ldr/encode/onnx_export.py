@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import ModelError
+from .models import cache_root
 from .runtime import ONNX_EXTRA, quantization_config
 
 log = logging.getLogger(__name__)
@@ -30,14 +31,6 @@ log = logging.getLogger(__name__)
 EXPORT_VERSION = 1          # bump when what an export writes changes: old cache entries are ignored
 KINDS = ("dense", "splade", "cross")
 _FUSABLE = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "distilbert": "bert", "camembert": "bert"}
-
-
-def cache_root() -> Path:
-    env = os.environ.get("LDR_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ldr"
 
 
 def weights_hash(model_dir: Path) -> str:

@@ -201,16 +201,13 @@ def write_folder(packed: dict, folder: Path) -> None:
                                       "packed 4-bit file (weights dequantised to fp32).\n")
 
 
-def converted(packed_file: Path, name: str) -> Path:
-    """The cache folder converted from `packed_file` (converted once; keyed by the file's bytes)."""
-    from .onnx_export import cache_root
-
+def converted(packed_file: Path, name: str, root: Path) -> Path:
+    """The folder under `root` converted from `packed_file` (converted once; keyed by its bytes)."""
     st = packed_file.stat()
     h = hashlib.sha256(f"{FORMAT}:{st.st_size}".encode())
     with open(packed_file, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
             h.update(block)
-    root = cache_root() / "models"
     folder = root / f"{name}-{h.hexdigest()[:16]}"
     if (folder / "model.safetensors").is_file():
         return folder

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,9 @@ class BuildConfig:
         from ..encode.models import DEFAULT_DENSE, DEFAULT_SPARSE, PACKAGED, packaged_path
 
         lang = lang.lower()
+        if not (lang in LANGUAGES or re.fullmatch(r"[a-z]{2,3}", lang)):
+            raise ConfigError(f"unknown analyzer language {lang!r}: give an ISO 639-1 code (en, de, fr, zh, ...), "
+                              "cjk, none, or auto to detect it")
         english = lang in ENGLISH
         dense, sparse = self.dense, self.sparse
         if dense is not None and dense.model == AUTO:
@@ -91,7 +95,7 @@ class BuildConfig:
             sparse = dataclasses.replace(sparse, model=DEFAULT_SPARSE) if english else None
         analyzer = lang if lang in LANGUAGES or lang in CJK_ALIASES else "none"
         info = {"code": lang, "detected": False, **(info or {}), "analyzer": analyzer,
-                "dense": dense.model if dense else None, "sparse": sparse.model if sparse else None}
+                "models": {"dense": dense and dense.model, "sparse": sparse and sparse.model}}
         return dataclasses.replace(self, language=analyzer, dense=dense, sparse=sparse, language_info=info)
 
     def resolved(self, docs: Iterable[Doc]) -> tuple["BuildConfig", Iterable[Doc]]:
@@ -119,7 +123,7 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     from . import generations as gens
     from .writer import IndexWriter
 
-    config, docs = (config or BuildConfig()).resolved(docs)
+    config = config or BuildConfig()
     report = report if report is not None else IngestReport()
     out = Path(out).absolute()
     check_target(out)

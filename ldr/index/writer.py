@@ -160,8 +160,8 @@ class IndexWriter:
         """Index `docs` from scratch with `config` (a BuildConfig) as the next generation; with
         `ray` (RayOptions) the encoding runs on a Ray cluster (see ray_build.py)."""
         self._take()
-        report = report if report is not None else IngestReport()
-        components, settings = {}, {}
+        config, docs = config.resolved(docs)     # `auto` language and models made concrete
+        report, components, settings = report if report is not None else IngestReport(), {}, {}
         for name in registry.names():
             got = registry.get(name).configure(config)
             if got is not None:
