@@ -119,10 +119,33 @@ def test_splade_pooling_matches_the_formula(splade):
     pieces = [splade._head_ids + splade.tokenizer(t, add_special_tokens=False)["input_ids"] + splade._tail_ids
               for t in ("short one", "a longer sentence about meetings, budgets and remote controls")]
     ids, mask = pad(pieces, 0, "cpu")
+    from transformers import AutoModelForMaskedLM
+    whole = AutoModelForMaskedLM.from_pretrained(splade.path).eval()      # the head left in place
     with torch.inference_mode():
-        logits = splade.model(input_ids=ids, attention_mask=mask).logits
+        logits = whole(input_ids=ids, attention_mask=mask).logits
         ref = (torch.log1p(torch.relu(logits)) * mask.unsqueeze(-1)).amax(dim=1)
-        assert torch.allclose(torch.from_numpy(splade._weights(pieces)), ref, atol=1e-6)
+        assert torch.allclose(torch.from_numpy(splade._weights(pieces)), ref, atol=1e-5)
+
+
+def test_the_vocabulary_projection_in_chunks_equals_the_whole_tensor(monkeypatch):
+    """mlm_head: chunks of a few tokens that cut windows anywhere give the max of the whole
+    (windows, tokens, vocabulary) logits tensor, padding excluded, in numpy and in torch."""
+    from ldr.encode import mlm_head
+
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(4, 9, 6)).astype(np.float32)
+    mask = np.zeros((4, 9), dtype=np.int64)
+    for i, n in enumerate((9, 1, 5, 3)):
+        mask[i, :n] = 1
+    w, b = rng.normal(size=(6, 50)).astype(np.float32), rng.normal(size=50).astype(np.float32)
+    logits = np.where(mask[..., None] == 1, h @ w + b, -np.inf)
+    ref = np.log1p(np.maximum(logits.max(axis=1), 0))
+    for chunk in (50 * 1, 50 * 4, 50 * 7, 1 << 23):         # 1, 4, 7 tokens per chunk, and all at once
+        monkeypatch.setattr(mlm_head, "HEAD_CHUNK", chunk)
+        assert np.allclose(mlm_head.head_max(h, mask, w, b), ref, atol=1e-5)
+        got = mlm_head.head_max_torch(torch.from_numpy(h), torch.from_numpy(mask).bool(), torch.from_numpy(w),
+                                      torch.from_numpy(b))
+        assert np.allclose(got.numpy(), ref, atol=1e-5)
 
 
 def test_the_term_cap_grows_with_the_document():

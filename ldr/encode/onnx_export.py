@@ -7,8 +7,9 @@ attention/LayerNorm/GELU for BERT-family models, and `onnxruntime.quantization.q
 makes the int8 variant. What each graph returns:
 - dense: the model's own sentence-transformers pooling of the token states (not normalised: ldr
   truncates Matryoshka dims and normalises after);
-- splade: per window, max over tokens of log1p(relu(logits)), so the (tokens × vocabulary) logits
-  never leave the graph;
+- splade: the MLM head's transformed states (batch, tokens, hidden); the vocabulary projection
+  and the max over tokens run outside, a chunk at a time (mlm_head.py), so no (tokens ×
+  vocabulary) logits tensor is ever whole;
 - cross: the classification logits.
 """
 from __future__ import annotations
@@ -21,6 +22,8 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
+
+import numpy as np
 
 from ..errors import ModelError
 from .models import cache_root
@@ -71,6 +74,8 @@ def weights_hash(model_dir: Path) -> str:
 def export_key(kind: str, model_dir: Path, int8: bool) -> tuple[str, dict]:
     quant = quantization_config() if int8 else None
     settings = {"kind": kind, "weights": weights_hash(model_dir), "int8": quant, "export_version": EXPORT_VERSION}
+    if kind == "splade":
+        settings["head"] = "chunked"       # the vocabulary projection left out of the graph (mlm_head.py)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24], settings
 
 
@@ -142,7 +147,7 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if kind == "cross" and
                                                "token_type_ids" in tokenizer.model_input_names else [])
     example = (ids, torch.ones_like(ids)) + ((torch.zeros_like(ids),) if len(names) == 3 else ())
-    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"output": {0: "batch"}}
+    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"output": meta.pop("output_axes", {0: "batch"})}
     raw = out / "raw.onnx"
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
@@ -175,6 +180,8 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
         os.replace(graph, out / "model.onnx")
     for leftover in (raw, out / "fused.onnx"):
         leftover.unlink(missing_ok=True)
+    for name, array in meta.pop("arrays", {}).items():     # weights run outside the graph (.npy: data)
+        np.save(out / f"{name}.npy", array, allow_pickle=False)
     tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
     meta.update(export=settings, inputs=names, source=str(model_dir), pad_token_id=tokenizer.pad_token_id or 0,
                 special_ids=sorted(set(tokenizer.all_special_ids)), model_input_names=list(tokenizer.model_input_names),
@@ -207,16 +214,18 @@ def _wrapped(kind: str, model_dir: Path, trust_remote_code: bool):
             "max_position_embeddings": int(getattr(model.config, "max_position_embeddings", 512)),
             "model_type": model.config.model_type}
 
+    if kind == "splade":    # the graph stops before the vocabulary projection (mlm_head.py)
+        from .mlm_head import split_mlm_head
+        head_w, head_b = split_mlm_head(model)
+        meta.update(arrays={"head_weight": head_w, "head_bias": head_b}, output_axes={0: "batch", 1: "tokens"})
+
     class Splade(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
 
         def forward(self, input_ids, attention_mask):
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-            # max over tokens first (log1p∘relu is monotone): the graph returns (batch, vocab)
-            logits = logits.masked_fill(attention_mask.unsqueeze(-1) == 0, float("-inf"))
-            return torch.log1p(torch.relu(logits.amax(dim=1))).float()
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
 
     class Cross(torch.nn.Module):
         def __init__(self):

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
+from .mlm_head import head_max
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
 from .runtime import choose, with_fallback
 
@@ -178,6 +179,10 @@ class SparseEncoder(_SparseCore):
             self.model = cls.from_pretrained(path).to(self.device).eval()
         except OSError as e:
             raise ModelError(offline_hint(s.model) + f" [{str(e)[:200]}]") from None
+        if s.kind == "splade":
+            import torch
+            from .mlm_head import split_mlm_head
+            self._head = [torch.from_numpy(a).to(self.device) for a in split_mlm_head(self.model)]
         self.path = path
         s.backend = "torch"
         self.head = None
@@ -201,12 +206,10 @@ class SparseEncoder(_SparseCore):
         import torch
 
         ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
-        if self.settings.kind == "splade":
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
-            # log1p∘relu is monotone, so max over tokens can come first: one pass over the
-            # (batch, tokens, vocab) tensor instead of four
-            logits = logits.masked_fill_(~mask.bool().unsqueeze(-1), float("-inf"))
-            return torch.log1p(torch.relu(logits.amax(dim=1))).float().cpu().numpy()
+        if self.settings.kind == "splade":     # the projection a chunk at a time (mlm_head.py)
+            from .mlm_head import head_max_torch
+            states = self.model(input_ids=ids, attention_mask=mask).logits
+            return head_max_torch(states, mask.bool(), *self._head).cpu().numpy()
         hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         tok_w = torch.relu(self.head(hidden)).squeeze(-1).float() * mask
         for sid in self._special:
@@ -220,8 +223,9 @@ class SparseEncoder(_SparseCore):
 
 
 class OnnxSparseEncoder(_SparseCore):
-    """ONNX Runtime on the CPU, SPLADE models: the graph max-pools the MLM logits over each
-    window's tokens, so only (windows × vocabulary) weights leave it."""
+    """ONNX Runtime on the CPU, SPLADE models: the graph returns the MLM head's transformed states,
+    and the vocabulary projection with the max over each window's tokens runs in chunks
+    (mlm_head.head_max), so no (tokens × vocabulary) logits tensor is ever whole."""
 
     def __init__(self, settings: SparseSettings, backend: str = "onnx"):
         from . import onnx_export
@@ -232,6 +236,8 @@ class OnnxSparseEncoder(_SparseCore):
         self.head = None
         self.path, self.model = onnx_export.load("splade", s, backend)
         m = self.model.meta
+        # the vocabulary projection, run outside the graph (mlm_head.py); .npy read without pickle
+        self._head = [np.load(self.model.folder / f"{n}.npy", allow_pickle=False) for n in ("head_weight", "head_bias")]
         self.tokenizer = self.model.tokenizer
         self.vocab_size = m["vocab_size"]
         self._head_ids, self._tail_ids = special_tokens(self.tokenizer)
@@ -249,4 +255,4 @@ class OnnxSparseEncoder(_SparseCore):
         from .runtime import pad_np
 
         ids, mask = pad_np(batch, self.tokenizer.pad_token_id or 0)
-        return self.model.run(ids, mask)
+        return head_max(self.model.run(ids, mask), mask, *self._head)

@@ -1,0 +1,71 @@
+"""SPLADE's vocabulary projection, a few hundred tokens at a time.
+
+A SPLADE document weight is, per window, max over its tokens of log1p(relu(h_t·W + b)) where
+h_t is the MLM head's transformed hidden state and W its (hidden × vocabulary) projection. Run as
+one graph, a batch of 4,096 tokens materialises a (4,096 × 30,522) logits tensor and its masked
+copy: ~1 GB, and the peak of a default build. log1p∘relu is monotone, so the max can come first,
+and it can be taken chunk by chunk: the encoder returns h (tokens × hidden) and the projection
+runs here over HEAD_CHUNK logits at a time, never holding more than that."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ModelError
+
+HEAD_CHUNK = 1 << 23          # logits per chunk: 32 MB of float32 (~270 tokens of a BERT vocabulary)
+
+
+def split_mlm_head(model) -> tuple[np.ndarray, np.ndarray]:
+    """(W as (hidden, vocabulary), bias (vocabulary,)) of a masked-LM `model`, whose projection is
+    replaced by the identity: its `logits` become the projection's input, (batch, tokens, hidden)."""
+    import torch
+
+    dec = model.get_output_embeddings()
+    if not isinstance(dec, torch.nn.Linear):
+        raise ModelError(f"{type(model).__name__} has no linear vocabulary projection; a SPLADE model must be "
+                         "a masked-LM (e.g. BertForMaskedLM)")
+    w = np.ascontiguousarray(dec.weight.detach().float().cpu().numpy().T)
+    bias = (dec.bias.detach().float().cpu().numpy().copy() if dec.bias is not None
+            else np.zeros(w.shape[1], np.float32))
+    name = next(n for n, m in model.named_modules() if m is dec)
+    parent, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, attr, torch.nn.Identity())
+    return w, bias
+
+
+def _tokens(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(flat positions of the real tokens, the window each belongs to), window by window."""
+    rows, cols = np.nonzero(mask)
+    return rows * mask.shape[1] + cols, rows
+
+
+def head_max(h: np.ndarray, mask: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """(windows, vocabulary) SPLADE weights from the transformed states `h` (windows, tokens,
+    hidden) and the attention `mask`: padding never counts."""
+    n_win, vocab = h.shape[0], w.shape[1]
+    flat, owner = _tokens(mask)
+    states = h.reshape(-1, h.shape[-1])
+    out = np.full((n_win, vocab), -np.inf, dtype=np.float32)
+    step = max(1, HEAD_CHUNK // vocab)
+    for s in range(0, len(flat), step):
+        logits = states[flat[s:s + step]] @ w
+        o = owner[s:s + step]
+        starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])      # tokens come window by window
+        rows = o[starts]
+        out[rows] = np.maximum(out[rows], np.maximum.reduceat(logits, starts, axis=0))
+    out += bias
+    np.maximum(out, 0, out=out)
+    return np.log1p(out, out=out)
+
+
+def head_max_torch(h, mask, w, bias):
+    """head_max in torch, on the states' device (a GPU keeps them there)."""
+    import torch
+
+    rows, cols = torch.nonzero(mask, as_tuple=True)
+    states = h[rows, cols]
+    out = torch.full((h.shape[0], w.shape[1]), float("-inf"), device=h.device, dtype=torch.float32)
+    step = max(1, HEAD_CHUNK // w.shape[1])
+    for s in range(0, len(rows), step):
+        out.index_reduce_(0, rows[s:s + step], states[s:s + step].float() @ w, "amax", include_self=True)
+    return torch.log1p(torch.relu(out + bias))
