@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import DATA, ndcg10, queries as read_queries, qrels as read_qrels
+from qmsum_eval import DATA, load_run, ndcg10, print_paired, queries as read_queries, qrels as read_qrels, rank
 
 
 def main() -> None:
@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=30)
     ap.add_argument("--windows", type=int, default=2)
     ap.add_argument("--weights", default="0.1,0.2,0.3,0.4,0.5,0.7,1.0")
+    ap.add_argument("--baseline", default=None, metavar="RUNS",
+                    help="also compare with the fused stage of this `ldr eval` runs/ folder (e.g. today's default "
+                         "index, when --index holds more legs)")
     a = ap.parse_args()
     data = Path(a.data)
     qrels = read_qrels(data)
@@ -39,6 +42,9 @@ def main() -> None:
     idx = ldr.open(a.index)
     weights = [float(w) for w in a.weights.split(",")]
     per = {"fused": [], **{w: [] for w in weights}}
+    base_run = load_run(Path(a.baseline), "fused") if a.baseline else None
+    if base_run is not None:
+        per["baseline"] = [ndcg10(rank(base_run.get(q["_id"], {})), qrels[q["_id"]]) for q in chosen]
     t0 = time.perf_counter()
     for i, q in enumerate(chosen):
         hits = idx.search(q["text"], k=a.depth, rerank_model=a.model, rerank_weight=1.0, rerank_depth=a.depth,
@@ -63,6 +69,10 @@ def main() -> None:
         p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
         rows.append((w, 100 * v.mean(), 100 * (v.mean() - base.mean()), p))
         print(f"{'rerank w=' + str(w):<16}{100 * v.mean():>9.2f}{rows[-1][2]:>+8.2f}{p:>12.4f}")
+    if base_run is not None:
+        print(f"\nagainst the fused stage of {a.baseline}:")
+        print_paired({"baseline fused": per["baseline"], "fused (this index)": per["fused"],
+                      **{f"rerank w={w}": per[w] for w in weights}}, "baseline fused")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -94,6 +94,16 @@ def with_specials(head: list[int], piece, tail: list[int]) -> np.ndarray:
                            np.asarray(tail, dtype=np.int32)])
 
 
+# tokens per forward pass when a model's settings leave it open: on a CPU a bigger batch is no
+# faster and its activations set the build's peak (MiniLM, 512-token windows, 2 cores: 4,096 →
+# 0.42 GB, 16,384 → 1.27 GB, equal speed; bench/README.md "Peak memory"); a GPU wants big ones
+CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 4096, 16384
+
+
+def batch_budget(asked: int | None, device: str) -> int:
+    return asked or (GPU_BATCH_TOKENS if str(device).startswith("cuda") else CPU_BATCH_TOKENS)
+
+
 def budget_batches(lengths: list[int], budget: int) -> Iterator[np.ndarray]:
     """Row indices in batches, longest first, each batch's padded size (rows × longest) ≤ budget.
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .batching import SerialEncoder, budget_batches, token_ids, with_specials
+from .batching import SerialEncoder, batch_budget, budget_batches, token_ids, with_specials
 from .models import model_revision, offline_hint, pick_device, resolve
 
 DEFAULT_COLBERT = "colbert-small"
@@ -41,7 +41,7 @@ class ColbertSettings:
     max_query_tokens: int = 256       # longer queries keep their first tokens
     query_marker: str = "[unused0]"
     doc_marker: str = "[unused1]"
-    batch_tokens: int = 16384
+    batch_tokens: int | None = None       # None: by device (batching.batch_budget)
     trust_remote_code: bool = False
     device: str | None = None
     backend: str = "auto"             # an ONNX folder always runs on ONNX Runtime; else torch
@@ -105,6 +105,7 @@ class ColbertEncoder(SerialEncoder):
         self.settings = s = settings
         self.path, self.key = resolve(s.model)
         self.ort = self.model = self.proj = None
+        self.device = "cpu"
         try:
             if onnx_folder(self.path):
                 self.ort = OrtModel(Path(self.path))
@@ -178,7 +179,7 @@ class ColbertEncoder(SerialEncoder):
         """Per text: its pooled, normalised token vectors (n, dim) float32, windows in order."""
         n_texts, pieces, owner = job
         per_window: list = [None] * len(pieces)
-        for rows in budget_batches([len(p) for p in pieces], self.settings.batch_tokens):
+        for rows in budget_batches([len(p) for p in pieces], batch_budget(self.settings.batch_tokens, self.device)):
             h = self._forward([pieces[r] for r in rows])
             for i, r in enumerate(rows):
                 v = normalise(h[i, 2:len(pieces[r]) - 1, :self.dim])   # the text's tokens: no [CLS], [D], [SEP]

@@ -42,7 +42,7 @@ class DenseSettings:
     dim: int | None = None                # Matryoshka truncation
     query_prefix: str | None = None       # default: the model's configured prompts
     doc_prefix: str | None = None
-    batch_tokens: int = 16384
+    batch_tokens: int | None = None       # None: by device (batching.batch_budget)
     trust_remote_code: bool = False
     device: str | None = None             # default: cuda when available
     backend: str = "auto"                 # auto | torch | onnx | onnx-int8 (an index records the one it used)

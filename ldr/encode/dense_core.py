@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import chunking
-from .batching import SerialEncoder, budget_batches, special_tokens, token_ids, with_specials
+from .batching import SerialEncoder, batch_budget, budget_batches, special_tokens, token_ids, with_specials
 from .chunking import EXTENSION_STRATEGIES
 
 class _DenseCore(SerialEncoder):
@@ -67,7 +67,7 @@ class _DenseCore(SerialEncoder):
     def _encode_pieces(self, pieces: list[list[int]], progress=None) -> np.ndarray:
         out = np.zeros((len(pieces), self.dim), dtype=np.float32)
         with self._inference():
-            for rows in budget_batches([len(p) for p in pieces], self.settings.batch_tokens):
+            for rows in budget_batches([len(p) for p in pieces], batch_budget(self.settings.batch_tokens, self.device)):
                 out[rows] = self._forward([pieces[r] for r in rows])
                 if progress is not None:
                     progress(sum(len(pieces[r]) for r in rows))
