@@ -93,7 +93,11 @@ def _ldr(src: Path, *args) -> list[str]:
 def _timed_build(src: Path, corpus: Path, out: Path, cache: Path) -> dict:
     env = dict(os.environ, LDR_CACHE_DIR=str(cache))
     t = time.perf_counter()
-    subprocess.run(_ldr(src, "index", corpus, "-o", out, "-q"), env=env, check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(_ldr(src, "index", corpus, "-o", out, "-q"), env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)       # this build's own peak RSS (ru_maxrss, KiB)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"ldr index failed with {src} (exit {proc.returncode})")
     wall = time.perf_counter() - t
     manifest = json.loads(sorted(out.glob("manifest-*.json"))[-1].read_text())
     comps = manifest["components"]
@@ -108,7 +112,7 @@ def _timed_build(src: Path, corpus: Path, out: Path, cache: Path) -> dict:
     from ldr.eval.runs import read_run
     qrels = load_qrels(corpus.parent)
     scores = evaluate(qrels, {q: r for q, r in read_run(run).items() if q in qrels}, metrics=("ndcg@10",))
-    return {"wall_s": wall, "build_s": manifest["settings"]["build"]["seconds"],
+    return {"wall_s": wall, "build_s": manifest["settings"]["build"]["seconds"], "peak_rss_mb": usage.ru_maxrss / 1024,
             "stages": manifest["settings"]["build"].get("stages", {}), "search_s": search_s,
             "ndcg@10": 100 * scores["ndcg@10"],
             "backend": {k: (comps[k]["model"].get("settings", {}).get("backend") or "torch")
@@ -131,11 +135,12 @@ def compare(args) -> None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(ref)], capture_output=True)
     (old_label, old), (new_label, new) = rows.items()
     print(f"\nFull default build of {corpus.parent.name} ({corpus.stat().st_size / 1e6:.1f} MB), same machine, same run")
-    print("| code | backends | ldr index wall s | build s (manifest) | batch search of all queries s | nDCG@10 |")
-    print("|---|---|---|---|---|---|")
+    print("| code | backends | ldr index wall s | build s (manifest) | peak RSS MB | batch search of all queries s "
+          "| nDCG@10 |")
+    print("|---|---|---|---|---|---|---|")
     for label, r in rows.items():
-        print(f"| {label} | {r['backend']} | {r['wall_s']:.1f} | {r['build_s']:.1f} | {r['search_s']:.1f} | "
-              f"{r['ndcg@10']:.2f} |")
+        print(f"| {label} | {r['backend']} | {r['wall_s']:.1f} | {r['build_s']:.1f} | {r['peak_rss_mb']:.0f} | "
+              f"{r['search_s']:.1f} | {r['ndcg@10']:.2f} |")
     print(f"speed-up end to end: {old['wall_s'] / new['wall_s']:.2f}x; nDCG@10 difference "
           f"{new['ndcg@10'] - old['ndcg@10']:+.2f}")
     if new["stages"]:

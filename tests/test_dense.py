@@ -66,3 +66,30 @@ def test_long_texts_tokenise_in_pieces_to_the_same_ids(monkeypatch):
     pieces = batching.token_ids(tok, [text, "short one"])
     assert pieces[0].dtype.name == "int32" and pieces[0].tolist() == whole
     assert pieces[1].tolist() == tok("short one", add_special_tokens=False)["input_ids"]
+
+
+def test_faiss_auto_is_exact_for_small_segments_and_hnsw_past_the_threshold(tmp_path, monkeypatch):
+    """`auto` picks per segment: a segment over AUTO_HNSW_ABOVE vectors gets HNSW (recorded in its
+    entry), a small one stays exact; search, add, merge and `ldr check` work across both."""
+    from ldr.components import faiss_store
+    from ldr.index.check import check_index
+
+    monkeypatch.setattr(faiss_store, "AUTO_HNSW_ABOVE", 30)
+    words = "harbour storm lamp reef ship keeper budget remote control design market price bearing rust".split()
+    rng = np.random.default_rng(1)
+    docs = [ldr.Doc(f"d{i}", " ".join(rng.choice(words, 40)) + f" unique{i}") for i in range(40)]
+    path = tmp_path / "idx"
+    idx = ldr.Index.build(docs, path, bm25=None, sparse=None, dense=DenseSettings(strategy="truncate", device="cpu"))
+    assert idx.components["dense"]["faiss"]["index"] == "auto"
+    assert idx.manifest["segments"][0]["dense"]["faiss"]["index"] == "hnsw"          # 40 vectors > 30
+    idx.add([ldr.Doc("new", "the keeper relit the lamp in the storm")])
+    idx = ldr.open(path)
+    assert [s["dense"]["faiss"]["index"] for s in idx.manifest["segments"]] == ["hnsw", "flat"]
+    exact = ldr.Index.build(docs + [ldr.Doc("new", "the keeper relit the lamp in the storm")], tmp_path / "flat",
+                            bm25=None, sparse=None, faiss=FaissSettings(index="flat"),
+                            dense=DenseSettings(strategy="truncate", device="cpu"))
+    for q in ("keeper relit the lamp", "remote control market price", "unique7 bearing rust"):
+        assert [h.id for h in idx.search(q, k=5)] == [h.id for h in exact.search(q, k=5)]
+    idx.merge()
+    assert [s["dense"]["faiss"]["index"] for s in ldr.open(path).manifest["segments"]] == ["hnsw"]
+    assert check_index(path)[1] == []

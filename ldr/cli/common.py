@@ -45,8 +45,9 @@ INDEX_OPTIONS = [
                  help="Engine for the dense and sparse models: auto is ONNX Runtime fp32 on a CPU (same vectors "
                       "as PyTorch) and PyTorch on a GPU; onnx-int8 is faster with slightly different vectors. "
                       "Recorded in the index; queries use the same."),
-    click.option("--faiss", "faiss_index", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat",
-                 show_default=True, help="FAISS index type."),
+    click.option("--faiss", "faiss_index", type=click.Choice(["auto", "flat", "hnsw", "ivfpq"]), default="auto",
+                 show_default=True,
+                 help="FAISS index type; auto: exact (flat) per segment up to 50,000 vectors, HNSW past that."),
     click.option("--sparse", "sparse_model", default="auto", show_default=True,
                  help="Learned-sparse model (packaged name, HF name or folder); `none` for no sparse index; "
                       "auto: splade-tiny for English, none otherwise (an English vocabulary)."),

@@ -161,7 +161,7 @@ class Dense(ModelComponent):
         sub = {**comp, **e["dense"], "faiss": {**comp["faiss"], **e["dense"].get("faiss", {})}}
         s = DenseSearcher(inside(seg, e["dense"]["path"]), sub, None, e["docs"])
         out = []
-        if s.index.ntotal and sub["faiss"]["index"] == "flat":
+        if s.index.ntotal and sub["faiss"]["index"] in ("flat", "hnsw"):     # both hold exact vectors
             for start in range(0, s.index.ntotal, 65536):
                 v = s.index.reconstruct_n(start, min(65536, s.index.ntotal - start))
                 if not np.isfinite(v).all():

@@ -1,8 +1,10 @@
 """The dense component: FAISS over document (or passage) vectors, plus passage → document map.
 
-Exact inner product (IndexFlatIP) by default: at 100k × 384 on 2 cores it beat HNSW, and it is
-exact. HNSW and IVF-PQ are options for large corpora. Vectors are L2-normalised, so inner
-product is cosine. The index moves to GPU when FAISS sees one.
+`auto` (the default) chooses per segment: exact inner product (IndexFlatIP) up to
+AUTO_HNSW_ABOVE vectors, HNSW past it, where a flat scan becomes the slowest stage of a query
+(bench/README.md "Search latency": 65 ms of an 87 ms query at 400k vectors). `flat`, `hnsw` and
+`ivfpq` force one. Vectors are L2-normalised, so inner product is cosine. The index moves to GPU
+when FAISS sees one.
 """
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from ..errors import ConfigError, IndexFormatError
 from ..encode.pipeline import BatchedWriter
 
 log = logging.getLogger(__name__)
-INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+INDEX_TYPES = ("auto", "flat", "hnsw", "ivfpq")
+AUTO_HNSW_ABOVE = 50_000     # vectors; measured in bench/bench_faiss_auto.py (flat ~10 ms here)
 
 
 @dataclass
 class FaissSettings:
-    index: str = "flat"
+    index: str = "auto"
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
@@ -117,6 +120,8 @@ def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSett
 
     if fs.index == "ivfpq" and len(vectors) < 1024 and allow_small:
         fs = FaissSettings(**{**fs.to_dict(), "index": "flat"})
+    if fs.index == "auto":       # the part records what it holds; the component keeps `auto`
+        fs = FaissSettings(**{**fs.to_dict(), "index": "hnsw" if len(vectors) > AUTO_HNSW_ABOVE else "flat"})
     index = build_faiss(vectors, fs)
     faiss.write_index(index, str(path / "faiss.index"))
     np.save(path / "owner.npy", owner)
@@ -158,13 +163,13 @@ class DenseSearcher:
         import faiss
 
         self.encoder = encoder
-        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if comp["faiss"]["index"] == "flat" else 0
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if comp["faiss"]["index"] in ("flat", "auto") else 0
         try:
             self.index = faiss.read_index(str(Path(path) / "faiss.index"), flags)
         except RuntimeError:
             self.index = faiss.read_index(str(Path(path) / "faiss.index"))
         fs = comp["faiss"]
-        if fs["index"] == "hnsw":
+        if isinstance(self.index, faiss.IndexHNSW):
             self.index.hnsw.efSearch = fs["ef_search"]
         elif fs["index"] == "ivfpq":
             self.index.nprobe = fs["nprobe"]
