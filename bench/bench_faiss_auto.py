@@ -32,7 +32,7 @@ def searcher(folder: Path, vectors: np.ndarray, owner: np.ndarray, kind: str):
     from ldr.components.faiss_store import DenseSearcher, FaissSettings, save_dense
 
     folder.mkdir()
-    entry = save_dense(folder, vectors, owner, FaissSettings(index=kind))
+    entry = save_dense(folder, vectors, owner, FaissSettings(index=kind))     # FAISS's threads as ldr runs it
     t = time.perf_counter()
     comp = {"faiss": entry["faiss"], "multi_vector": True, "vectors": len(vectors), "dim": vectors.shape[1]}
     return DenseSearcher(folder, comp, None), entry["faiss"]["index"], time.perf_counter() - t
@@ -52,7 +52,6 @@ def recall(got, want) -> float:
 
 
 def main() -> None:
-    import faiss
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="12500,25000,50000,100000,200000,400000")
@@ -60,7 +59,6 @@ def main() -> None:
     ap.add_argument("--index", default=None)
     ap.add_argument("--query-file", default=None)
     a = ap.parse_args()
-    faiss.omp_set_num_threads(1)         # as a query runs in ldr: one at a time, other legs beside it
     rng = np.random.default_rng(0)
     d, per = 384, 4
     print("| vectors | flat p50 ms | HNSW p50 ms | HNSW build s | HNSW recall@10 (documents) | auto picks |")

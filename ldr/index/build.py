@@ -73,7 +73,7 @@ class BuildConfig:
     def for_language(self, lang: str, info: dict | None = None) -> "BuildConfig":
         """These settings for a corpus in `lang`: its BM25 analyzer (plain lowercased words where
         there is no stemmer or segmenter for it), and the models left at `auto` made concrete."""
-        from ..components.bm25_store.analysis import CJK_ALIASES, LANGUAGES
+        from ..components.bm25_store.analysis import LANGUAGES
         from ..encode.models import DEFAULT_DENSE, DEFAULT_SPARSE, PACKAGED, packaged_path
 
         lang = lang.lower()
@@ -93,7 +93,7 @@ class BuildConfig:
             dense = dataclasses.replace(dense, model=model)
         if sparse is not None and sparse.model == AUTO:
             sparse = dataclasses.replace(sparse, model=DEFAULT_SPARSE) if english else None
-        analyzer = lang if lang in LANGUAGES or lang in CJK_ALIASES else "none"
+        analyzer = lang if lang in LANGUAGES else "none"
         info = {"code": lang, "detected": False, **(info or {}), "analyzer": analyzer,
                 "models": {"dense": dense and dense.model, "sparse": sparse and sparse.model}}
         return dataclasses.replace(self, language=analyzer, dense=dense, sparse=sparse, language_info=info)

@@ -186,7 +186,7 @@ class IndexWriter:
             w = search["weights"]
             search["weights"] = {**w, **{n: registry.get(n).default_weight for n in components if n not in w}}
         build = {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads, "stages": self.profile,
-                 "language": getattr(config, "language_info", None)}
+                 "language": config.language_info}
         if ray is not None:
             build["ray"] = self.ray_info
         n_docs = sum(s["docs"] for s in segs)
