@@ -33,26 +33,23 @@ def split_mlm_head(model) -> tuple[np.ndarray, np.ndarray]:
     return w, bias
 
 
-def _tokens(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(flat positions of the real tokens, the window each belongs to), window by window."""
-    rows, cols = np.nonzero(mask)
-    return rows * mask.shape[1] + cols, rows
+def _rows(mask_row) -> slice | np.ndarray:
+    """A window's real tokens: a slice when they come first (right padding, as ldr pads)."""
+    idx = np.flatnonzero(np.asarray(mask_row))
+    return slice(0, len(idx)) if not len(idx) or idx[-1] == len(idx) - 1 else idx
 
 
 def head_max(h: np.ndarray, mask: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """(windows, vocabulary) SPLADE weights from the transformed states `h` (windows, tokens,
-    hidden) and the attention `mask`: padding never counts."""
-    n_win, vocab = h.shape[0], w.shape[1]
-    flat, owner = _tokens(mask)
-    states = h.reshape(-1, h.shape[-1])
-    out = np.full((n_win, vocab), -np.inf, dtype=np.float32)
+    hidden) and the attention `mask`: padding never counts. Window by window, `step` tokens at a
+    time: one GEMM and one max per chunk (measured faster than one gather and reduceat per batch)."""
+    vocab = w.shape[1]
+    out = np.full((h.shape[0], vocab), -np.inf, dtype=np.float32)
     step = max(1, HEAD_CHUNK // vocab)
-    for s in range(0, len(flat), step):
-        logits = states[flat[s:s + step]] @ w
-        o = owner[s:s + step]
-        starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])      # tokens come window by window
-        rows = o[starts]
-        out[rows] = np.maximum(out[rows], np.maximum.reduceat(logits, starts, axis=0))
+    for i in range(h.shape[0]):
+        states = h[i, _rows(mask[i])]
+        for s in range(0, len(states), step):
+            np.maximum(out[i], (states[s:s + step] @ w).max(axis=0), out=out[i])
     out += bias
     np.maximum(out, 0, out=out)
     return np.log1p(out, out=out)
@@ -62,10 +59,10 @@ def head_max_torch(h, mask, w, bias):
     """head_max in torch, on the states' device (a GPU keeps them there)."""
     import torch
 
-    rows, cols = torch.nonzero(mask, as_tuple=True)
-    states = h[rows, cols]
     out = torch.full((h.shape[0], w.shape[1]), float("-inf"), device=h.device, dtype=torch.float32)
     step = max(1, HEAD_CHUNK // w.shape[1])
-    for s in range(0, len(rows), step):
-        out.index_reduce_(0, rows[s:s + step], states[s:s + step].float() @ w, "amax", include_self=True)
+    for i in range(h.shape[0]):
+        states = h[i][mask[i]].float()
+        for s in range(0, len(states), step):
+            out[i] = torch.maximum(out[i], (states[s:s + step] @ w).amax(dim=0))
     return torch.log1p(torch.relu(out + bias))
