@@ -1,8 +1,9 @@
 """Search pipeline latency, warm, per stage and end to end, at 10k / 100k / 1M documents, and the
 cold start of `ldr search` from the shell.
 
-Real: the query encoders (MiniLM, SPLADE-tiny), tantivy BM25 over synthetic documents, FAISS
-flat search, ldr's sparse inverted index, fusion and the passage rescorer.
+Real: the query encoders (MiniLM, SPLADE-tiny), tantivy BM25 over synthetic documents, ldr's
+dense store (`--faiss auto`: flat, or HNSW past 50k vectors), ldr's sparse inverted index,
+fusion and the passage rescorer.
 Synthetic (for index-size scaling): document vectors (random unit vectors, 4 passages per
 document up to 100k documents, 1 at 1M to fit in memory), sparse postings (Zipf terms, 128 per document) and BM25 documents (60 random words
 from a 50k-word vocabulary).
@@ -76,8 +77,9 @@ def main():
     if args.index:
         real_index(args.index, args.queries)
         return
-    import faiss
-    import tantivy
+    import tantivy  # noqa: F401
+
+    from ldr.components.faiss_store import DenseSearcher, FaissSettings, save_dense
 
     from ldr.components.bm25_store.analysis import Analyzer
     from ldr.components.bm25_store.tantivy_backend import TantivySearcher, TantivyWriter
@@ -98,8 +100,13 @@ def main():
             vecs = rng.standard_normal((per * n, 384), dtype=np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
             owner = np.repeat(np.arange(n), per)
-            fi = faiss.IndexFlatIP(384)
-            fi.add(vecs)
+            # ldr's dense store as `ldr index` writes it: --faiss auto picks flat or HNSW by size
+            (tmp / "dense").mkdir()
+            entry = save_dense(tmp / "dense", vecs, owner, FaissSettings())
+            de = DenseSearcher(tmp / "dense", {"faiss": entry["faiss"], "multi_vector": per > 1,
+                                               "vectors": len(vecs), "dim": 384}, None)
+            fi = de.index
+            print(f"| {n:,} | FAISS index (auto) | {entry['faiss']['index']} | |", flush=True)
             build_sparse(n, rng, tmp / "sparse")
             sidx = SparseIndex(tmp / "sparse")
             w = TantivyWriter(tmp / "bm25", Analyzer(), threads=2)
@@ -119,10 +126,7 @@ def main():
                 q_bm = " ".join(words[rng.choice(2000, 6)])
                 r_bm = dict(bm.search(q_bm, 1000))
                 t3 = time.perf_counter()
-                s, rows = fi.search(qv[None], 1000 * per)
-                r_de = {}
-                for r, sc in zip(rows[0], s[0]):
-                    r_de.setdefault(int(owner[r]), float(sc))
+                r_de = dict(de.search_rep(qv, 1000))
                 t4 = time.perf_counter()
                 r_sp = dict(sidx.top_k(rng.choice(3000, 24, replace=False), rng.lognormal(0, .5, 24).astype(np.float32), 1000))
                 t5 = time.perf_counter()
