@@ -4,8 +4,9 @@ dense model instead of English ones.
 
 Only clear evidence moves a corpus away from English: enough letters, and one language holding
 most of the sampled text (each document votes with its letters when langid gives its language a
-probability of at least MIN_CONFIDENCE: Chinese text scores ~0.6, its kanji shared with Japanese). Short, odd or mixed
-samples (test fixtures, numbers, code) stay English, which is what ldr did before detection."""
+probability of at least MIN_CONFIDENCE; Chinese scores only ~0.6, its characters shared with
+Japanese). Short, odd or mixed samples (test fixtures, numbers, code) stay English, which is
+what ldr did before detection."""
 from __future__ import annotations
 
 import itertools
