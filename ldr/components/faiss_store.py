@@ -40,10 +40,18 @@ class FaissSettings:
         return asdict(self)
 
 
+def concrete(fs: FaissSettings, n: int) -> FaissSettings:
+    """`auto` made concrete for a segment of n vectors; any other type as it is."""
+    if fs.index != "auto":
+        return fs
+    return FaissSettings(**{**fs.to_dict(), "index": "hnsw" if n > AUTO_HNSW_ABOVE else "flat"})
+
+
 def build_faiss(vectors: np.ndarray, fs: FaissSettings):
     import faiss
 
     n, d = vectors.shape
+    fs = concrete(fs, n)
     if fs.index == "flat":
         index = faiss.IndexFlatIP(d)
     elif fs.index == "hnsw":
@@ -120,8 +128,7 @@ def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSett
 
     if fs.index == "ivfpq" and len(vectors) < 1024 and allow_small:
         fs = FaissSettings(**{**fs.to_dict(), "index": "flat"})
-    if fs.index == "auto":       # the part records what it holds; the component keeps `auto`
-        fs = FaissSettings(**{**fs.to_dict(), "index": "hnsw" if len(vectors) > AUTO_HNSW_ABOVE else "flat"})
+    fs = concrete(fs, len(vectors))     # the part records what it holds; the component keeps `auto`
     index = build_faiss(vectors, fs)
     faiss.write_index(index, str(path / "faiss.index"))
     np.save(path / "owner.npy", owner)
