@@ -49,15 +49,6 @@ DEFAULT_DENSE = "all-MiniLM-L6-v2"
 DEFAULT_SPARSE = "splade-tiny"
 
 
-def cache_root() -> Path:
-    """ldr's per-user cache: ONNX exports and converted models."""
-    env = os.environ.get("LDR_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ldr"
-
-
 def packaged_path(key: str) -> Path | None:
     dist, pkg, sub = PACKAGED[key]
     spec = importlib.util.find_spec(pkg)
@@ -82,7 +73,7 @@ def resolve(name: str) -> tuple[str, str | None]:
                              f"pip install {dist}")
         if key in CONVERTED:
             from .packed_e5 import converted
-            path = converted(path, key, cache_root() / "models")
+            path = converted(path, key)
         return str(path), key
     return _from_hub(name), None
 

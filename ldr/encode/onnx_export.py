@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelError
-from .models import cache_root
+from .cache import build_once, cache_root, digest
 from .runtime import ONNX_EXTRA, quantization_config
 
 log = logging.getLogger(__name__)
@@ -45,30 +44,7 @@ def weights_hash(model_dir: Path) -> str:
     files += sorted(Path(model_dir).glob("*_Pooling/config.json"))
     if not files:
         raise ModelError(f"{model_dir} holds no model weights to export")
-    stamp = json.dumps([(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files])
-    memo = cache_root() / "hashes.json"
-    try:
-        known = json.loads(memo.read_text())
-    except (OSError, ValueError):
-        known = {}
-    key = hashlib.sha256(stamp.encode()).hexdigest()
-    if key in known:
-        return known[key]
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.name.encode())
-        with open(p, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-    digest = h.hexdigest()
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**known, key: digest}))
-        os.replace(tmp, memo)
-    except OSError:
-        pass    # a read-only cache only costs the hash again next time
-    return digest
+    return digest(files)
 
 
 def export_key(kind: str, model_dir: Path, int8: bool) -> tuple[str, dict]:
@@ -86,32 +62,20 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
     folder = cache_root() / "onnx" / f"{kind}-{key}"
     if (folder / "meta.json").is_file() and (folder / "model.onnx").is_file():
         return folder
-    root = cache_root() / "onnx"
     # shown by the CLI (a warning): the first run waits here for a minute or two with nothing moving
     log.warning("exporting %s (%s%s) to ONNX Runtime once; later runs reuse %s", model_dir.name, kind,
                 ", int8" if int8 else "", folder)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{kind}-{key}-", dir=root))
-    except OSError as e:
+
+    def elsewhere(e: OSError) -> Path:
         # a read-only or unwritable cache: export for this process only, and say how to fix it
         log.warning("the ONNX cache %s is not writable (%s); exporting into a temporary folder for this run "
-                    "only. Set LDR_CACHE_DIR to a writable folder to keep exports.", root, e.strerror or e)
+                    "only. Set LDR_CACHE_DIR to a writable folder to keep exports.", folder.parent, e.strerror or e)
         work = Path(tempfile.mkdtemp(prefix=f"ldr-onnx-{kind}-"))
         _export(kind, model_dir, work, settings, trust_remote_code)
         return work
-    try:
-        _export(kind, model_dir, work, settings, trust_remote_code)
-        try:
-            os.replace(work, folder)        # atomic: readers see a whole export or none
-        except OSError:
-            if not (folder / "meta.json").is_file():   # not another process winning the race
-                raise
-            shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return folder
+
+    return build_once(folder, "meta.json", lambda work: _export(kind, model_dir, work, settings, trust_remote_code),
+                      elsewhere)
 
 
 def load(kind: str, settings, backend: str, trust_remote_code: bool = False):

