@@ -84,6 +84,27 @@ def test_export_cache_is_reused(tmp_path, monkeypatch):
     assert not list((tmp_path / "cache" / "onnx").glob(".*"))       # no half-written exports left
 
 
+def test_the_export_runs_in_a_child_and_its_failures_are_model_errors(tmp_path):
+    """torch and the optimizer's copies of the graph leave with the child (the build's process
+    never imports torch for a cold cache); a model the child cannot export is a ModelError that
+    names why, not a traceback."""
+    script = (
+        "import sys, json; from ldr.encode.dense import load_dense, DenseSettings; "
+        "enc = load_dense(DenseSettings()); "
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'dim': enc.dim}))")
+    env = dict(os.environ, LDR_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "dim": 384}
+    assert len(list((tmp_path / "cache" / "onnx").glob("dense-*/model.onnx"))) == 1
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    with pytest.raises(ModelError, match="broken"):
+        onnx_export.isolated("splade", broken, tmp_path / "out", {"int8": None}, False)
+
+
 def test_unwritable_cache_exports_to_a_temporary_folder(tmp_path, monkeypatch, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -3,8 +3,6 @@ itself, and a damaged index is an IndexFormatError (or an `ldr check` failure), 
 traceback or a silently different ranking."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
