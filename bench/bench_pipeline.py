@@ -25,8 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_sparse import build as build_sparse  # noqa: E402
 
-from ldr.encode.dense import DenseEncoder, DenseSettings  # noqa: E402
-from ldr.encode.sparse import SparseEncoder, SparseSettings  # noqa: E402
+from ldr.encode.dense import DenseSettings, load_dense  # noqa: E402
+from ldr.encode.sparse import SparseSettings, load_sparse  # noqa: E402
 from ldr.components.sparse_store import SparseIndex  # noqa: E402
 from ldr.search.fusion import fuse  # noqa: E402
 
@@ -85,8 +85,8 @@ def main():
     from ldr.components.bm25_store.tantivy_backend import TantivySearcher, TantivyWriter
     from ldr.corpus import Doc
 
-    dense = DenseEncoder(DenseSettings(device="cpu"))
-    sparse = SparseEncoder(SparseSettings(device="cpu"))
+    dense = load_dense(DenseSettings(device="cpu"))       # the default engines (ONNX on a CPU)
+    sparse = load_sparse(SparseSettings(device="cpu"))
     rng = np.random.default_rng(0)
     words = np.array([f"w{i}" for i in range(50000)])
     p = 1 / np.arange(1, 50001) ** 1.0

@@ -30,7 +30,7 @@ def _cos(a, b):
 @pytest.mark.parametrize("strategy", ["maxp", "pcw", "truncate"])
 def test_onnx_dense_matches_torch(strategy):
     torch_enc = DenseEncoder(DenseSettings(strategy=strategy, max_length=128, device="cpu"))
-    ort_enc = load_dense(DenseSettings(strategy=strategy, max_length=128))
+    ort_enc = load_dense(DenseSettings(strategy=strategy, max_length=128, backend="onnx"))
     assert isinstance(ort_enc, OnnxDenseEncoder) and ort_enc.settings.backend == "onnx"
     v1, o1, s1 = torch_enc.encode_documents(TEXTS, spans=True)
     v2, o2, s2 = ort_enc.encode_documents(TEXTS, spans=True)
@@ -44,9 +44,23 @@ def test_onnx_dense_matches_torch(strategy):
 def test_onnx_int8_is_close_and_recorded():
     ref = DenseEncoder(DenseSettings(strategy="maxp", device="cpu")).encode_documents(TEXTS)[0]
     enc = load_dense(DenseSettings(backend="onnx-int8"))
-    assert _cos(ref, enc.encode_documents(TEXTS)[0]).min() > 0.95
+    assert _cos(ref, enc.encode_documents(TEXTS)[0]).min() > 0.98
     q = enc.describe()["backend"]["int8"]
     assert q["isa"] == runtime.quantization_config()["isa"] and q["per_channel"] is True
+    # the first layer's MatMuls stay fp32 (int8 there lost passkeys), every later one is int8
+    import onnx
+    nodes = onnx.load(str(enc.model.folder / "model.onnx")).graph.node
+    fp32 = {n.name for n in nodes if n.op_type == "MatMul" and "/layer." in n.name}
+    assert q["fp32_layers"] == [0] and fp32 and all("/layer.0/" in n for n in fp32)
+    assert any(n.op_type == "MatMulInteger" for n in nodes)
+    # activations are quantised per input tensor: rows run alone, so a text's vector does not
+    # depend on what it is batched with (an add gives what a fresh build gives)
+    alone = enc.encode_documents(TEXTS[:1])[0]
+    assert enc.model.per_row and np.array_equal(alone, enc.encode_documents(TEXTS)[0][:len(alone)])
+    assert np.array_equal(enc.encode_queries(["budget"]), enc.encode_queries(["budget", TEXTS[0]])[:1])
+    # the packaged MiniLM runs this graph by default on a CPU; a model not measured stays fp32
+    assert load_dense(DenseSettings()).settings.backend == "onnx-int8"
+    assert runtime.choose("auto", "cpu", True, "x", int8=False) == "onnx"
 
 
 def test_onnx_splade_matches_torch():
@@ -86,8 +100,8 @@ def test_export_cache_is_reused(tmp_path, monkeypatch):
 
 def test_the_export_runs_in_a_child_and_its_failures_are_model_errors(tmp_path):
     """torch and the optimizer's copies of the graph leave with the child (the build's process
-    never imports torch for a cold cache); a model the child cannot export is a ModelError that
-    names why, not a traceback."""
+    never imports torch for a cold cache); a model the child cannot export is an error that names
+    why, not a traceback."""
     script = (
         "import sys, json; from ldr.encode.dense import load_dense, DenseSettings; "
         "enc = load_dense(DenseSettings()); "
@@ -101,8 +115,18 @@ def test_the_export_runs_in_a_child_and_its_failures_are_model_errors(tmp_path):
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (broken / "model.safetensors").write_bytes(b"not weights")
-    with pytest.raises(ModelError, match="broken"):
+    with pytest.raises(onnx_export.ExportFailed, match="broken .splade. to ONNX failed: .*header"):
         onnx_export.isolated("splade", broken, tmp_path / "out", {"int8": None}, False)
+    # auto falls back to PyTorch on it; an explicit ONNX backend says what failed
+    from ldr.encode.runtime import with_fallback
+    settings = SparseSettings(model=str(broken))
+    with pytest.raises(ModelError, match="exporting .* failed .*use --backend torch"):
+        settings.backend = "onnx"
+        with_fallback(settings, "onnx", lambda s, b: onnx_export.isolated("splade", broken, tmp_path / "o2",
+                                                                           {"int8": None}, False), None)
+    settings.backend = "auto"
+    assert with_fallback(settings, "onnx", lambda s, b: onnx_export.isolated(
+        "splade", broken, tmp_path / "o3", {"int8": None}, False), lambda s: "torch encoder") == "torch encoder"
 
 
 def test_unwritable_cache_exports_to_a_temporary_folder(tmp_path, monkeypatch, caplog):
@@ -149,7 +173,7 @@ def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpu
     import ldr
     idx = ldr.Index.build(sample_corpus, tmp_path / "i")
     m = json.loads(sorted((tmp_path / "i").glob("manifest-*.json"))[-1].read_text())
-    assert m["components"]["dense"]["model"]["settings"]["backend"] == "onnx"
+    assert m["components"]["dense"]["model"]["settings"]["backend"] == "onnx-int8"   # packaged MiniLM on a CPU
     assert m["components"]["sparse"]["model"]["backend"]["name"] == "onnx"
     assert {"feed", "encode", "tokenise", "wait"} <= set(m["settings"]["build"]["stages"])
     expected = [h.id for h in idx.search("termination of the agreement", k=3)]

@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,11 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
 FAILED = "ldr-export-error: "     # marks the line of the child's stderr the user reads
 
 
+class ExportFailed(RuntimeError):
+    """The exporter itself failed (a model whose code it cannot trace): `auto` falls back to
+    PyTorch on it (runtime.with_fallback), an explicit ONNX backend reports it."""
+
+
 def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool) -> None:
     """`_export` in a child Python (ldr.encode.export_child). Exporting MiniLM imports torch and
     transformers and keeps the optimizer's copies of the graph: 1.3 GB that stayed in the
@@ -106,7 +112,7 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
     if reasons:
         raise ModelError(reasons[-1])
     last = lines[-1] if lines else f"exit status {proc.returncode}"     # the exception's own line
-    raise ModelError(f"exporting {model_dir.name} ({kind}) to ONNX failed: {last[-600:]}")
+    raise ExportFailed(f"exporting {model_dir.name} ({kind}) to ONNX failed: {last[-600:]}")
 
 
 def load(kind: str, settings, backend: str, trust_remote_code: bool = False):
@@ -160,16 +166,18 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
         graph = out / "fused.onnx"
         opt.save_model_to_file(str(graph))
         meta["fused"] = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
-    if settings["int8"]:
+    if settings["int8"]:     # dynamic int8 per channel; the MatMuls of FP32_LAYERS stay fp32
         import onnx as _onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
         q = settings["int8"]
         root, level = logging.getLogger(), logging.getLogger().level
         root.setLevel(logging.ERROR)   # the quantizer logs advice on the root logger ("consider pre-processing")
+        keep = [n.name for n in _onnx.load(str(graph)).graph.node if n.op_type == "MatMul" and
+                (m := re.search(r"(?:^|/)layer\.(\d+)/", n.name)) and int(m.group(1)) in q.get("fp32_layers", ())]
         try:
             quantize_dynamic(str(graph), str(out / "model.onnx"), weight_type=QuantType.QInt8,
                              per_channel=q["per_channel"], reduce_range=q["reduce_range"],
-                             op_types_to_quantize=["MatMul"],
+                             op_types_to_quantize=["MatMul"], nodes_to_exclude=keep,
                              extra_options={"DefaultTensorType": _onnx.TensorProto.FLOAT})
         finally:
             root.setLevel(level)

@@ -19,9 +19,14 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 ONNX_EXTRA = "pip install 'ldr[onnx]'"
-# what `auto` runs on a CPU. int8 is not it: on qmsum-train it keeps nDCG@10 (fused 88.5 vs 88.4)
-# but the dense stage's passkey Acc@1 drops at 512 and 1024 tokens (66/74 vs 76/82); bench/README.md
+# what `auto` runs on a CPU: fp32, except for the packaged models whose int8 graph (first layer
+# kept in fp32) measured the same quality as fp32 on qmsum-train and passkey/needle (bench/README.md)
 CPU_DEFAULT = "onnx"
+INT8_BY_DEFAULT = frozenset({"all-minilm-l6-v2"})
+# int8 with every MatMul quantised lost passkeys (MiniLM dense Acc@1 at 256/512/1024: 78/70/76 vs
+# fp32's 86/76/82); keeping the first layer's three MatMuls in fp32 gives 86/76/82 again at 1.35x
+# fp32's speed, where keeping any other layer does not (bench/int8_layers.py)
+FP32_LAYERS = (0,)
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
 EXACT = "auto-fp32"
@@ -41,11 +46,12 @@ def onnxruntime_available() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-def choose(requested: str | None, device: str | None, supported: bool, what: str) -> str:
+def choose(requested: str | None, device: str | None, supported: bool, what: str, int8: bool = False) -> str:
     """The backend to run: `requested` (auto | torch | onnx | onnx-int8) resolved for this machine.
 
-    auto: CPU_DEFAULT (ONNX Runtime fp32: PyTorch's vectors, cosine ≥ 0.9999) on a CPU when ONNX
-    Runtime is installed and the model/strategy runs on it; PyTorch on a GPU or otherwise. EXACT:
+    auto: CPU_DEFAULT (ONNX Runtime fp32: PyTorch's vectors, cosine ≥ 0.9999), or onnx-int8 for a
+    model in INT8_BY_DEFAULT (`int8`), on a CPU when ONNX Runtime is installed and the
+    model/strategy runs on it; PyTorch on a GPU or otherwise. EXACT:
     the same but never int8. An ONNX backend recorded in an index is kept on a CPU and becomes
     PyTorch on a GPU (same vectors, fp16)."""
     requested = requested or "auto"
@@ -57,7 +63,7 @@ def choose(requested: str | None, device: str | None, supported: bool, what: str
     if requested in ("auto", EXACT):
         if not supported or not onnxruntime_available():
             return "torch"
-        return "onnx" if requested == EXACT else CPU_DEFAULT
+        return "onnx" if requested == EXACT else "onnx-int8" if int8 else CPU_DEFAULT
     if not supported:
         raise ConfigError(f"--backend {requested} cannot run {what}: use --backend torch (or auto)")
     if not onnxruntime_available():
@@ -108,7 +114,7 @@ def quantization_config() -> dict:
     isa = "avx512_vnni" if "avx512_vnni" in flags else "avx_vnni" if "avx_vnni" in flags else \
         "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "other"
     return {"isa": isa, "weights": "int8", "activations": "uint8", "per_channel": True,
-            "reduce_range": isa not in ("avx512_vnni", "avx_vnni")}
+            "reduce_range": isa not in ("avx512_vnni", "avx_vnni"), "fp32_layers": list(FP32_LAYERS)}
 
 
 # -- a tokenizer without transformers ----------------------------------------------------------
@@ -202,6 +208,7 @@ class OrtModel:
         meta = self.folder / "meta.json"
         self.meta = json.loads(meta.read_text()) if meta.is_file() else folder_meta(self.folder)
         self._inputs = self.meta.get("inputs")
+        self._per_row = None
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads()
         so.inter_op_num_threads = 1
@@ -232,12 +239,35 @@ class OrtModel:
             raise ModelError(f"the exported model {self.folder / 'model.onnx'} cannot be loaded "
                              f"({type(e).__name__}: {str(e)[:200]}); delete that folder to export it again") from None
 
+    @property
+    def per_row(self) -> bool:
+        """Whether the graph quantises activations on the fly (dynamic int8: ldr's onnx-int8
+        exports and the packaged int8 models). DynamicQuantizeLinear takes one scale per input
+        tensor, so a row's output would depend on the rows batched with it and on their padding
+        (MiniLM: up to 0.007 per coordinate): such a graph runs one unpadded row at a time, and
+        the same text gets the same vector in any batch, an add or a fresh build."""
+        if self._per_row is None:
+            import mmap
+            with open(self.folder / "model.onnx", "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                self._per_row = mm.find(b"DynamicQuantizeLinear") >= 0
+        return self._per_row
+
     def run(self, ids: np.ndarray, mask: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
         feed = {"input_ids": ids.astype(np.int64, copy=False), "attention_mask": mask.astype(np.int64, copy=False)}
         if "token_type_ids" in self.inputs:
             feed["token_type_ids"] = (np.zeros_like(feed["input_ids"]) if token_type_ids is None
                                       else token_type_ids.astype(np.int64, copy=False))
-        return self.session.run(None, feed)[0]
+        if len(ids) == 1 or not self.per_row:
+            return self.session.run(None, feed)[0]
+        lengths = feed["attention_mask"].sum(axis=1)     # right-padded rows (pad_np, the tokenizers)
+        outs = [self.session.run(None, {k: v[i:i + 1, :max(int(lengths[i]), 1)] for k, v in feed.items()})[0]
+                for i in range(len(ids))]
+        if outs[0].ndim == 2:                            # one vector (or logits) per row
+            return np.concatenate(outs)
+        out = np.zeros((len(ids), ids.shape[1]) + outs[0].shape[2:], dtype=outs[0].dtype)
+        for i, o in enumerate(outs):                     # per-token outputs: padded back to the batch
+            out[i, :o.shape[1]] = o[0]
+        return out
 
 
 def pad_np(pieces, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
