@@ -42,10 +42,9 @@ INDEX_OPTIONS = [
     click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when available)."),
     click.option("--backend", type=click.Choice(["auto", "torch", "onnx", "onnx-int8"]), default="auto",
                  show_default=True,
-                 help="Engine for the dense and sparse models: auto is ONNX Runtime on a CPU (int8 for the "
-                      "packaged MiniLM, whose quality measured the same; fp32, PyTorch's vectors, for the rest) "
-                      "and PyTorch on a GPU; onnx-int8 is faster with slightly different vectors (first layer "
-                      "in fp32). Recorded in the index; queries use the same."),
+                 help="Engine for the dense and sparse models: auto is ONNX Runtime fp32 on a CPU (same vectors "
+                      "as PyTorch) and PyTorch on a GPU; onnx-int8 is faster with slightly different vectors "
+                      "(first layer in fp32). Recorded in the index; queries use the same."),
     click.option("--faiss", "faiss_index", type=click.Choice(["auto", "flat", "hnsw", "ivfpq"]), default="auto",
                  show_default=True,
                  help="FAISS index type; auto: exact (flat) per segment up to 50,000 vectors, HNSW past that."),

@@ -20,7 +20,7 @@ from .batching import SerialEncoder, pad
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
 from .dense_core import _DenseCore
-from .runtime import INT8_BY_DEFAULT, choose, with_fallback
+from .runtime import choose, with_fallback
 
 # the strategies ONNX Runtime runs: plain positions (the extension strategies patch torch modules)
 ONNX_STRATEGIES = ("truncate", "pcw", "maxp")
@@ -72,7 +72,7 @@ def load_dense(settings: DenseSettings | None = None):
     local = os.path.isdir(path)
     backend = choose(s.backend, s.device, s.strategy in ONNX_STRATEGIES and local,
                      f"the {s.strategy} strategy (it patches a PyTorch model)" if local else
-                     f"{s.model!r}, which is not a local folder (download it first)", int8=key in INT8_BY_DEFAULT)
+                     f"{s.model!r}, which is not a local folder (download it first)")
     return with_fallback(s, backend, OnnxDenseEncoder, DenseEncoder)
 
 
