@@ -24,9 +24,10 @@ ONNX_EXTRA = "pip install 'ldr[onnx]'"
 # reranked stages, but MiniLM's dense stage alone loses 1-2 passkeys of 50 at four lengths
 # (Acc@1 79.7 vs 81.3 averaged over 256..8192), short of "unchanged at every length" (bench/README.md)
 CPU_DEFAULT = "onnx"
-# int8 with every MatMul quantised lost passkeys (MiniLM dense Acc@1 at 256/512/1024: 78/70/76 vs
-# fp32's 86/76/82); keeping the first layer's three MatMuls in fp32 recovered most of it, keeping
-# any other layer did not (bench/int8_layers.py)
+# int8 with every MatMul quantised lost passkeys (MiniLM dense Acc@1 at 256/512/1024: 78/68/78 vs
+# fp32's 86/76/82); keeping layer 0's or layer 1's three MatMuls in fp32 recovered most of it
+# (84/72/80, 84/78/80), layers 2-5 did not; layer 0 is the one measured at every length
+# (bench/int8_layers.py)
 FP32_LAYERS = (0,)
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
