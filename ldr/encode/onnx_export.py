@@ -67,7 +67,7 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
     if (folder / "meta.json").is_file() and (folder / "model.onnx").is_file():
         return folder
     # shown by the CLI (a warning): the first run waits here for a minute or two with nothing moving
-    log.warning("exporting %s (%s%s) to ONNX Runtime once; later runs reuse %s", model_dir.name, kind,
+    log.warning("exporting %s (%s%s) to ONNX Runtime once; later runs reuse %s", label(model_dir), kind,
                 ", int8" if int8 else "", folder)
 
     def elsewhere(e: OSError) -> Path:
@@ -80,6 +80,11 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
 
     return build_once(folder, "meta.json", lambda work: isolated(kind, model_dir, work, settings, trust_remote_code),
                       elsewhere)
+
+
+def label(model_dir: Path) -> str:
+    """A model folder as a user knows it: a packaged model's folder is `<package>/model`."""
+    return f"{model_dir.parent.name}/{model_dir.name}" if model_dir.name in ("model", "models") else model_dir.name
 
 
 FAILED = "ldr-export-error: "     # marks the line of the child's stderr the user reads
@@ -112,7 +117,7 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
     if reasons:
         raise ModelError(reasons[-1])
     last = lines[-1] if lines else f"exit status {proc.returncode}"     # the exception's own line
-    raise ExportFailed(f"exporting {model_dir.name} ({kind}) to ONNX failed: {last[-600:]}")
+    raise ExportFailed(f"exporting {label(model_dir)} ({kind}) to ONNX failed: {last[-600:]}")
 
 
 def load(kind: str, settings, backend: str, trust_remote_code: bool = False):
