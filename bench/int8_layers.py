@@ -32,17 +32,13 @@ def matmuls(graph: Path) -> list[str]:
 
 
 def quantised(src: Path, dst: Path, exclude: list[str]) -> Path:
-    """A copy of the export folder `src` whose graph is int8 but for the nodes in `exclude`."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
+    """A copy of the export folder `src` whose graph is int8 (ldr's own quantiser and settings)
+    but for the nodes in `exclude`."""
+    from ldr.encode.onnx_export import quantise
     from ldr.encode.runtime import quantization_config
 
     shutil.copytree(src, dst)
-    q = quantization_config()
-    quantize_dynamic(str(src / "model.onnx"), str(dst / "model.onnx"), weight_type=QuantType.QInt8,
-                     per_channel=q["per_channel"], reduce_range=q["reduce_range"], op_types_to_quantize=["MatMul"],
-                     nodes_to_exclude=exclude, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    quantise(src / "model.onnx", dst / "model.onnx", quantization_config(), exclude)
     return dst
 
 

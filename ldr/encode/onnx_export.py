@@ -171,21 +171,9 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
         graph = out / "fused.onnx"
         opt.save_model_to_file(str(graph))
         meta["fused"] = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
-    if settings["int8"]:     # dynamic int8 per channel; the MatMuls of FP32_LAYERS stay fp32
-        import onnx as _onnx
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+    if settings["int8"]:
         q = settings["int8"]
-        root, level = logging.getLogger(), logging.getLogger().level
-        root.setLevel(logging.ERROR)   # the quantizer logs advice on the root logger ("consider pre-processing")
-        keep = [n.name for n in _onnx.load(str(graph)).graph.node if n.op_type == "MatMul" and
-                (m := re.search(r"(?:^|/)layer\.(\d+)/", n.name)) and int(m.group(1)) in q.get("fp32_layers", ())]
-        try:
-            quantize_dynamic(str(graph), str(out / "model.onnx"), weight_type=QuantType.QInt8,
-                             per_channel=q["per_channel"], reduce_range=q["reduce_range"],
-                             op_types_to_quantize=["MatMul"], nodes_to_exclude=keep,
-                             extra_options={"DefaultTensorType": _onnx.TensorProto.FLOAT})
-        finally:
-            root.setLevel(level)
+        quantise(graph, out / "model.onnx", q, layer_matmuls(graph, q.get("fp32_layers", ())))
     else:
         os.replace(graph, out / "model.onnx")
     for leftover in (raw, out / "fused.onnx"):
@@ -197,6 +185,31 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
                 special_ids=sorted(set(tokenizer.all_special_ids)), model_input_names=list(tokenizer.model_input_names),
                 torch=torch.__version__)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def layer_matmuls(graph: Path, layers) -> list[str]:
+    """Names of the MatMul nodes of the given transformer layers (the exporter names them
+    `.../layer.N/...`)."""
+    import onnx
+
+    wanted = set(layers)
+    return [n.name for n in onnx.load(str(graph)).graph.node if n.op_type == "MatMul" and
+            (m := re.search(r"(?:^|/)layer\.(\d+)/", n.name)) and int(m.group(1)) in wanted]
+
+
+def quantise(graph: Path, out: Path, q: dict, keep_fp32: list[str]) -> None:
+    """Dynamic int8 (runtime.quantization_config's settings `q`) of every MatMul but `keep_fp32`."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root, level = logging.getLogger(), logging.getLogger().level
+    root.setLevel(logging.ERROR)   # the quantizer logs advice on the root logger ("consider pre-processing")
+    try:
+        quantize_dynamic(str(graph), str(out), weight_type=QuantType.QInt8, per_channel=q["per_channel"],
+                         reduce_range=q["reduce_range"], op_types_to_quantize=["MatMul"],
+                         nodes_to_exclude=keep_fp32, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        root.setLevel(level)
 
 
 # kind → fn(model_dir, trust_remote_code) → (torch module, meta, config, tokenizer); e.g. ldr.encode.dense
