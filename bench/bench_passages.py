@@ -26,8 +26,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 # passage weights: "default" = the index's fusion weights (what a search uses); the others ablate
+# (a kind weighted 0 places no windows: "bm25 only" scores word windows, as a BM25-only index does)
 WEIGHTS = {"default": "index", "equal": {"dense": 1.0, "bm25": 1.0}, "dense only": {"dense": 1.0, "bm25": 0.0},
            "bm25 only": {"dense": 0.0, "bm25": 1.0}}
+COLBERT_WEIGHTS = {"colbert windows only": {"colbert": 1.0, "dense": 0.0, "bm25": 0.0},
+                   "colbert + bm25": {"colbert": 1.0, "dense": 0.0, "bm25": 1.0}}
+
+
+def weightings(colbert: str | None) -> dict:
+    """The passage scorings to compare; on a colbert index the base ones leave colbert out."""
+    if not colbert:
+        return dict(WEIGHTS)
+    base = {k: (w if w == "index" else {**w, "colbert": 0.0}) for k, w in WEIGHTS.items()}
+    return {**base, **COLBERT_WEIGHTS}
 _WORD = re.compile(r"[a-z0-9]+")
 STOP = set("the a an and or of to in on for with is are was were be been it this that as at by from we they "
            "i you he she our their about which who what when how also there had has have not but so if into".split())
@@ -42,7 +53,12 @@ def finder_for(ix, weights):
     return ix._finder(view, weights, retrievers)
 
 
-def needle_bench(lengths, n_docs, n_queries, haystack: Path) -> dict:
+def reps(ix, finder, q: str) -> dict:
+    """The query's representation for each vector kind the finder scores windows with."""
+    return {k: ix.retriever(k).encode(q) for k in finder.vector_kinds}
+
+
+def needle_bench(lengths, n_docs, n_queries, haystack: Path, colbert: str | None = None) -> dict:
     import ldr
     from ldr.eval.synthetic import needle
 
@@ -52,7 +68,8 @@ def needle_bench(lengths, n_docs, n_queries, haystack: Path) -> dict:
         corpus, queries, qrels = task.split(length)
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            ix = ldr.Index.build([{"id": d, "text": x} for d, x in corpus.items()], Path(tmp) / "idx")
+            extra = {"components": {"colbert": colbert}} if colbert else {}
+            ix = ldr.Index.build([{"id": d, "text": x} for d, x in corpus.items()], Path(tmp) / "idx", **extra)
             build_s = time.perf_counter() - t
             res = {"build_s": round(build_s, 1)}
             facts = {}   # "What is NAME's THING?" asks back the sentence "NAME's THING is VALUE."
@@ -61,13 +78,12 @@ def needle_bench(lengths, n_docs, n_queries, haystack: Path) -> dict:
                 head = re.match(r"What is (.+)\?$", q).group(1) + " is "
                 i = corpus[rel].index(head)
                 facts[rel] = corpus[rel][i:corpus[rel].index(".", i + len(head)) + 1]
-            for label, w in WEIGHTS.items():
+            for label, w in weightings(colbert).items():
                 finder = finder_for(ix, w)
                 located = top1 = 0
                 for qid, q in queries.items():
                     rel = next(iter(qrels[qid]))
-                    qvec = ix.retriever("dense").encode(q)
-                    best = finder.find(q, qvec, {ix.docstore.row(rel): ix.document(rel).text}, 1)
+                    best = finder.find(q, reps(ix, finder, q), {ix.docstore.row(rel): ix.document(rel).text}, 1)
                     p = next(iter(best.values()))
                     located += bool(p) and facts[rel] in p[0].text
                     if label == "default":
@@ -95,16 +111,15 @@ def qmsum_bench(index: Path, beir: Path, max_queries: int | None) -> dict:
     qrels = load_qrels(beir, "test")
     qids = [q for q in queries if q in qrels][:max_queries]
     res = {"queries": len(qids)}
-    for label, w in WEIGHTS.items():
+    for label, w in weightings("colbert" if "colbert" in ix.retriever_names else None).items():
         finder = finder_for(ix, w)
         relevant_top = oracle_hit = oracle_overlap = 0
         t = time.perf_counter()
         for qid in qids:
             q = queries[qid]
             rel = next(d for d, g in qrels[qid].items() if g > 0)
-            qvec = ix.retriever("dense").encode(q)
             text = ix.document(rel).text
-            cands = finder.find(q, qvec, {ix.docstore.row(rel): text}, 1000)
+            cands = finder.find(q, reps(ix, finder, q), {ix.docstore.row(rel): text}, 1000)
             ps = next(iter(cands.values()))
             qc = _content(q)
             oracle = max(ps, key=lambda p: (len(qc & _content(p.text)), -p.start))
@@ -121,7 +136,8 @@ def qmsum_bench(index: Path, beir: Path, max_queries: int | None) -> dict:
         if label == "default":
             res[label]["top1_passage_from_relevant"] = round(100 * relevant_top / n, 1)
         print("qmsum", label, json.dumps(res[label]), file=sys.stderr)
-    windows = [len(next(iter(finder.find("x", None, {ix.docstore.row(d): ix.document(d).text}, 10_000).values())))
+    windows = [len(next(iter(finder.find("x", reps(ix, finder, "x"), {ix.docstore.row(d): ix.document(d).text},
+                                          10_000).values())))
                for d in list(ix.docstore.live_ids())[:50]]
     res["windows_per_meeting_median"] = float(np.median(windows))
     return res
@@ -136,7 +152,8 @@ def plot(out: dict, png: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
     if "needle" in out:
         lengths = sorted(out["needle"], key=int)
-        for label, style in zip(WEIGHTS, ("-", "--", "-.", ":")):   # lines that coincide stay visible
+        labels = [x for x in weightings("any") if x in out["needle"][lengths[0]]]
+        for label, style in zip(labels, ("-", "--", "-.", ":", (0, (1, 3)), (0, (5, 5)))):   # coinciding lines stay visible
             axes[0].plot([int(x) for x in lengths], [out["needle"][x][label]["located"] for x in lengths], marker="o",
                          linestyle=style, linewidth=3 if label == "default" else 1.5, label=label)
         axes[0].set_xscale("log", base=2)
@@ -146,7 +163,7 @@ def plot(out: dict, png: Path) -> None:
         axes[0].legend()
         axes[0].set_title("needle: passage localisation in the relevant document")
     if "qmsum" in out:
-        labels = list(WEIGHTS)
+        labels = [x for x in weightings("any") if x in out["qmsum"]]
         axes[1].bar(labels, [out["qmsum"][x]["best_is_oracle"] for x in labels], color="tab:blue")
         axes[1].set_ylim(0, 100)
         axes[1].set_ylabel("best passage = lexical oracle window (%)")
@@ -167,6 +184,8 @@ def main():
     ap.add_argument("--qmsum-index", default="/tmp/ldr-bench/qmsum-index")
     ap.add_argument("--qmsum-queries", type=int, default=None)
     ap.add_argument("--skip", default="", help="needle or qmsum")
+    ap.add_argument("--colbert", default=None, help="needle indexes also get this colbert model (e.g. colbert-small); "
+                    "adds the colbert passage scorings")
     ap.add_argument("--needle-json", default=None, help="reuse the needle results of an earlier run")
     ap.add_argument("--out", default=str(ROOT / "bench/results/passages.json"))
     ap.add_argument("--png", default=str(ROOT / "bench/figures/passages.png"))
@@ -179,7 +198,8 @@ def main():
     if args.needle_json:
         out["needle"] = json.loads(Path(args.needle_json).read_text())["needle"]
     elif "needle" not in args.skip:
-        out["needle"] = needle_bench([int(x) for x in args.lengths.split(",")], args.docs, args.queries, Path(args.haystack))
+        out["needle"] = needle_bench([int(x) for x in args.lengths.split(",")], args.docs, args.queries,
+                                     Path(args.haystack), args.colbert)
     if "qmsum" not in args.skip:
         from bench_serve import ensure_index
         ensure_index(Path(args.qmsum_index), Path(args.beir) / "corpus.jsonl")

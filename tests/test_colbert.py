@@ -48,7 +48,7 @@ def test_windows_cover_the_whole_document_and_queries_are_mask_padded(tiny):
     enc = ColbertEncoder(ColbertSettings(model=tiny, pool_factor=1))
     assert enc.window == 64
     n_tok = len(enc.tokenizer("heron " * 200, add_special_tokens=False)["input_ids"])
-    _, pieces, owner = enc.prepare_documents(["heron " * 200, "reed"])
+    _, pieces, owner, _ = enc.prepare_documents(["heron " * 200, "reed"])
     assert sum(len(p) - 3 for p, o in zip(pieces, owner) if o == 0) == n_tok     # every token once
     assert all(p[0] == enc.cls and p[1] == enc.d_marker and p[-1] == enc.sep for p in pieces)
     vecs = enc.finish_documents(enc.prepare_documents(["heron " * 200, "reed"]))
@@ -180,3 +180,71 @@ def test_colbert_as_a_second_stage_reads_only_the_candidates(tiny, tmp_path):
     assert [h.id for h in res] == want and all(abs(h.scores["rerank"] - exact[h.id]) < 1e-4 for h in res)
     r = cli_run("search", "heron", "-i", tmp_path / "i", "--rerank", "nonsense")
     assert r.returncode == 2 and "colbert" in r.stderr and "passage" in r.stderr
+
+
+def test_passages_are_the_windows_whose_tokens_won_the_maxsim(tiny, tmp_path):
+    """Each colbert window is scored by its own MaxSim (exact, from the encoder's vectors); a hit's
+    passages come from those windows, with their characters in the document's text (a title
+    does not shift them); incremental and merged indexes show the same passages; `ldr check`
+    finds windows that no longer account for the vectors."""
+    rng = __import__("random").Random(7)
+    docs = {f"d{i}": " ".join(rng.choice(WORDS) for _ in range(rng.randrange(150, 400))) for i in range(6)}
+    idx = ldr.Index.build([{"id": k, "text": v, "title": "Notes"} for k, v in docs.items()], tmp_path / "i",
+                          dense=None, sparse=None, components={"colbert": ColbertSettings(model=tiny)}, progress=False)
+    enc = ColbertEncoder(ColbertSettings(model=tiny))
+    q = enc.encode_query("egret harbour")
+    w = {"colbert": 1.0, "bm25": 0.0}
+    for h in idx.search("egret harbour", k=6, mode="colbert", passages=50, weights=w):
+        vecs, wins = enc.finish_documents(enc.prepare_documents(["Notes\n" + docs[h.id]], spans=True))
+        vecs, wins = vecs[0], wins[0]
+        assert len(wins) > 1 and wins[:, 0].sum() == len(vecs)
+        codes, scales = quantise(vecs)
+        v = codes.astype(np.float32) * scales.astype(np.float32)[:, None]
+        bounds = np.r_[0, np.cumsum(wins[:, 0])]
+        want = [float((q @ v[a:b].T).max(1).sum()) for a, b in zip(bounds[:-1], bounds[1:])]
+        got = [p.scores["colbert"] for p in h.passages]   # windows that overlap a better one are left out
+        assert got and all(min(abs(g - x) for x in want) < 1e-3 for g in got)
+        best = max(h.passages, key=lambda p: p.score)
+        assert best.stage == "colbert" and best.scores["colbert"] == pytest.approx(max(want), abs=1e-3)
+        assert best.text == docs[h.id][best.start:best.end] and 0 <= best.start < best.end <= len(docs[h.id])
+    # windows survive add / delete / merge: passages equal a fresh build's
+    live = ldr.Index.build([{"id": k, "text": v} for k, v in list(docs.items())[:3]], tmp_path / "live", dense=None,
+                           sparse=None, components={"colbert": ColbertSettings(model=tiny)}, progress=False)
+    live.add([{"id": k, "text": v} for k, v in list(docs.items())[3:]] + [{"id": "gone", "text": "heron tide"}])
+    live.delete(["gone"])
+    live.merge(1)
+    fresh = ldr.Index.build([{"id": k, "text": v} for k, v in docs.items()], tmp_path / "fresh", dense=None,
+                            sparse=None, components={"colbert": ColbertSettings(model=tiny)}, progress=False)
+
+    def shown(ix):
+        return [(h.id, [(p.start, p.end, round(p.score, 4)) for p in h.passages])
+                for h in ix.search("egret harbour dune", k=6, passages=3)]
+    assert shown(live) == shown(fresh) and check_index(tmp_path / "live")[1] == []
+    seg = tmp_path / "live" / manifest_of(tmp_path / "live")["segments"][0]["path"] / "colbert"
+    wins = np.load(seg / "windows.npy")
+    wins[0, 0] += 1
+    np.save(seg / "windows.npy", wins)
+    assert any("windows" in p for p in check_index(tmp_path / "live")[1])
+    # a segment written before windows were kept: no colbert passages, one window of unknown span
+    from ldr.components.colbert_store import ColbertPart
+    (seg / "windows.npy").unlink()
+    (seg / "win_indptr.npy").unlink()
+    part = ColbertPart(seg, len(docs), enc.dim)
+    assert part.passage_scores(q, 0)[1] is None
+    assert part.doc_windows(0).tolist() == [[int(part.indptr[1]), -1, -1]]
+
+
+def test_the_packaged_colbert_small_finds_the_window_holding_the_fact(tmp_path):
+    from ldr.encode.models import packaged_path
+
+    if packaged_path("colbert-small") is None:
+        pytest.skip("ldr[models] is not installed")
+    filler = ("The committee reviewed the minutes of the previous session and agreed on the agenda. "
+              "Members discussed scheduling, rooms and the usual administrative matters at length. ")
+    fact = "The lighthouse keeper's favourite instrument is the bassoon."
+    text = filler * 25 + fact + " " + filler * 25
+    idx = build({"doc": text, "other": filler * 40}, tmp_path / "i", "colbert-small")
+    hit = idx.search("Which instrument does the lighthouse keeper like best?", k=1, mode="colbert", passages=1,
+                     weights={"colbert": 1.0, "bm25": 0.0})[0]
+    assert hit.id == "doc" and fact in hit.passages[0].text and hit.passages[0].stage == "colbert"
+    assert len(hit.passages[0].text) < len(text) / 2

@@ -6,7 +6,8 @@ A MaxSim score needs no corpus statistics, so segments score independently and a
 by any sequence of add / replace / delete / merge scores exactly as a fresh build.
 
 As a leg of the fusion it scores every live document (brute force; see colbert_store for when
-that stops being cheap); `exact_scores` gives the passage rescorer its MaxSim feature.
+that stops being cheap); `exact_scores` gives the passage rescorer its MaxSim feature, and
+`passage_scores` each window's own MaxSim, so a hit can show the windows that matched.
 """
 from __future__ import annotations
 
@@ -49,6 +50,13 @@ class MultiColbert:
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         return self.search_rep(self.encode(query), k)
 
+    def passage_scores(self, q: np.ndarray, docno: int):
+        """(MaxSim of each of the document's windows alone, their character spans or None)."""
+        s, r = self.segments.locate(docno)
+        if self.parts[s] is None:
+            return np.zeros(0), None
+        return self.parts[s].passage_scores(q, r)
+
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """MaxSim of the listed documents only (a rescoring stage reads just their vectors)."""
         out = np.zeros(len(docnos), dtype=np.float64)
@@ -80,7 +88,7 @@ class Colbert(ModelComponent):
     # -- writing ----------------------------------------------------------------------------
     def part_writer(self, folder, comp, encoder, pipeline, allow_small):
         return EncodedPart(ColbertWriter(Path(folder) / "colbert", encoder, comp.get("dim"), pipeline=pipeline),
-                           ("path", "vectors"), ("dim", "model"))
+                           ("path", "vectors", "windows"), ("dim", "model"))
 
     def merge_parts(self, root, sources, row_maps, out, comp):
         writer = ColbertWriter(Path(out) / "colbert", None, comp["dim"])
@@ -90,12 +98,12 @@ class Colbert(ModelComponent):
                                    entry["docs"], comp["dim"])
                 for r in np.flatnonzero(rows >= 0):        # live rows, in order (the new rows are in order too)
                     a, b = int(part.indptr[r]), int(part.indptr[r + 1])
-                    writer.write_rows(part.codes[a:b], part.scales[a:b], [b - a])
+                    writer.write_rows(part.codes[a:b], part.scales[a:b], [b - a], [part.doc_windows(r)])
             info = writer.close()
         except BaseException:
             writer.abort()
             raise
-        return {"path": info["path"], "vectors": info["vectors"]}
+        return {"path": info["path"], "vectors": info["vectors"], "windows": info["windows"]}
 
     # -- reading ----------------------------------------------------------------------------
     def open(self, root, comp, segments, encoder):
@@ -103,11 +111,15 @@ class Colbert(ModelComponent):
                  if e.get("colbert") else None for e in segments.entries]
         return MultiColbert(parts, segments, encoder())
 
+    def passage_vectors(self, comp: dict) -> bool:
+        return True     # each window's MaxSim, with its characters (segments that kept them)
+
     # -- verification and description ---------------------------------------------------------
     def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
         if "colbert" not in e:
             return ["has no colbert vectors"]
-        return check_part(inside(seg, e["colbert"]["path"]), e["docs"], comp["dim"], e["colbert"]["vectors"])
+        return check_part(inside(seg, e["colbert"]["path"]), e["docs"], comp["dim"], e["colbert"]["vectors"],
+                          e["colbert"].get("windows"))    # segments from before windows were kept have none
 
     def describe(self, comp: dict, segments: list[dict]) -> dict:
         return dict(comp, vectors=sum(s.get("colbert", {}).get("vectors", 0) for s in segments))

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, batch_budget, budget_batches, token_ids, with_specials
+from .chunking import char_span
 from .models import model_revision, offline_hint, pick_device, resolve
 
 DEFAULT_COLBERT = "colbert-small"
@@ -162,22 +163,29 @@ class ColbertEncoder(SerialEncoder):
         return h
 
     # -- documents ----------------------------------------------------------------------------
-    def prepare_documents(self, texts: list[str]):
-        """Windows of every text ([CLS] [D] tokens [SEP]) and the text each belongs to."""
+    def prepare_documents(self, texts: list[str], spans: bool = False):
+        """Windows of every text ([CLS] [D] tokens [SEP]) and the text each belongs to; with
+        `spans`, also the characters of its text each window covers ((-1, -1) when unknown)."""
         with self._lock:
-            ids = token_ids(self.tokenizer, texts)
+            enc = token_ids(self.tokenizer, texts, spans=spans)
         room = self.window - 3
         step = min(self.settings.stride or room, room)
-        pieces, owner = [], []
-        for d, a in enumerate(ids):
+        pieces, owner, where = [], [], []
+        for d, item in enumerate(enc):
+            a, offsets = item if spans else (item, None)
             for s in range(0, max(len(a) - (room - step), 1), step):   # the last window reaches the end
                 pieces.append(with_specials([self.cls, self.d_marker], a[s:s + room], [self.sep]))
                 owner.append(d)
-        return len(texts), pieces, np.asarray(owner, dtype=np.int64)
+                if spans:
+                    where.append(char_span(offsets, s, min(s + room, len(a))) if offsets is not None else (-1, -1))
+        where_arr = np.asarray(where, dtype=np.int64).reshape(-1, 2) if spans else None
+        return len(texts), pieces, np.asarray(owner, dtype=np.int64), where_arr
 
-    def finish_documents(self, job, progress=None) -> list[np.ndarray]:
-        """Per text: its pooled, normalised token vectors (n, dim) float32, windows in order."""
-        n_texts, pieces, owner = job
+    def finish_documents(self, job, progress=None):
+        """Per text: its pooled, normalised token vectors (n, dim) float32, windows in order. For
+        a job prepared with spans, also per text its windows (m, 3) int64: [vectors the window
+        kept, first character, end character], so a hit can show the window that matched."""
+        n_texts, pieces, owner, where = job
         per_window: list = [None] * len(pieces)
         for rows in budget_batches([len(p) for p in pieces], batch_budget(self.settings.batch_tokens, self.device)):
             h = self._forward([pieces[r] for r in rows])
@@ -186,10 +194,15 @@ class ColbertEncoder(SerialEncoder):
                 per_window[r] = normalise(pool(v, self.settings.pool_factor))
             if progress is not None:
                 progress(sum(len(pieces[r]) for r in rows))
-        out = [[] for _ in range(n_texts)]
+        out, wins = [[] for _ in range(n_texts)], [[] for _ in range(n_texts)]
         for r, d in enumerate(owner.tolist()):
             out[d].append(per_window[r])
-        return [np.concatenate(v) if v else np.zeros((0, self.dim), np.float32) for v in out]
+            if where is not None:
+                wins[d].append((len(per_window[r]), *where[r].tolist()))
+        vecs = [np.concatenate(v) if v else np.zeros((0, self.dim), np.float32) for v in out]
+        if where is None:
+            return vecs
+        return vecs, [np.asarray(w, dtype=np.int64).reshape(-1, 3) for w in wins]
 
     # -- queries ------------------------------------------------------------------------------
     def encode_query(self, text: str) -> np.ndarray:

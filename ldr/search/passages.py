@@ -1,13 +1,14 @@
-"""A hit's best passages: character windows of its document, scored by the dense passage vectors
-(MaxP: the windows the encoder saw, their spans kept at index time) and by BM25 over the query's
-terms inside each window. A RAG application puts these, not a 50-page document, into its prompt.
+"""A hit's best passages: character windows of its document, scored by the vectors of the windows
+the encoders saw (dense MaxP passages, colbert windows scored by their own MaxSim; their spans
+kept at index time) and by BM25 over the query's terms inside each window. A RAG application
+puts these, not a 50-page document, into its prompt.
 
-Windows are the dense passages when the index has them for the document; otherwise (other
-strategies, dense-less indexes) windows of WORDS words every STRIDE words. Term scores are BM25
+Windows are the union of the vector kinds' windows when the index has them for the document;
+otherwise (other strategies, vector-less indexes) windows of WORDS words every STRIDE words. Term scores are BM25
 over the windows of the documents being looked at (idf and average length among those windows),
 with the index's analyzer, so "running" in the query matches "run" in the text as BM25 does.
-Per window the stages are min-max normalised over every window looked at and combined with the
-index's fusion weights, so passage scores compare across hits.
+Per window each source is min-max normalised over the windows it scored among those looked at and
+combined with the index's fusion weights, so passage scores compare across hits.
 """
 from __future__ import annotations
 
@@ -102,23 +103,27 @@ class WindowTerms:
 
 class PassageFinder:
     """Scores windows of given documents for one query. `terms`: the index's WindowTerms (its
-    analyzer and the analysed windows, shared by the searches of an index); `dense`: the
-    generation's MultiDense when its vectors are passages (MaxP), else None; `weights`: fusion
-    weights."""
+    analyzer and the analysed windows, shared by the searches of an index); `vectors`: {kind:
+    retriever} of the searched kinds whose vectors are passages with characters (dense MaxP,
+    colbert windows); `weights`: fusion weights."""
 
-    def __init__(self, terms: WindowTerms, weights: dict | None = None, dense=None, k1: float = 1.2,
-                 b: float = 0.75, vector_kind: str = "dense", term_kind: str = "bm25"):
-        """`vector_kind` / `term_kind`: the component names the two sources are weighted and
-        labelled by (the retriever whose vectors are passages, the lexical one)."""
+    def __init__(self, terms: WindowTerms, weights: dict | None = None, vectors: dict | None = None,
+                 k1: float = 1.2, b: float = 0.75, term_kind: str = "bm25"):
+        """`term_kind`: the lexical component the term scores are weighted and labelled by."""
         self.cache = terms
-        self.dense = dense
-        self.vector_kind, self.term_kind = vector_kind, term_kind
+        self.term_kind = term_kind
         w = weights or {}
-        self.w_dense = float(w.get(vector_kind, 1.0)) if dense is not None else 0.0
+        # a kind weighted 0 in the fusion does not place passages either (nor is its query encoded)
+        self.vectors = {k: r for k, r in (vectors or {}).items() if float(w.get(k, 1.0)) != 0}
+        self.w_vec = {k: float(w.get(k, 1.0)) for k in self.vectors}
         self.w_terms = float(w.get(term_kind, 1.0))
-        if self.w_dense == 0 and self.w_terms == 0:   # a sparse-only weighting: words still locate passages
+        if not self.w_vec and self.w_terms == 0:   # a sparse-only weighting: words still locate passages
             self.w_terms = 1.0
         self.k1, self.b = k1, b
+
+    @property
+    def vector_kinds(self) -> list[str]:
+        return list(self.vectors)
 
     def terms(self, text: str) -> list[str]:
         return self.cache.terms(text)
@@ -127,36 +132,52 @@ class PassageFinder:
         from ..components.bm25_store.analysis import first_terms
         return set(first_terms(self.terms(query)))
 
-    def find(self, query: str, qvec, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
-        """{docno: its n best passages, best first} for the documents {docno: text}; `keys`
-        {docno: uid} lets the window terms of a document be reused by later queries."""
+    def _vector_windows(self, reps: dict, d: int, text: str):
+        """The windows of document d each vector kind scored ({kind: (sims, spans)}), leaving out
+        a kind whose spans are unknown (a segment from before spans were kept)."""
+        out = {}
+        for kind, r in self.vectors.items():
+            if reps.get(kind) is None:
+                continue
+            sims, spans = r.passage_scores(reps[kind], d)
+            if spans is not None and len(spans) and not (spans < 0).any() and spans[:, 1].max() <= len(text):
+                out[kind] = (np.asarray(sims, dtype=np.float64), np.asarray(spans, dtype=np.int64))
+        return out
+
+    def find(self, query: str, reps: dict, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
+        """{docno: its n best passages, best first} for the documents {docno: text}; `reps`: the
+        query's representation per vector kind; `keys` {docno: uid} lets the window terms of a
+        document be reused by later queries."""
         if n < 1 or not docs:
             return {d: [] for d in docs}
         qterms = self.query_terms(query)
-        owners, spans_all, dense_all, has_all, parts = [], [], [], [], []
+        kinds = list(self.vectors)
+        owners, spans_all, parts = [], [], []
+        vec_all: dict[str, list] = {k: [] for k in kinds}     # per kind, per window: its score or nan
         for d, text in docs.items():
-            spans, sims = None, None
-            if self.dense is not None and qvec is not None:
-                sims, spans = self.dense.passage_scores(qvec, d)
-                if spans is not None and (len(spans) == 0 or (spans < 0).any() or spans[:, 1].max() > len(text)):
-                    spans = None   # a segment from before spans were kept, or not MaxP passages
-            key = (keys[d], spans is not None) if keys is not None else None
+            found = self._vector_windows(reps, d, text)
+            spans = np.concatenate([sp for _, sp in found.values()]) if found else None
+            key = (keys[d], tuple(found)) if keys is not None else None
             win, indptr, ids = self.cache.get(key, text, spans)
             m = len(win)
+            for k in kinds:
+                col = np.full(m, np.nan)
+                if k in found:
+                    at = sum(len(found[j][1]) for j in list(found)[:list(found).index(k)])
+                    col[at:at + len(found[k][0])] = found[k][0]
+                vec_all[k].append(col)
             owners.append(np.full(m, d, dtype=np.int64))
             spans_all.append(win)
-            dense_all.append(sims if spans is not None else np.zeros(m))
-            has_all.append(np.full(m, spans is not None))
             parts.append((indptr, ids))
         if not sum(len(o) for o in owners):
             return {d: [] for d in docs}
         owner, win = np.concatenate(owners), np.concatenate(spans_all)
-        dense_arr = np.concatenate(dense_all).astype(np.float64)
-        has = np.concatenate(has_all)
+        vec = {k: np.concatenate(v) for k, v in vec_all.items()}
         term_scores = self._bm25(parts, qterms)
-        dn = _minmax(dense_arr, has)
-        tn = _minmax(term_scores, np.ones(len(win), bool))
-        total = self.w_dense * dn + self.w_terms * tn
+        # each source min-max normalised over the windows it scored, then weighted
+        contrib = {k: self.w_vec[k] * _minmax(np.nan_to_num(v), ~np.isnan(v)) for k, v in vec.items()}
+        contrib[self.term_kind] = self.w_terms * _minmax(term_scores, np.ones(len(win), bool))
+        total = sum(contrib.values())
         out: dict[int, list[Passage]] = {d: [] for d in docs}
         for i in np.lexsort((win[:, 0], -total)).tolist():
             d = int(owner[i])
@@ -167,9 +188,9 @@ class PassageFinder:
             if any(a < p.end and p.start < e for p in chosen):
                 continue   # overlapping windows: the better one stands for both
             scores = {self.term_kind: float(term_scores[i])}
-            if has[i]:
-                scores[self.vector_kind] = float(dense_arr[i])
-            stage = self.vector_kind if has[i] and self.w_dense * dn[i] >= self.w_terms * tn[i] else self.term_kind
+            scores.update({k: float(v[i]) for k, v in vec.items() if not np.isnan(v[i])})
+            # the source that adds the most to this window's score; vector kinds first on a tie
+            stage = max([k for k in kinds if k in scores] + [self.term_kind], key=lambda k: contrib[k][i])
             chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores))
             if all(len(c) >= n for c in out.values()):
                 break
@@ -276,19 +297,18 @@ def finder_for(components: dict, weights: dict | None, retrievers: dict, cache: 
     from .. import components as registry
     from ..components.bm25_store.analysis import Analyzer
 
-    analyzer, term_kind, vector_kind = None, "bm25", None
+    analyzer, term_kind, vector_kinds = None, "bm25", []
     for name, kind in registry.kinds(components):
         found = kind.passage_analyzer(components[name])
         if found is not None and analyzer is None:
             analyzer, term_kind = found, name
-        if vector_kind is None and name in retrievers and kind.passage_vectors(components[name]):
-            vector_kind = name
-    vectors = components[vector_kind].get("model", {}).get("settings") if vector_kind else None
+        if name in retrievers and kind.passage_vectors(components[name]):
+            vector_kinds.append(name)
+    vectors = {k: components[k].get("model", {}).get("settings") for k in vector_kinds}
     # a uid's text never changes, but a rebuild may change the analyzer or the passage vectors
     sig = json.dumps([analyzer, vectors], sort_keys=True, default=str)
     with lock:
         if sig not in cache:
             cache[sig] = WindowTerms(Analyzer.from_dict(analyzer) if analyzer else Analyzer())
         terms = cache[sig]
-    return PassageFinder(terms, weights, retrievers.get(vector_kind) if vector_kind else None,
-                         vector_kind=vector_kind or "dense", term_kind=term_kind)
+    return PassageFinder(terms, weights, {k: retrievers[k] for k in vector_kinds}, term_kind=term_kind)

@@ -42,9 +42,9 @@ class QueryContext:
         """{docno: its n best passages} (empty lists when the index cannot say)."""
         if self.finder is None or n < 1:
             return {d: [] for d in docnos}
-        qvec = self.rep(self.finder.vector_kind) if self.finder.dense is not None else None
+        reps = {k: self.rep(k) for k in self.finder.vector_kinds}
         keys = {d: int(self.uids[d]) for d in docnos} if self.uids is not None else None
-        return self.finder.find(self.query, qvec, {d: self.text(d) for d in docnos}, n, keys)
+        return self.finder.find(self.query, reps, {d: self.text(d) for d in docnos}, n, keys)
 
     def rep(self, name: str):
         if name not in self.reps:
