@@ -1,0 +1,160 @@
+"""Which legs, analyzer and weights, then how much cross-encoder: the whole default stack on
+qmsum-train, chosen by 5-fold cross-validation so the reported gain is on held-out queries.
+
+    python bench/stack_sweep.py --runs EVAL/runs --bm25 stem=EVAL/runs nostem=BM25_EVAL/runs \
+        [--colbert COLBERT.trec] [--index QMSUM_4LEG_INDEX --every 8 --depth 20 --windows 4]
+
+Stage 1 (every query): min-max fusion of the run files `ldr eval` wrote (dense and sparse from
+--runs, one BM25 run per analyzer from --bm25, the colbert leg's run) over a grid of weights.
+Each fold picks the setting best on the other four folds; the held-out nDCG@10 of the picks
+is compared with today's fused list (paired t-test). Stage 2 (every n-th query, --index): the
+cross-encoder (ms-marco-minilm-l12) scores the top `depth` of the setting chosen on all
+queries, on each document's best `windows` passages found by the index's passage finder, and its
+z-normalised score is mixed with the fused one (ldr.search.pipeline.mix) at several weights,
+again chosen per fold."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qmsum_eval import DATA, load_run, ndcg10, qrels as read_qrels, queries as read_queries, rank
+
+
+def read_trec(path: Path) -> dict:
+    out: dict = {}
+    for line in open(path):
+        q, _, d, _, s, _ = line.split()
+        out.setdefault(q, {})[d] = float(s)
+    return out
+
+
+def folds(qids: list, k: int = 5) -> list[list[int]]:
+    """Query positions per fold; a meeting's queries stay in one fold (no leakage through the
+    relevant document)."""
+    rng = np.random.default_rng(0)
+    return [list(x) for x in np.array_split(rng.permutation(len(qids)), k)]
+
+
+def cross_validate(scores: dict, k: int = 5) -> tuple[np.ndarray, list]:
+    """scores {setting: per-query array}: per query the held-out score of the setting its fold's
+    complement liked best, and the picks."""
+    keys = list(scores)
+    mat = np.stack([scores[s] for s in keys])
+    n = mat.shape[1]
+    out, picks = np.zeros(n), []
+    for held in folds(list(range(n)), k):
+        train = np.setdiff1d(np.arange(n), held)
+        best = int(np.argmax(mat[:, train].mean(axis=1)))
+        out[held] = mat[best, held]
+        picks.append(keys[best])
+    return out, picks
+
+
+def report(name: str, v: np.ndarray, base: np.ndarray) -> None:
+    from scipy.stats import ttest_rel
+
+    p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
+    print(f"{name:<58}{100 * v.mean():7.2f}{100 * (v.mean() - base.mean()):+7.2f}   p={p:.4f}", flush=True)
+
+
+def main() -> None:
+    from ldr.search.fusion import fuse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", required=True, help="`ldr eval` runs/ of today's default index (dense, sparse, fused)")
+    ap.add_argument("--bm25", nargs="+", required=True, metavar="NAME=RUNS", help="BM25 runs per analyzer")
+    ap.add_argument("--colbert", default=None, help="TREC run of the colbert leg (every meeting scored)")
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--index", default=None, help="a qmsum-train index for the cross-encoder's passages")
+    ap.add_argument("--every", type=int, default=8)
+    ap.add_argument("--depth", type=int, default=20)
+    ap.add_argument("--windows", type=int, default=4)
+    a = ap.parse_args()
+    qrels = read_qrels(Path(a.data))
+    runs = Path(a.runs)
+    today = load_run(runs, "fused")
+    qids = [q for q in qrels if q in today]
+    base = np.array([ndcg10(rank(today[q]), qrels[q]) for q in qids])
+    legs = {"dense": load_run(runs, "dense"), "sparse": load_run(runs, "sparse")}
+    bm25 = {n: load_run(Path(p), "bm25") for n, p in (x.split("=", 1) for x in a.bm25)}
+    if a.colbert:
+        legs["colbert"] = read_trec(Path(a.colbert))
+    grid = {"dense": (0.15, 0.25, 0.35, 0.5), "sparse": (0.1, 0.25, 0.4), "colbert": (0.0, 0.25, 0.5, 0.75)}
+    names = [n for n in grid if n in legs]
+    scores, fused_runs = {}, {}
+    t = time.perf_counter()
+    for an, ws in itertools.product(bm25, itertools.product(*[grid[n] for n in names])):
+        w = {"bm25": 1.0, **dict(zip(names, ws))}
+        key = (an, tuple(sorted(w.items())))
+        per, run = [], {}
+        for q in qids:
+            f = fuse({"bm25": bm25[an].get(q, {}), **{n: legs[n].get(q, {}) for n in names}}, "minmax", w)
+            run[q] = f
+            per.append(ndcg10(rank(f), qrels[q]))
+        scores[key], fused_runs[key] = np.array(per), run
+    print(f"{len(scores)} fusion settings over {len(qids)} queries in {time.perf_counter() - t:.0f} s\n")
+    print(f"{'qmsum-train nDCG@10, paired t-test against today':<58}{'':>7}{'Δ':>7}")
+    report("today's fused (stemmed BM25 1, dense 0.25, sparse 0.25)", base, base)
+    for an in bm25:
+        report(f"  {an} BM25 alone", np.array([ndcg10(rank(bm25[an][q]), qrels[q]) for q in qids]), base)
+    best_all = max(scores, key=lambda s: scores[s].mean())
+    report(f"best setting in-sample: {best_all[0]} {dict(best_all[1])}", scores[best_all], base)
+    cv, picks = cross_validate(scores)
+    report("5-fold CV (held-out folds)", cv, base)
+    for p in picks:
+        print(f"    fold pick: {p[0]} {dict(p[1])}")
+    for an in bm25:
+        sub = {s: v for s, v in scores.items() if s[0] == an and dict(s[1]).get("colbert", 0) == 0}
+        report(f"  5-fold CV, {an} BM25, no colbert", cross_validate(sub)[0], base)
+    if not a.index:
+        return
+    stage2(a, qids[:: a.every], qrels, fused_runs[best_all], base[:: a.every], best_all)
+
+
+def stage2(a, qids: list, qrels: dict, fused: dict, base: np.ndarray, setting) -> None:
+    """The cross-encoder on the top `depth` of the chosen fusion (see the module docstring)."""
+    import ldr
+    from ldr.rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
+    from ldr.search.pipeline import mix
+
+    text = {q["_id"]: q["text"] for q in read_queries(Path(a.data))}
+    ix = ldr.open(a.index)
+    view = ix._view
+    retrievers = {n: ix.retriever(n, view) for n in ix.retriever_names}
+    finder = ix._finder(view, ix.search_defaults(view).get("weights"), retrievers)
+    ce = CrossEncoderReranker(CrossEncoderSettings(model="ms-marco-minilm-l12", max_windows=a.windows))
+    weights = (0.1, 0.15, 0.2, 0.3, 0.4)
+    per = {w: [] for w in weights}
+    first = []
+    t = time.perf_counter()
+    for i, q in enumerate(qids):
+        top = rank(fused[q])[: a.depth]
+        rows = {ix.docstore.row(d): d for d in top}
+        reps = {k: retrievers[k].encode(text[q]) for k in finder.vector_kinds}
+        found = finder.find(text[q], reps, {r: ix.document(d).text for r, d in rows.items()}, a.windows)
+        passages = [[p.text for p in sorted(found[r], key=lambda p: p.start)] for r in rows]
+        s = ce.score(text[q], [ix.document(d).text for d in rows.values()], passages, a.windows)
+        f = np.array([fused[q][d] for d in top])
+        first.append(ndcg10(top, qrels[q]))
+        for w in weights:
+            m = mix(s, f, w)
+            per[w].append(ndcg10([top[j] for j in np.argsort(-m, kind="stable")], qrels[q]))
+        if (i + 1) % 20 == 0:
+            print(f"  {i + 1}/{len(qids)} queries, {(time.perf_counter() - t) / (i + 1):.1f} s/query", flush=True)
+    print(f"\ncross-encoder on the top {a.depth} × {a.windows} passages of {setting[0]} {dict(setting[1])}, "
+          f"{len(qids)} queries, {(time.perf_counter() - t) / len(qids):.1f} s/query")
+    report("today's fused (these queries)", base, base)
+    report("chosen fusion (in-sample on all queries)", np.array(first), base)
+    scores = {w: np.array(per[w]) for w in weights}
+    for w in weights:
+        report(f"  + cross-encoder w={w}", scores[w], base)
+    cv, picks = cross_validate(scores)
+    report(f"  + cross-encoder, weight by 5-fold CV (picks {picks})", cv, base)
+
+
+if __name__ == "__main__":
+    main()
