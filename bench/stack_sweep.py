@@ -9,9 +9,9 @@ Stage 1 (every query): min-max fusion of the run files `ldr eval` wrote (dense a
 Each fold picks the setting best on the other four folds; the held-out nDCG@10 of the picks
 is compared with today's fused list (paired t-test). Stage 2 (every n-th query, --index): the
 cross-encoder (ms-marco-minilm-l12) scores the top `depth` of the setting chosen on all
-queries, on each document's best `windows` passages found by the index's passage finder, and its
-z-normalised score is mixed with the fused one (ldr.search.pipeline.mix) at several weights,
-again chosen per fold."""
+queries, on each document's best passages found by the index's passage finder (up to `windows`),
+and its z-normalised score is mixed with the fused one (ldr.search.pipeline.mix): passages per
+document, how their scores combine and the weight chosen per fold again."""
 from __future__ import annotations
 
 import argparse
@@ -32,21 +32,23 @@ def read_trec(path: Path) -> dict:
     return out
 
 
-def folds(qids: list, k: int = 5) -> list[list[int]]:
-    """Query positions per fold; a meeting's queries stay in one fold (no leakage through the
-    relevant document)."""
-    rng = np.random.default_rng(0)
-    return [list(x) for x in np.array_split(rng.permutation(len(qids)), k)]
+def folds(groups: list, k: int = 5) -> list[np.ndarray]:
+    """Query positions per fold, by group (the query's relevant meeting): a meeting's queries
+    stay in one fold, so no setting is chosen on queries about the meetings it is tested on."""
+    names = sorted(set(groups))
+    order = np.random.default_rng(0).permutation(len(names))
+    fold_of = {names[g]: i % k for i, g in enumerate(order)}
+    return [np.flatnonzero([fold_of[g] == f for g in groups]) for f in range(k)]
 
 
-def cross_validate(scores: dict, k: int = 5) -> tuple[np.ndarray, list]:
+def cross_validate(scores: dict, groups: list, k: int = 5) -> tuple[np.ndarray, list]:
     """scores {setting: per-query array}: per query the held-out score of the setting its fold's
     complement liked best, and the picks."""
     keys = list(scores)
     mat = np.stack([scores[s] for s in keys])
     n = mat.shape[1]
     out, picks = np.zeros(n), []
-    for held in folds(list(range(n)), k):
+    for held in folds(groups, k):
         train = np.setdiff1d(np.arange(n), held)
         best = int(np.argmax(mat[:, train].mean(axis=1)))
         out[held] = mat[best, held]
@@ -103,20 +105,27 @@ def main() -> None:
         report(f"  {an} BM25 alone", np.array([ndcg10(rank(bm25[an][q]), qrels[q]) for q in qids]), base)
     best_all = max(scores, key=lambda s: scores[s].mean())
     report(f"best setting in-sample: {best_all[0]} {dict(best_all[1])}", scores[best_all], base)
-    cv, picks = cross_validate(scores)
+    groups = [min(qrels[q]) for q in qids]
+    cv, picks = cross_validate(scores, groups)
     report("5-fold CV (held-out folds)", cv, base)
     for p in picks:
         print(f"    fold pick: {p[0]} {dict(p[1])}")
     for an in bm25:
         sub = {s: v for s, v in scores.items() if s[0] == an and dict(s[1]).get("colbert", 0) == 0}
-        report(f"  5-fold CV, {an} BM25, no colbert", cross_validate(sub)[0], base)
+        report(f"  5-fold CV, {an} BM25, no colbert", cross_validate(sub, groups)[0], base)
     if not a.index:
         return
     stage2(a, qids[:: a.every], qrels, fused_runs[best_all], base[:: a.every], best_all)
 
 
+AGGREGATES = {"max": lambda x: x.max(), "mean of best 2": lambda x: np.sort(x)[-2:].mean()}
+
+
 def stage2(a, qids: list, qrels: dict, fused: dict, base: np.ndarray, setting) -> None:
-    """The cross-encoder on the top `depth` of the chosen fusion (see the module docstring)."""
+    """The cross-encoder on the top `depth` of the chosen fusion (see the module docstring).
+    Every (query, passage) pair is scored once, so the number of passages per document (the
+    finder's best n ≤ --windows), how window scores combine and the mixing weight are compared
+    offline on the same scores."""
     import ldr
     from ldr.rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
     from ldr.search.pipeline import mix
@@ -126,34 +135,40 @@ def stage2(a, qids: list, qrels: dict, fused: dict, base: np.ndarray, setting) -
     view = ix._view
     retrievers = {n: ix.retriever(n, view) for n in ix.retriever_names}
     finder = ix._finder(view, ix.search_defaults(view).get("weights"), retrievers)
-    ce = CrossEncoderReranker(CrossEncoderSettings(model="ms-marco-minilm-l12", max_windows=a.windows))
+    ce = CrossEncoderReranker(CrossEncoderSettings(model="ms-marco-minilm-l12", max_windows=1))
     weights = (0.1, 0.15, 0.2, 0.3, 0.4)
-    per = {w: [] for w in weights}
+    counts = sorted({n for n in (1, 2, 4, a.windows) if n <= a.windows})
+    keys = [(n, g, w) for n in counts for g in AGGREGATES for w in weights]
+    per = {k: [] for k in keys}
     first = []
     t = time.perf_counter()
     for i, q in enumerate(qids):
         top = rank(fused[q])[: a.depth]
-        rows = {ix.docstore.row(d): d for d in top}
+        rows = [ix.docstore.row(d) for d in top]
         reps = {k: retrievers[k].encode(text[q]) for k in finder.vector_kinds}
-        found = finder.find(text[q], reps, {r: ix.document(d).text for r, d in rows.items()}, a.windows)
-        passages = [[p.text for p in sorted(found[r], key=lambda p: p.start)] for r in rows]
-        s = ce.score(text[q], [ix.document(d).text for d in rows.values()], passages, a.windows)
+        found = finder.find(text[q], reps, {r: ix.document(d).text for r, d in zip(rows, top)}, a.windows)
+        pairs = [(j, p.text) for j, r in enumerate(rows) for p in found[r]]     # best passage first
+        s = ce.score(text[q], [x for _, x in pairs], [[x] for _, x in pairs], 1)
+        by_doc = [np.array([s[k] for k, (j, _) in enumerate(pairs) if j == jj]) for jj in range(len(top))]
         f = np.array([fused[q][d] for d in top])
         first.append(ndcg10(top, qrels[q]))
-        for w in weights:
-            m = mix(s, f, w)
-            per[w].append(ndcg10([top[j] for j in np.argsort(-m, kind="stable")], qrels[q]))
+        for n, g, w in keys:
+            doc = np.array([AGGREGATES[g](x[:n]) if len(x) else -1e9 for x in by_doc])
+            m = mix(doc, f, w)
+            per[(n, g, w)].append(ndcg10([top[j] for j in np.argsort(-m, kind="stable")], qrels[q]))
         if (i + 1) % 20 == 0:
             print(f"  {i + 1}/{len(qids)} queries, {(time.perf_counter() - t) / (i + 1):.1f} s/query", flush=True)
-    print(f"\ncross-encoder on the top {a.depth} × {a.windows} passages of {setting[0]} {dict(setting[1])}, "
-          f"{len(qids)} queries, {(time.perf_counter() - t) / len(qids):.1f} s/query")
+    print(f"\ncross-encoder on the top {a.depth} (up to {a.windows} passages each) of {setting[0]} "
+          f"{dict(setting[1])}, {len(qids)} queries, {(time.perf_counter() - t) / len(qids):.1f} s/query")
     report("today's fused (these queries)", base, base)
     report("chosen fusion (in-sample on all queries)", np.array(first), base)
-    scores = {w: np.array(per[w]) for w in weights}
-    for w in weights:
-        report(f"  + cross-encoder w={w}", scores[w], base)
-    cv, picks = cross_validate(scores)
-    report(f"  + cross-encoder, weight by 5-fold CV (picks {picks})", cv, base)
+    scores = {k: np.array(v) for k, v in per.items()}
+    for k in keys:
+        report(f"  + cross-encoder, {k[0]} passages, {k[1]}, w={k[2]}", scores[k], base)
+    cv, picks = cross_validate(scores, [min(qrels[q]) for q in qids])
+    report("  + cross-encoder, passages/combination/weight by 5-fold CV", cv, base)
+    for p in picks:
+        print(f"    fold pick: {p}")
 
 
 if __name__ == "__main__":

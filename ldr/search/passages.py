@@ -4,9 +4,10 @@ kept at index time) and by BM25 over the query's terms inside each window. A RAG
 puts these, not a 50-page document, into its prompt.
 
 Windows are the union of the vector kinds' windows when the index has them for the document;
-otherwise (other strategies, vector-less indexes) windows of WORDS words every STRIDE words. Term scores are BM25
-over the windows of the documents being looked at (idf and average length among those windows),
-with the index's analyzer, so "running" in the query matches "run" in the text as BM25 does.
+otherwise (other strategies, vector-less indexes) windows of WORDS words every STRIDE words.
+Term scores are BM25 over the windows of the documents being looked at (idf and average length
+among those windows), with the index's analyzer, so "running" in the query matches "run" in the
+text as BM25 does.
 Per window each source is min-max normalised over the windows it scored among those looked at and
 combined with the index's fusion weights, so passage scores compare across hits.
 """
