@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=8)
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--grid", default="dense=0.15,0.25,0.35,0.5;sparse=0.1,0.25,0.4;colbert=0,0.25,0.5,0.75",
+                    help="weights tried per leg (BM25 is 1), e.g. dense=0.25;sparse=0.25;colbert=0,0.5")
     a = ap.parse_args()
     qrels = read_qrels(Path(a.data))
     runs = Path(a.runs)
@@ -85,7 +87,7 @@ def main() -> None:
     bm25 = {n: load_run(Path(p), "bm25") for n, p in (x.split("=", 1) for x in a.bm25)}
     if a.colbert:
         legs["colbert"] = read_trec(Path(a.colbert))
-    grid = {"dense": (0.15, 0.25, 0.35, 0.5), "sparse": (0.1, 0.25, 0.4), "colbert": (0.0, 0.25, 0.5, 0.75)}
+    grid = {leg: tuple(map(float, ws.split(","))) for leg, ws in (x.split("=") for x in a.grid.split(";"))}
     names = [n for n in grid if n in legs]
     scores, fused_runs = {}, {}
     t = time.perf_counter()
@@ -112,7 +114,8 @@ def main() -> None:
         print(f"    fold pick: {p[0]} {dict(p[1])}")
     for an in bm25:
         sub = {s: v for s, v in scores.items() if s[0] == an and dict(s[1]).get("colbert", 0) == 0}
-        report(f"  5-fold CV, {an} BM25, no colbert", cross_validate(sub, groups)[0], base)
+        if sub and "colbert" in names:
+            report(f"  5-fold CV, {an} BM25, no colbert", cross_validate(sub, groups)[0], base)
     if not a.index:
         return
     stage2(a, qids[:: a.every], qrels, fused_runs[best_all], base[:: a.every], best_all)
