@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--weight", type=float, default=0.15)
+    ap.add_argument("--only", default=None, help="these task@length names only, e.g. needle@4096,needle@8192")
     a = ap.parse_args()
     out = Path(a.eval)
     s = json.loads((out / "metrics.json").read_text())["settings"]
@@ -33,6 +34,8 @@ def main() -> None:
     print(f"{'task':<16}{'fused':>7}{'reranked':>10}{'s/query':>9}   (Acc@1; top {a.depth} × {a.windows} passages, "
           f"weight {a.weight})")
     for t in tasks:
+        if a.only and t.name not in a.only.split(","):
+            continue
         cache = next((out / "cache").glob(f"{t.name}-*"), None)
         if cache is None:
             print(f"{t.name:<16} no cached index in {out / 'cache'}")

@@ -112,8 +112,8 @@ class ColbertPart:
         self.windows = self.win_indptr = None     # segments written before windows were kept have none
         if (self.path / "win_indptr.npy").is_file():
             try:
-                self.win_indptr = np.load(self.path / "win_indptr.npy", allow_pickle=False)
-                self.windows = np.load(self.path / "windows.npy", allow_pickle=False)
+                self.win_indptr = np.load(self.path / "win_indptr.npy", mmap_mode="r", allow_pickle=False)
+                self.windows = np.load(self.path / "windows.npy", mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as e:
                 raise IndexFormatError(f"{self.path} is damaged ({e}); run `ldr check` and rebuild the index") from None
             if (len(self.win_indptr) != docs + 1 or self.windows.ndim != 2 or self.windows.shape[1] != 3
