@@ -43,12 +43,16 @@ def ndcg10(ranked: list, rel: dict[str, int]) -> float:
     return float(g / idcg) if idcg else 0.0
 
 
-def print_paired(res: dict, base_key: str, width: int = 36) -> None:
-    """Mean nDCG@10 of each entry, its difference from `base_key` and a paired t-test."""
+def paired_row(name: str, v, base, width: int = 36) -> None:
+    """One line: mean nDCG@10 of `v`, its difference from `base` and a paired t-test."""
     from scipy.stats import ttest_rel
 
-    base = np.array(res[base_key])
+    v, base = np.asarray(v), np.asarray(base)
+    p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
+    print(f"{str(name):<{width}}{100 * v.mean():7.2f}{100 * (v.mean() - base.mean()):+7.2f}   p={p:.4f}", flush=True)
+
+
+def print_paired(res: dict, base_key: str, width: int = 36) -> None:
+    """Mean nDCG@10 of each entry, its difference from `base_key` and a paired t-test."""
     for k, v in res.items():
-        v = np.array(v)
-        p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
-        print(f"{str(k):<{width}}{100 * v.mean():7.2f}{100 * (v.mean() - base.mean()):+7.2f}   p={p:.4f}")
+        paired_row(k, v, res[base_key], width)

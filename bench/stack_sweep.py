@@ -21,15 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import DATA, load_run, ndcg10, qrels as read_qrels, queries as read_queries, rank
-
-
-def read_trec(path: Path) -> dict:
-    out: dict = {}
-    for line in open(path):
-        q, _, d, _, s, _ = line.split()
-        out.setdefault(q, {})[d] = float(s)
-    return out
+from qmsum_eval import DATA, load_run, ndcg10, paired_row, qrels as read_qrels, queries as read_queries, rank
 
 
 def folds(groups: list, k: int = 5) -> list[np.ndarray]:
@@ -57,13 +49,11 @@ def cross_validate(scores: dict, groups: list, k: int = 5) -> tuple[np.ndarray, 
 
 
 def report(name: str, v: np.ndarray, base: np.ndarray) -> None:
-    from scipy.stats import ttest_rel
-
-    p = ttest_rel(v, base).pvalue if np.any(v != base) else 1.0
-    print(f"{name:<58}{100 * v.mean():7.2f}{100 * (v.mean() - base.mean()):+7.2f}   p={p:.4f}", flush=True)
+    paired_row(name, v, base, 58)
 
 
 def main() -> None:
+    from ldr.eval.runs import read_run
     from ldr.search.fusion import fuse
 
     ap = argparse.ArgumentParser()
@@ -86,7 +76,7 @@ def main() -> None:
     legs = {"dense": load_run(runs, "dense"), "sparse": load_run(runs, "sparse")}
     bm25 = {n: load_run(Path(p), "bm25") for n, p in (x.split("=", 1) for x in a.bm25)}
     if a.colbert:
-        legs["colbert"] = read_trec(Path(a.colbert))
+        legs["colbert"] = read_run(Path(a.colbert))
     grid = {leg: tuple(map(float, ws.split(","))) for leg, ws in (x.split("=") for x in a.grid.split(";"))}
     names = [n for n in grid if n in legs]
     scores, fused_runs = {}, {}

@@ -161,12 +161,12 @@ class PassageFinder:
             key = (keys[d], tuple(found)) if keys is not None else None
             win, indptr, ids = self.cache.get(key, text, spans)
             m = len(win)
+            cols, at = {k: np.full(m, np.nan) for k in kinds}, 0
+            for k, (sims, sp) in found.items():       # the windows are the kinds' spans, in this order
+                cols[k][at:at + len(sp)] = sims
+                at += len(sp)
             for k in kinds:
-                col = np.full(m, np.nan)
-                if k in found:
-                    at = sum(len(found[j][1]) for j in list(found)[:list(found).index(k)])
-                    col[at:at + len(found[k][0])] = found[k][0]
-                vec_all[k].append(col)
+                vec_all[k].append(cols[k])
             owners.append(np.full(m, d, dtype=np.int64))
             spans_all.append(win)
             parts.append((indptr, ids))
