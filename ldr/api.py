@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .corpus import Doc, IngestReport, corpus_docs
+from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
 from .index.manifest import read_manifest, verify_files
@@ -220,7 +221,7 @@ class Index:
         """A zero-argument loader of the kind's encoder (None: no model); encoders are shared by
         every generation, reader and writer of this process built with the same settings."""
         settings = registry.get(name).encoder_settings(comp, self.trust_remote_code, self.device, str(self.path))
-        return registry.lazy_encoder(name, settings)
+        return registry.lazy_encoder(name, for_queries(settings))
 
     def retriever(self, name: str, view: _View | None = None):
         """The loaded first-stage retriever `name` (bm25 | dense | sparse) of this generation."""

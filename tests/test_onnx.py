@@ -101,7 +101,7 @@ def test_the_export_runs_in_a_child_and_its_failures_are_model_errors(tmp_path):
     why, not a traceback."""
     script = (
         "import sys, json; from ldr.encode.dense import load_dense, DenseSettings; "
-        "enc = load_dense(DenseSettings()); "
+        "enc = load_dense(DenseSettings(backend='onnx')); "
         "print(json.dumps({'torch': 'torch' in sys.modules, 'dim': enc.dim}))")
     env = dict(os.environ, LDR_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
@@ -170,7 +170,8 @@ def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpu
     import ldr
     idx = ldr.Index.build(sample_corpus, tmp_path / "i")
     m = json.loads(sorted((tmp_path / "i").glob("manifest-*.json"))[-1].read_text())
-    assert m["components"]["dense"]["model"]["settings"]["backend"] == "onnx"
+    # auto: bf16 documents on a CPU with AMX (test_bf16.py), ONNX fp32 elsewhere; queries on ONNX either way
+    assert m["components"]["dense"]["model"]["settings"]["backend"] == ("bf16" if runtime.bf16_fast() else "onnx")
     assert m["components"]["sparse"]["model"]["backend"]["name"] == "onnx"
     assert {"feed", "encode", "tokenise", "wait"} <= set(m["settings"]["build"]["stages"])
     expected = [h.id for h in idx.search("termination of the agreement", k=3)]
@@ -207,7 +208,7 @@ def test_a_pre_exported_dense_folder_runs_as_it_is(tmp_path):
     from ldr.encode.dense_prebuilt import PrebuiltDenseEncoder
     from ldr.encode.models import packaged_path
 
-    ort_enc = load_dense(DenseSettings(strategy="maxp", max_length=128))
+    ort_enc = load_dense(DenseSettings(strategy="maxp", max_length=128, backend="onnx"))
     folder = tmp_path / "export"
     folder.mkdir()
     shutil.copy(ort_enc.model.folder / "model.onnx", folder / "model.onnx")

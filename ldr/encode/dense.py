@@ -3,9 +3,9 @@
 Tokenises once, splits per document strategy, sorts pieces by length and batches them by a
 token budget (no wasted padding), runs the model and pools with the model's own
 sentence-transformers pooling module. Two engines run the model: PyTorch (`DenseEncoder`: GPU,
-and the context-extension strategies, which patch the PyTorch model) and ONNX Runtime
-(`OnnxDenseEncoder`: the CPU default for truncate/pcw/maxp; no torch import on the query path).
-`load_dense` picks one.
+the context-extension strategies, which patch the PyTorch model, and bf16 on CPUs with AMX) and
+ONNX Runtime (`OnnxDenseEncoder`: the CPU default for truncate/pcw/maxp elsewhere, and every
+query: no torch import on the query path). `load_dense` picks one.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .batching import SerialEncoder, pad
+from .batching import SerialEncoder, by_length, pad
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
 from .dense_core import _DenseCore
-from .runtime import choose, with_fallback
+from .runtime import bf16_context, choose, with_fallback
 
 # the strategies ONNX Runtime runs: plain positions (the extension strategies patch torch modules)
 ONNX_STRATEGIES = ("truncate", "pcw", "maxp")
@@ -72,20 +72,24 @@ def load_dense(settings: DenseSettings | None = None):
     local = os.path.isdir(path)
     backend = choose(s.backend, s.device, s.strategy in ONNX_STRATEGIES and local,
                      f"the {s.strategy} strategy (it patches a PyTorch model)" if local else
-                     f"{s.model!r}, which is not a local folder (download it first)")
+                     f"{s.model!r}, which is not a local folder (download it first)", bf16=True, auto_bf16=True)
     return with_fallback(s, backend, OnnxDenseEncoder, DenseEncoder)
 
 
 class DenseEncoder(_DenseCore):
     """PyTorch: any device, every strategy (the extension strategies patch this model)."""
 
-    def __init__(self, settings: DenseSettings | None = None):
+    def __init__(self, settings: DenseSettings | None = None, bf16: bool = False):
+        self.settings = s = settings or DenseSettings()
+        path, _ = resolve(s.model)
+        self.bf16 = bf16
+        if bf16 and s.strategy in ONNX_STRATEGIES:
+            from .onnx_export import query_engine_ready
+            query_engine_ready("dense", path, s.trust_remote_code, _onnx_module)
         from .extend import Extension, apply_extension, position_kind, trained_length  # imports torch
 
-        self.settings = s = settings or DenseSettings()
         SerialEncoder.__init__(self)
         self.device = pick_device(s.device)
-        path, _ = resolve(s.model)
         if os.path.isdir(s.model):  # record an absolute path: search may run from another directory
             s.model = path
         from sentence_transformers import SentenceTransformer
@@ -112,7 +116,7 @@ class DenseEncoder(_DenseCore):
         self.path = path
         self.kind = position_kind(self.hf)
         self.trained = trained_length(self.hf)
-        s.backend = "torch"
+        s.backend = "bf16" if bf16 else "torch"
         self._accepts_tti = "token_type_ids" in self.tokenizer.model_input_names
         self._setup(st.max_seq_length, getattr(st, "prompts", {}) or {},
                     st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension")
@@ -128,7 +132,7 @@ class DenseEncoder(_DenseCore):
                 "architecture": type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
                 "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.pool],
-                "extension": self.ext_info, "settings": self.settings.to_dict(), "backend": {"name": "torch"}}
+                "extension": self.ext_info, "settings": self.settings.to_dict(), "backend": {"name": self.settings.backend}}
 
     # -- forward -----------------------------------------------------------------------------
     def _position_ids(self, lengths: list[int], n: int):
@@ -146,6 +150,11 @@ class DenseEncoder(_DenseCore):
         return pid + ape_offset(self.hf)
 
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
+        if self.bf16:
+            return by_length(batch, self._forward_padded)
+        return self._forward_padded(batch)
+
+    def _forward_padded(self, batch: list[list[int]]) -> np.ndarray:
         import torch
 
         ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
@@ -166,8 +175,7 @@ class DenseEncoder(_DenseCore):
         return torch.nn.functional.normalize(emb, dim=-1).cpu().numpy()
 
     def _inference(self):
-        import torch
-        return torch.inference_mode()
+        return bf16_context(self.bf16)
 
 
 class OnnxDenseEncoder(_DenseCore):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .cache import build_once, cache_root, digest
-from .runtime import ONNX_EXTRA, quantization_config
+from .runtime import ONNX_EXTRA, onnxruntime_available, quantization_config
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,20 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
 
     return build_once(folder, "meta.json", lambda work: isolated(kind, model_dir, work, settings, trust_remote_code),
                       elsewhere)
+
+
+def query_engine_ready(kind: str, path: str, trust_remote_code: bool = False, wrapper=None) -> None:
+    """A bf16 build exports the fp32 ONNX graph its queries will run on (for_queries), once per
+    model, so that the first search does not pay the export; a failed export is only noted
+    (queries then run on PyTorch). `wrapper`: the kind's export module (onnx_export.WRAPPERS)."""
+    if not onnxruntime_available() or not os.path.isdir(path):
+        return
+    if wrapper is not None:
+        WRAPPERS.setdefault(kind, wrapper)
+    try:
+        exported(kind, path, int8=False, trust_remote_code=trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - the build itself does not need the graph
+        log.warning("exporting the query engine of %s failed (%s); queries will run on PyTorch", path, e)
 
 
 def label(model_dir: Path) -> str:

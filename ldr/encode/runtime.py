@@ -17,7 +17,7 @@ from ..errors import ConfigError, ModelError
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
+BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "bf16")
 ONNX_EXTRA = "pip install 'ldr[onnx]'"
 # what `auto` runs on a CPU: fp32. The int8 graph (first layer in fp32, rows run alone) keeps
 # qmsum-train (fused 88.41 vs 88.42, dense 56.6 vs 55.8) and every passkey/needle Acc@1 of the fused and
@@ -29,6 +29,10 @@ CPU_DEFAULT = "onnx"
 # (84/72/80, 84/78/80), layers 2-5 did not; layer 0 is the one measured at every length
 # (bench/int8_layers.py)
 FP32_LAYERS = (0,)
+# bf16 (PyTorch under CPU autocast) where the CPU multiplies bf16 in hardware tiles (AMX): MiniLM
+# 3.7x fp32 with vectors at cosine >= 0.9999 to fp32 (bench/README.md "bf16"). Only AMX was
+# measured; AVX-512 BF16 alone keeps fp32 until measured.
+BF16_FLAGS = ("amx_bf16",)
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
 EXACT = "auto-fp32"
@@ -48,20 +52,34 @@ def onnxruntime_available() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-def choose(requested: str | None, device: str | None, supported: bool, what: str) -> str:
-    """The backend to run: `requested` (auto | torch | onnx | onnx-int8) resolved for this machine.
+def bf16_fast(flags: set[str] | None = None) -> bool:
+    """Whether this CPU runs bf16 matrix products in hardware measured faster than fp32."""
+    flags = cpu_flags() if flags is None else flags
+    return any(f in flags for f in BF16_FLAGS)
 
-    auto: CPU_DEFAULT (ONNX Runtime fp32: PyTorch's vectors, cosine ≥ 0.9999) on a CPU when ONNX
-    Runtime is installed and the model/strategy runs on it; PyTorch on a GPU or otherwise. EXACT:
-    the same but never int8. An ONNX backend recorded in an index is kept on a CPU and becomes
-    PyTorch on a GPU (same vectors, fp16)."""
+
+def choose(requested: str | None, device: str | None, supported: bool, what: str, bf16: bool = False,
+           auto_bf16: bool = False) -> str:
+    """The backend to run: `requested` (auto | torch | onnx | onnx-int8 | bf16) resolved for this machine.
+
+    `bf16`: the encoder has a bf16 path (--backend bf16). auto on a CPU: bf16 where `auto_bf16`
+    (measured faster for this encoder), the model/strategy would run on ONNX and the CPU has AMX; else CPU_DEFAULT (ONNX Runtime fp32: PyTorch's
+    vectors, cosine ≥ 0.9999) when ONNX Runtime is installed and the model/strategy runs on it;
+    PyTorch on a GPU or otherwise. EXACT: ONNX fp32 or PyTorch fp32, never int8 or bf16. An ONNX
+    or bf16 backend recorded in an index is kept on a CPU and becomes PyTorch on a GPU (fp16)."""
     requested = requested or "auto"
     if requested not in BACKENDS + (EXACT,):
         raise ConfigError(f"unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}")
     gpu = (device or "").startswith("cuda") or (device is None and requested != "torch" and cuda_present())
     if requested == "torch" or gpu:
         return "torch"
+    if requested == "bf16":
+        if not bf16:
+            raise ConfigError(f"--backend bf16 cannot run {what}: use --backend torch (or auto)")
+        return "bf16"
     if requested in ("auto", EXACT):
+        if requested == "auto" and auto_bf16 and supported and bf16_fast():
+            return "bf16"
         if not supported or not onnxruntime_available():
             return "torch"
         return "onnx" if requested == EXACT else CPU_DEFAULT
@@ -77,9 +95,11 @@ def with_fallback(settings, backend: str, onnx_cls, torch_cls):
     """The encoder on `backend`. When auto chose ONNX and the export fails (a model whose code
     the exporter cannot trace), say so and run on PyTorch: auto promises the fastest engine that
     works, an explicit --backend onnx promises ONNX and fails instead."""
-    if not backend.startswith("onnx"):
+    if backend == "torch":
         return torch_cls(settings)
     asked = settings.backend
+    if backend == "bf16":
+        return torch_cls(settings, bf16=True)
     try:
         return onnx_cls(settings, backend)
     except (ConfigError, ModelError):
@@ -92,6 +112,29 @@ def with_fallback(settings, backend: str, onnx_cls, torch_cls):
                     str(e)[:200])
         settings.backend = "auto"
         return torch_cls(settings)
+
+
+def for_queries(settings):
+    """Query-time settings: bf16 documents are searched with fp32 queries (ONNX, no torch import:
+    cold search stays fast; the two engines' vectors agree at cosine >= 0.9999)."""
+    if getattr(settings, "backend", None) == "bf16":
+        settings.backend = EXACT
+    return settings
+
+
+def bf16_context(enabled: bool):
+    """inference mode, under bf16 autocast when `enabled` (matrix products in bf16, sums and
+    norms in fp32)."""
+    import contextlib
+
+    import torch
+
+    if not enabled:
+        return torch.inference_mode()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.inference_mode())
+    stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+    return stack
 
 
 def cpu_flags() -> set[str]:

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .batching import SerialEncoder, budget_batches, pad, special_tokens, token_ids, with_specials
+from .batching import SerialEncoder, budget_batches, by_length, pad, special_tokens, token_ids, with_specials
 from .mlm_head import head_max, head_max_torch, split_mlm_head
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
-from .runtime import choose, with_fallback
+from .runtime import bf16_context, choose, with_fallback
 
 KINDS = ("splade", "head")
 
@@ -75,9 +75,11 @@ def load_sparse(settings: SparseSettings | None = None):
     """The sparse encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
     s = settings or SparseSettings()
     local = os.path.isdir(resolve(s.model)[0])
+    # bf16 only when asked: SPLADE-tiny under bf16 ran 1.08x ONNX fp32 (AMX, bench/README.md "bf16"),
+    # its cost is the vocabulary projection and the max over it, not the two-layer encoder
     backend = choose(s.backend, s.device, s.kind == "splade" and local,
                      "a sparse model with a separate head (kind=head)" if local else
-                     f"{s.model!r}, which is not a local folder (download it first)")
+                     f"{s.model!r}, which is not a local folder (download it first)", bf16=True)
     return with_fallback(s, backend, OnnxSparseEncoder, SparseEncoder)
 
 
@@ -162,15 +164,19 @@ class _SparseCore(SerialEncoder):
 class SparseEncoder(_SparseCore):
     """PyTorch: any device, both kinds."""
 
-    def __init__(self, settings: SparseSettings | None = None):
+    def __init__(self, settings: SparseSettings | None = None, bf16: bool = False):
+        self.settings = s = settings or SparseSettings()
+        path, _ = resolve(s.model)
+        self.bf16 = bf16
+        if bf16 and s.kind == "splade":
+            from .onnx_export import query_engine_ready
+            query_engine_ready("splade", path)
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        self.settings = s = settings or SparseSettings()
         SerialEncoder.__init__(self)
         self.device = pick_device(s.device)
-        path, _ = resolve(s.model)
         if os.path.isdir(s.model):
             s.model = path
         try:
@@ -183,7 +189,7 @@ class SparseEncoder(_SparseCore):
             import torch
             self._head = [torch.from_numpy(a).to(self.device) for a in split_mlm_head(self.model)]
         self.path = path
-        s.backend = "torch"
+        s.backend = "bf16" if bf16 else "torch"
         self.head = None
         if s.kind == "head":
             head = Path(s.head) if s.head else Path(path) / "sparse_linear.pt"
@@ -198,10 +204,15 @@ class SparseEncoder(_SparseCore):
     def describe(self) -> dict:
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
                 "architecture": type(self.model).__name__, "vocab_size": self.vocab_size, "window": self.window,
-                "settings": self.settings.to_dict(), "backend": {"name": "torch"}}
+                "settings": self.settings.to_dict(), "backend": {"name": self.settings.backend}}
 
     def _weights(self, batch: list[list[int]]):
         """(b, V) max-pooled term weights of each window."""
+        if self.bf16:
+            return by_length(batch, self._weights_padded)
+        return self._weights_padded(batch)
+
+    def _weights_padded(self, batch: list[list[int]]):
         import torch
 
         ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
@@ -216,8 +227,7 @@ class SparseEncoder(_SparseCore):
         return out.scatter_reduce(1, ids, tok_w, reduce="amax", include_self=True).cpu().numpy()
 
     def _inference(self):
-        import torch
-        return torch.inference_mode()
+        return bf16_context(self.bf16)
 
 
 class OnnxSparseEncoder(_SparseCore):

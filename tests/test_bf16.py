@@ -1,0 +1,94 @@
+"""bf16 documents (PyTorch under CPU autocast): what auto picks and where, vectors close to fp32,
+the same text the same vector in any batch, and an index that records bf16, searches with fp32
+queries without importing torch, and gives an add what a fresh build gives."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ldr
+from ldr.encode import runtime
+from ldr.encode.dense import DenseEncoder, DenseSettings, OnnxDenseEncoder, load_dense
+from ldr.encode.models import model_settings
+from ldr.encode.sparse import SparseSettings, load_sparse
+from ldr.errors import ConfigError
+
+pytest.importorskip("onnxruntime")
+
+TEXTS = ["The committee agreed to move the budget vote to Thursday after a long discussion about the "
+         "remote control design and its battery life. " * 30,
+         "short note", "", "A second document about the battery supplier and the launch date. " * 5]
+
+
+def _cos(a, b):
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1).clip(1e-12) / np.linalg.norm(b, axis=1).clip(1e-12)
+
+
+def test_auto_picks_bf16_only_where_measured(monkeypatch):
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512f", "amx_bf16", "amx_tile"})
+    assert runtime.choose("auto", "cpu", True, "x", bf16=True, auto_bf16=True) == "bf16"
+    assert runtime.choose("auto", "cpu", True, "x", bf16=True) == "onnx"          # SPLADE: not faster
+    assert runtime.choose("auto", "cpu", False, "x", bf16=True, auto_bf16=True) == "torch"  # extension
+    assert runtime.choose(runtime.EXACT, "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
+    assert runtime.choose("bf16", "cuda", True, "x", bf16=True) == "torch"        # a GPU runs fp16
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})  # not measured
+    assert runtime.choose("auto", "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
+    assert runtime.choose("bf16", "cpu", True, "x", bf16=True) == "bf16"          # asked: any CPU
+    with pytest.raises(ConfigError, match="bf16 cannot run"):
+        runtime.choose("bf16", "cpu", True, "a cross-encoder")
+
+
+def test_bf16_vectors_are_close_to_fp32_and_do_not_depend_on_the_batch():
+    enc = load_dense(DenseSettings(backend="bf16", device="cpu"))
+    assert isinstance(enc, DenseEncoder) and enc.settings.backend == "bf16"
+    assert enc.describe()["backend"]["name"] == "bf16"
+    ref = load_dense(DenseSettings(backend="onnx")).encode_documents(TEXTS)[0]
+    vecs, owner = enc.encode_documents(TEXTS)
+    assert vecs.shape == ref.shape and _cos(vecs, ref).min() >= 0.999
+    # rows of one batch have one length (batching.by_length): padding would move a bf16 vector
+    for i, t in enumerate(TEXTS):
+        alone = enc.encode_documents([t])[0]
+        assert np.array_equal(alone, vecs[owner == i]), i
+    q = enc.encode_queries(["budget vote", TEXTS[0]])
+    assert np.array_equal(q[:1], enc.encode_queries(["budget vote"]))
+
+
+def test_bf16_splade_when_asked():
+    enc = load_sparse(SparseSettings(backend="bf16", device="cpu"))
+    ref = load_sparse(SparseSettings(backend="onnx")).encode_documents(TEXTS[:2]).toarray()
+    out = enc.encode_documents(TEXTS[:2]).toarray()
+    assert enc.describe()["backend"]["name"] == "bf16" and _cos(out, ref).min() >= 0.999
+
+
+def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(tmp_path, sample_corpus):
+    docs = sorted(p for p in sample_corpus.iterdir() if p.is_file())
+    part, rest = tmp_path / "part", tmp_path / "rest"
+    part.mkdir()
+    rest.mkdir()
+    for p in docs:
+        ((part if p != docs[-1] else rest) / p.name).write_bytes(p.read_bytes())
+    dense = DenseSettings(backend="bf16")
+    fresh = ldr.Index.build(sample_corpus, tmp_path / "fresh", dense=dense)
+    m = json.loads(sorted((tmp_path / "fresh").glob("manifest-*.json"))[-1].read_text())
+    comp = m["components"]["dense"]
+    assert comp["model"]["settings"]["backend"] == "bf16" and comp["model"]["backend"]["name"] == "bf16"
+    # queries: the fp32 engine (ONNX), not bf16 and not torch
+    assert runtime.for_queries(model_settings(comp, DenseSettings, False, None)).backend == runtime.EXACT
+    assert isinstance(fresh.retriever("dense").encoder, OnnxDenseEncoder)
+    code = ("import sys, ldr\n"
+            "hits = ldr.Index(sys.argv[1]).search('termination of the agreement', k=3, mode='dense')\n"
+            "assert 'torch' not in sys.modules, 'heavy import'\n"
+            "print(','.join(h.id for h in hits))")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "fresh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # incremental = fresh: the add encodes on the recorded bf16 engine, rows of one length
+    grown = ldr.Index.build(part, tmp_path / "grown", dense=dense)
+    grown.add(rest)
+    for mode in ("dense", "hybrid"):
+        a = [(h.id, round(h.score, 6)) for h in fresh.search("termination of the agreement", k=10, mode=mode)]
+        b = [(h.id, round(h.score, 6)) for h in grown.search("termination of the agreement", k=10, mode=mode)]
+        assert a == b, mode
+    assert r.stdout.strip().split(",") == [h.id for h in fresh.search("termination of the agreement", k=3,
+                                                                       mode="dense")]
