@@ -367,7 +367,8 @@ class Index:
         names = self._names(view, opts.mode)
         retrievers = {n: self.retriever(n, view) for n in names}
         reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None
-        finder = self._finder(view, opts.weights, retrievers) if (passages or rerank_model) else None
+        finder = (self._finder(view, opts.weights, retrievers)
+                  if (passages or rerank_model or opts.window_weight > 0) else None)
         rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank, allow=allow,
                               finder=finder, reps=reps, uids=store.uids)
         hits = to_hits(rows, store.ids, store.titles)

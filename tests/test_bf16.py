@@ -47,7 +47,7 @@ def test_bf16_vectors_are_close_to_fp32_and_do_not_depend_on_the_batch():
     ref = load_dense(DenseSettings(backend="onnx")).encode_documents(TEXTS)[0]
     vecs, owner = enc.encode_documents(TEXTS)
     assert vecs.shape == ref.shape and _cos(vecs, ref).min() >= 0.999
-    # rows of one batch have one length (batching.by_length): padding would move a bf16 vector
+    # every forward pass has a shape fixed by its rows' length (batching.fixed_shapes)
     for i, t in enumerate(TEXTS):
         alone = enc.encode_documents([t])[0]
         assert np.array_equal(alone, vecs[owner == i]), i

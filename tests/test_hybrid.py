@@ -37,7 +37,11 @@ def test_fusion_finds_what_each_retriever_misses(hybrid):
 
 def test_every_hit_explains_its_rank(hybrid):
     plain = hybrid.search(QUERY, k=3)
-    assert "rerank" not in plain[0].scores and plain[0].scores["fused"] == plain[0].score   # default: no rerank
+    # default: the window stage's score (fused list and best window, both min-max), no rerank
+    assert "rerank" not in plain[0].scores and plain[0].scores["windowed"] == plain[0].score
+    assert {"fused", "window"} <= set(plain[0].scores) and "windows" in plain.timings
+    off = hybrid.search(QUERY, k=3, window_weight=0)
+    assert "window" not in off[0].scores and off[0].scores["fused"] == off[0].score
     hits = hybrid.search(QUERY, k=3, rerank="passage", rerank_weight=1)
     assert hits[0].scores["rerank"] == hits[0].score
     assert {"fused", "rerank", "rerank.dense", "rerank.bm25"} <= set(hits[0].scores)

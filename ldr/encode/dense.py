@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .batching import SerialEncoder, by_length, pad
+from .batching import SerialEncoder, fixed_shapes, pad
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
 from .dense_core import _DenseCore
@@ -151,7 +151,7 @@ class DenseEncoder(_DenseCore):
 
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
         if self.bf16:
-            return by_length(batch, self._forward_padded)
+            return fixed_shapes(batch, self._forward_padded, self.window)
         return self._forward_padded(batch)
 
     def _forward_padded(self, batch: list[list[int]]) -> np.ndarray:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from .batching import SerialEncoder, budget_batches, by_length, pad, special_tokens, token_ids, with_specials
+from .batching import SerialEncoder, budget_batches, fixed_shapes, pad, special_tokens, token_ids, with_specials
 from .mlm_head import head_max, head_max_torch, split_mlm_head
 from .models import DEFAULT_SPARSE, model_revision, offline_hint, pick_device, resolve
 from .runtime import bf16_context, choose, with_fallback
@@ -209,7 +209,7 @@ class SparseEncoder(_SparseCore):
     def _weights(self, batch: list[list[int]]):
         """(b, V) max-pooled term weights of each window."""
         if self.bf16:
-            return by_length(batch, self._weights_padded)
+            return fixed_shapes(batch, self._weights_padded, self.window)
         return self._weights_padded(batch)
 
     def _weights_padded(self, batch: list[list[int]]):

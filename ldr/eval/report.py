@@ -11,9 +11,9 @@ from .published import PUBLISHED
 
 
 def stage_order() -> tuple[str, ...]:
-    """Every retriever kind, then the fused and reranked lists."""
+    """Every retriever kind, then the fused list, the window stage's and the reranked one."""
     from .. import components as registry
-    return registry.names() + ("fused", "reranked")
+    return registry.names() + ("fused", "windows", "reranked")
 
 
 
@@ -82,10 +82,11 @@ def write_report(metrics: dict, out: Path) -> None:
             rows = [f"{st} {100 * r['delta']:+.2f} (p {r['p_t_holm']:.2g}/{r['p_randomisation_holm']:.2g})"
                     + (" †" if r["significant"] else "") for st, r in g["vs_baseline"].items()]
             lines.append(f"- {name}, against {g['baseline']}: " + "; ".join(rows))
-            if "reranked_vs_fused" in g:
-                r = g["reranked_vs_fused"]
-                lines.append(f"- {name}, reranked against fused: {100 * r['delta']:+.2f} "
-                             f"(p {r['p_t_holm']:.2g}/{r['p_randomisation_holm']:.2g})" + (" †" if r["significant"] else ""))
+            for stage in ("windows", "reranked"):
+                if f"{stage}_vs_fused" in g:
+                    r = g[f"{stage}_vs_fused"]
+                    lines.append(f"- {name}, {stage} against fused: {100 * r['delta']:+.2f} "
+                                 f"(p {r['p_t_holm']:.2g}/{r['p_randomisation_holm']:.2g})" + (" †" if r["significant"] else ""))
     lines += ["", "## Recall@100 per task", "", "| task | " + " | ".join(stages) + " |", "|---|" + "---|" * len(stages)]
     for name, t in tasks.items():
         cells = [f"{t['stages'][st]['recall@100']:.1f}" if st in t["stages"] else "–" for st in stages]

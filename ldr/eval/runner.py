@@ -82,22 +82,18 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
             runs.setdefault(name, {})[qid] = {ids[d]: s for d, s in scores.items()}
         if ctx.fused:
             runs.setdefault("fused", {})[qid] = {ids[d]: s for d, s in ctx.fused.items()}
-        if ctx.reranked:
-            base = ctx.fused or next(iter(ctx.first_stage.values()))
-            rr = {ids[d]: s for d, s in ctx.reranked.items()}
-            # candidates past the rerank depth stay below the reranked ones, in first-stage order
-            floor = min(rr.values()) if rr else 0.0
-            rest = sorted(((d, s) for d, s in base.items() if ids[d] not in rr), key=lambda kv: -kv[1])
-            for i, (d, _) in enumerate(rest):
-                rr[ids[d]] = floor - 1 - i
-            runs.setdefault("reranked", {})[qid] = rr
+        base = ctx.fused or next(iter(ctx.first_stage.values()))
+        if ctx.windowed:
+            runs.setdefault("windows", {})[qid] = below(ctx.windowed, base, ids)
+        if ctx.reranked:   # candidates past the rerank depth stay below, in the order before it
+            runs.setdefault("reranked", {})[qid] = below(ctx.reranked, ctx.windowed or base, ids)
             if ctx.rerank_features:
                 features[qid] = {ids[d]: f for d, f in ctx.rerank_features.items()}
     search_s = time.perf_counter() - t1
     d = index.search_defaults()
     # the stage a plain `ldr search` on this index returns
     default_stage = "reranked" if d.get("rerank") or d.get("rerank_model") else (
-        "fused" if d["mode"] == "hybrid" else d["mode"])
+        d["mode"] if d["mode"] != "hybrid" else "windows" if d.get("window_weight", 0.5) > 0 else "fused")
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {},
               "analyzer": (index.components.get("bm25") or {}).get("analyzer"),
@@ -115,6 +111,17 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     return result
 
 
+def below(scores: dict, base: dict, ids) -> dict:
+    """A stage's run {doc id: score}: the candidates it scored, then the rest of `base` below them
+    in base's order (a stage that rescored the top candidates leaves the others where they were)."""
+    out = {ids[d]: s for d, s in scores.items()}
+    floor = min(out.values()) if out else 0.0
+    rest = sorted(((d, s) for d, s in base.items() if ids[d] not in out), key=lambda kv: -kv[1])
+    for i, (d, _) in enumerate(rest):
+        out[ids[d]] = floor - 1 - i
+    return out
+
+
 def stage_significance(qrels: dict, runs: dict, metric: str = "ndcg@10") -> dict:
     """Does each stage beat the first (BM25 when there), and does the reranker beat fusion? Paired
     t-test and randomisation test, Holm-corrected over the stages (ldr/eval/compare.py)."""
@@ -128,6 +135,9 @@ def stage_significance(qrels: dict, runs: dict, metric: str = "ndcg@10") -> dict
     out = {"metric": metric, "baseline": base,
            "vs_baseline": {s: t[metric] for s, t in compare(qrels, {s: runs[s] for s in names}, (metric,),
                                                              permutations=2000)["tests"].items()}}
+    if "fused" in runs and "windows" in runs:
+        out["windows_vs_fused"] = compare(qrels, {"fused": runs["fused"], "windows": runs["windows"]}, (metric,),
+                                          permutations=2000)["tests"]["windows"][metric]
     if "fused" in runs and "reranked" in runs:
         out["reranked_vs_fused"] = compare(qrels, {"fused": runs["fused"], "reranked": runs["reranked"]}, (metric,),
                                            permutations=2000)["tests"]["reranked"][metric]

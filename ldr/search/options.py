@@ -40,6 +40,11 @@ class QueryOptions:
                                                   "others keep the index's).", cli=("--weights",))
     rrf_k: int | None = _opt(None, "The k of reciprocal-rank fusion.", ge=1, cli=("--rrf-k",))
     depth: int | None = _opt(None, "Candidates per retriever (default 1000).", ge=1, le=100_000, cli=("--depth",))
+    window_weight: float | None = _opt(None, "Share (0-1) of each top candidate's best-window BM25 in its score, "
+                                             "mixed with the first stage's (0: off; default 0.5).", ge=0, le=1,
+                                       cli=("--window-weight",))
+    window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window (default 20).",
+                                    ge=1, le=1000, cli=("--window-depth",))
     rerank: bool | str | None = _opt(None, "Second stage: passage, none (False) or the index's (None).",
                                      cli=("--rerank",))
     rerank_model: str | None = _opt(None, "Cross-encoder for the second stage (any HF sequence-classification "
@@ -131,12 +136,15 @@ def resolve(request: QueryOptions, defaults: dict):
         opts.mode = r.mode
         if r.mode != "hybrid" and r.rerank is None and rerank_model is None:
             opts.rerank = None  # a single retriever's own ranking, unless asked otherwise
+        if r.mode != "hybrid" and r.window_weight is None:
+            opts.window_weight = 0.0
     if r.weights is not None:
         # partial weights change only the retrievers they name; the others keep the index's
         # defaults (equal weights when the index has none)
         base = opts.weights or {n: 1.0 for n in registry.names()}
         opts.weights = {**base, **r.weights}
-    for name in ("fusion", "depth", "rerank_depth", "rrf_k", "rerank_weight", "rerank_windows"):
+    for name in ("fusion", "depth", "rerank_depth", "rrf_k", "rerank_weight", "rerank_windows", "window_weight",
+                 "window_depth"):
         if getattr(r, name) is not None:
             setattr(opts, name, getattr(r, name))
     if rerank_model is None and r.rerank is None and opts.rerank is None and opts.mode == "hybrid":
@@ -161,6 +169,9 @@ class SearchOptions:
     weights: dict[str, float] | None = None
     rrf_k: int = 60
     depth: int = 1000              # per retriever
+    # an index whose manifest predates the window stage gets it too: it needs nothing stored
+    window_weight: float = 0.5     # the best window's BM25 share of the top candidates' scores (0: off)
+    window_depth: int = 20
     rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
     rerank_depth: int = 100
     rerank_weight: float = 0.15    # the second stage's share of the final score (1: its score alone)
@@ -178,7 +189,7 @@ class SearchOptions:
         check_weights(self.weights)
         # types and bounds are the schema's, for the index's defaults too
         QueryOptions.of(**{n: getattr(self, n) for n in ("depth", "rerank_depth", "rrf_k", "rerank_windows",
-                                                         "rerank_weight")})
-        for name in ("depth", "rerank_depth", "rrf_k"):      # resolved: never left to the index
+                                                         "rerank_weight", "window_weight", "window_depth")})
+        for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight"):  # resolved: never None
             if getattr(self, name) is None:
-                raise QueryError(f"{name} must be a positive whole number (got None)")
+                raise QueryError(f"{name} must be set (got None)")

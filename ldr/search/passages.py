@@ -145,13 +145,9 @@ class PassageFinder:
                 out[kind] = (np.asarray(sims, dtype=np.float64), np.asarray(spans, dtype=np.int64))
         return out
 
-    def find(self, query: str, reps: dict, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
-        """{docno: its n best passages, best first} for the documents {docno: text}; `reps`: the
-        query's representation per vector kind; `keys` {docno: uid} lets the window terms of a
-        document be reused by later queries."""
-        if n < 1 or not docs:
-            return {d: [] for d in docs}
-        qterms = self.query_terms(query)
+    def _windows(self, reps: dict, docs: dict[int, str], keys: dict | None):
+        """Every window of the documents: (owner (m,), spans (m, 2), {kind: its score per window,
+        nan where it has none}, [(indptr, term ids)] per document)."""
         kinds = list(self.vectors)
         owners, spans_all, parts = [], [], []
         vec_all: dict[str, list] = {k: [] for k in kinds}     # per kind, per window: its score or nan
@@ -171,9 +167,32 @@ class PassageFinder:
             spans_all.append(win)
             parts.append((indptr, ids))
         if not sum(len(o) for o in owners):
+            return np.zeros(0, np.int64), np.zeros((0, 2), np.int64), {}, parts
+        return (np.concatenate(owners), np.concatenate(spans_all),
+                {k: np.concatenate(v) for k, v in vec_all.items()}, parts)
+
+    def best_window(self, query: str, reps: dict, docs: dict[int, str], keys: dict | None = None) -> dict[int, float]:
+        """{docno: the BM25 of its best window} among the windows of these documents: the window
+        stage's evidence that one part of a long document answers the query (pipeline.py)."""
+        out = {d: 0.0 for d in docs}
+        owner, _, _, parts = self._windows(reps, docs, keys)
+        if len(owner):
+            best = np.zeros(int(owner.max()) + 1)
+            np.maximum.at(best, owner, self._bm25(parts, self.query_terms(query)))
+            out.update({d: float(best[d]) for d in docs})
+        return out
+
+    def find(self, query: str, reps: dict, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
+        """{docno: its n best passages, best first} for the documents {docno: text}; `reps`: the
+        query's representation per vector kind; `keys` {docno: uid} lets the window terms of a
+        document be reused by later queries."""
+        if n < 1 or not docs:
             return {d: [] for d in docs}
-        owner, win = np.concatenate(owners), np.concatenate(spans_all)
-        vec = {k: np.concatenate(v) for k, v in vec_all.items()}
+        qterms = self.query_terms(query)
+        kinds = list(self.vectors)
+        owner, win, vec, parts = self._windows(reps, docs, keys)
+        if not len(owner):
+            return {d: [] for d in docs}
         term_scores = self._bm25(parts, qterms)
         # each source min-max normalised over the windows it scored, then weighted
         contrib = {k: self.w_vec[k] * _minmax(np.nan_to_num(v), ~np.isnan(v)) for k, v in vec.items()}

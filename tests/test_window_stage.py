@@ -1,0 +1,61 @@
+"""The window stage: the fused list's top candidates rescored by the BM25 of their best window
+(ldr/search/pipeline.window_stage), so that a long document answering the query in one place
+beats one that mentions its words thinly everywhere."""
+import numpy as np
+import pytest
+
+import ldr
+from ldr.errors import QueryError
+
+FILLER = ("the quarterly meeting went over many routine matters such as the schedule the minutes "
+          "and the catering for the next gathering of the group ").split()
+
+
+def _long(words: int, inserts: dict[int, str]) -> str:
+    out = [FILLER[i % len(FILLER)] for i in range(words)]
+    for at, text in sorted(inserts.items(), reverse=True):
+        out[at:at] = text.split()
+    return " ".join(out)
+
+
+QUERY = "battery supplier contract penalty"
+DOCS = [
+    # every query word once, thousands of words apart: whole-document BM25 likes it as much
+    {"id": "thin", "text": _long(6000, {100: "battery", 2000: "supplier", 4000: "contract", 5900: "penalty"})},
+    # the same words once each, together in one paragraph
+    {"id": "focused", "text": _long(6000, {3000: "the battery supplier contract carries a late penalty"})},
+] + [{"id": f"other{i}", "text": _long(800 + 100 * i, {50: "battery"} if i % 2 else {})} for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def idx(tmp_path_factory):
+    return ldr.Index.build(DOCS, tmp_path_factory.mktemp("win") / "idx", bm25="native", dense=None, sparse=None)
+
+
+def test_the_focused_document_wins_and_the_scores_are_the_stage_mix(idx):
+    off = idx.search(QUERY, k=8, window_weight=0)
+    assert {h.id for h in off[:2]} == {"thin", "focused"} and "window" not in off[0].scores
+    hits = idx.search(QUERY, k=8, window_depth=5)
+    assert hits[0].id == "focused" and "windows" in hits.timings
+    head = hits[:5]
+    first = np.array([h.scores["bm25"] for h in head])
+    window = np.array([h.scores["window"] for h in head])
+    mm = lambda x: (x - x.min()) / (x.max() - x.min())
+    assert np.allclose([h.score for h in head], 0.5 * mm(first) + 0.5 * mm(window))
+    assert hits[0].scores["window"] > next(h for h in hits if h.id == "thin").scores["window"]
+    # below the depth: the first stage's order, on the same scale and under every rescored row
+    tail = hits[5:]
+    assert all("window" not in h.scores for h in tail) and all(h.score <= 0 for h in tail)
+    assert [h.id for h in tail] == [h.id for h in off if h.id not in {x.id for x in head}][:len(tail)]
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+
+
+def test_weights_and_modes(idx):
+    alone = idx.search(QUERY, k=3, window_weight=1.0)
+    assert alone[0].id == "focused" and alone[0].score == 1.0
+    # a single retriever asked for by name is its own ranking unless the stage is asked for too
+    assert "window" not in idx.search(QUERY, k=3, mode="bm25")[0].scores
+    assert idx.search(QUERY, k=3, mode="bm25", window_weight=0.5)[0].id == "focused"
+    for bad in ({"window_weight": 1.5}, {"window_depth": 0}, {"window_weight": "x"}):
+        with pytest.raises(QueryError):
+            idx.search(QUERY, **bad)
