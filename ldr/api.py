@@ -288,10 +288,10 @@ class Index:
         mode, fusion, weights, rrf_k, depth: the first stage (every retriever of the index, fused,
         as recorded in the manifest); `filters` ({"lang": "de", "path": "contracts/*"}, see
         ldr/search/filters.py) restrict every retriever before fusion.
+        window_weight, window_depth: the top candidates rescored by their best window's BM25.
         rerank (False skips it, "passage"), rerank_model (a cross-encoder), rerank_depth,
-        rerank_weight (0–1: the reranker's share of the final score, mixed with the first stage's,
-        z-normalised over the reranked candidates), rerank_windows (how many of each document's
-        best passages a cross-encoder scores).
+        rerank_weight (0–1: the reranker's share of the final score, z-normalised mix with the
+        stage before), rerank_windows (best passages per document a cross-encoder scores).
         passages=N gives each hit its N best passages (character offsets into its text); a hit's
         full text is read only with with_text=True.
         """
@@ -339,7 +339,6 @@ class Index:
     def _finder(self, view: _View, weights: dict | None, retrievers: dict):
         """Locates passages in this generation's documents (ldr/search/passages.py)."""
         from .search.passages import finder_for
-
         return finder_for(view.manifest["components"], weights, retrievers, self._window_terms, self._load_lock)
 
     def _search(self, query: str, request: QueryOptions, *, view: _View | None = None,
@@ -367,8 +366,8 @@ class Index:
         names = self._names(view, opts.mode)
         retrievers = {n: self.retriever(n, view) for n in names}
         reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None
-        finder = (self._finder(view, opts.weights, retrievers)
-                  if (passages or rerank_model or opts.window_weight > 0) else None)
+        wants = passages or rerank_model or opts.window_weight
+        finder = self._finder(view, opts.weights, retrievers) if wants else None
         rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank, allow=allow,
                               finder=finder, reps=reps, uids=store.uids)
         hits = to_hits(rows, store.ids, store.titles)

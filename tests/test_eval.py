@@ -185,13 +185,14 @@ def test_eval_synthetic_passkey_all_stages(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     pk = m["tasks"]["passkey"]
     assert set(pk["per_length"]) == {"256", "512"}
-    assert set(pk["stages"]) == {"bm25", "dense", "sparse", "fused", "reranked"}
+    assert set(pk["stages"]) == {"bm25", "dense", "sparse", "fused", "windows", "reranked"}
     assert (out / "passkey_heatmap.png").exists()
     assert "passkey: Acc@1 per context length" in (out / "report.md").read_text()
     sig = next(t["significance"] for n, t in m["raw"].items() if n.startswith("passkey"))   # beat BM25? fusion?
-    assert sig["baseline"] == "bm25" and set(sig["vs_baseline"]) == {"dense", "sparse", "fused", "reranked"}
+    assert sig["baseline"] == "bm25" and set(sig["vs_baseline"]) == {"dense", "sparse", "fused", "windows", "reranked"}
+    assert "p_t_holm" in sig["windows_vs_fused"]
     assert "p_t_holm" in sig["reranked_vs_fused"] and "## Significance" in (out / "report.md").read_text()
-    assert m["default_stage"] == "fused"
+    assert m["default_stage"] == "windows"     # what a plain `ldr search` returns
 
 
 @pytest.mark.slow

@@ -62,7 +62,8 @@ def test_offline_fusion_ranks_like_the_search_pipeline(beir):
     for method, k, w in (("minmax", 60, (1, 0.25, 0.25)), ("zscore", 60, (0.5, 1, 0)), ("rrf", 10, (1, 1, 0.5))):
         (fused,) = off.runs(method, k, np.array([w], float), 10)
         for q, t in queries.items():
-            hits = index.search(t, k=10, fusion=method, weights=dict(zip(names, w)), rrf_k=k, rerank=False)
+            hits = index.search(t, k=10, fusion=method, weights=dict(zip(names, w)), rrf_k=k, rerank=False,
+                                window_weight=0)
             assert list(fused[q]) == [h.id for h in hits], (method, q)
 
 
@@ -113,11 +114,12 @@ def test_rerank_weight_mixes_the_second_stage_with_the_fused_score(beir):
         alone = index.search(t, k=8, rerank="passage", rerank_depth=8, rerank_weight=1)
         assert [h.score for h in alone] == [h.scores["rerank"] for h in alone]     # weight 1: its score alone
         default = index.search(t, k=8, rerank="passage", rerank_depth=8)          # 0.15 by default
+        # mixed with the stage before it: the window stage's score (the fused one without it)
         assert [h.score for h in default] == pytest.approx(list(mix([h.scores["rerank"] for h in default],
-                                                                    [h.scores["fused"] for h in default], 0.15)))
+                                                                    [h.scores["windowed"] for h in default], 0.15)))
         for w in (0.5, 0.25):
             hits = index.search(t, k=8, rerank="passage", rerank_depth=8, rerank_weight=w)
-            final = mix([h.scores["rerank"] for h in hits], [h.scores["fused"] for h in hits], w)
+            final = mix([h.scores["rerank"] for h in hits], [h.scores["windowed"] for h in hits], w)
             assert [h.score for h in hits] == pytest.approx(list(final))
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
             # what tune derives from the weight-1 run is what the pipeline does with the weight

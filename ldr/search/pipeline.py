@@ -86,7 +86,9 @@ def run_query(query: str, k: int, retrievers: dict, opts: SearchOptions, reranke
                         else retrievers[n].search_rep(rep, depth, allow=allow))
         ctx.first_stage[n] = dict(lists[n])
         ctx.timings[n] = time.perf_counter() - t
-    windows = opts.window_weight > 0 and finder is not None
+    # a lexical kind weighted 0 in the fusion adds no window evidence either
+    windows = opts.window_weight > 0 and finder is not None and \
+        (opts.weights or {}).get(finder.term_kind, 1.0) != 0
     limit = max(k, opts.rerank_depth if reranker is not None else 0, opts.window_depth if windows else 0)
     if not fused:
         # a single retriever: its own ranking, equal scores by id (the one top-k rule)

@@ -135,7 +135,8 @@ def _reweighted(hits, weight: float) -> list[str]:
 
     head = [h for h in hits if "rerank" in h.scores]
     tail = [h for h in hits if "rerank" not in h.scores]
-    first = [h.scores["fused"] if "fused" in h.scores else next(iter(h.scores.values())) for h in head]
+    # the score the reranker mixed with: the window stage's when it ran, else the fused one
+    first = [h.scores.get("windowed", h.scores.get("fused", next(iter(h.scores.values())))) for h in head]
     final = mix([h.scores["rerank"] for h in head], first, weight)
     order = sorted(range(len(head)), key=lambda i: (-final[i], head[i].id))
     return [head[i].id for i in order] + [h.id for h in tail]

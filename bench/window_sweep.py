@@ -1,0 +1,102 @@
+"""The window stage's depth and weight, chosen by 5-fold cross-validation on qmsum-train (folds
+grouped by meeting), and what the choice does to passkey and needle.
+
+    python bench/window_sweep.py --index QMSUM_INDEX [--longembed LONGEMBED_EVAL_CACHE]
+
+--index: an index of qmsum-train built with today's defaults (the one `ldr eval --bench beir`
+caches under its out/cache). Each query is searched once per depth with window_weight=1, so
+every candidate of the depth carries its fused score and its best window's BM25 (among the
+candidates' windows, as the pipeline computes it); the mix (1 - w)·minmax(fused) + w·minmax(window)
+is then formed here for every weight, exactly as ldr.search.pipeline.window_stage forms it.
+Each fold picks the (depth, weight) best on the other four; the held-out nDCG@10 is compared
+with the fused list (paired t-test). --longembed: a folder of `ldr eval --bench longembed`
+cached indexes; Acc@1 of the fused list and of the stage per length at the chosen setting."""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+
+from qmsum_eval import DATA, ndcg10, paired_row, qrels as read_qrels, queries as read_queries, rank
+from stack_sweep import cross_validate
+
+DEPTHS = (10, 20, 30, 50)
+WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def minmax(x: np.ndarray) -> np.ndarray:
+    span = x.max() - x.min()
+    return (x - x.min()) / span if span > 0 else np.zeros_like(x)
+
+
+def candidates(index, text: str, depth: int) -> list[tuple[str, float, float]]:
+    """(id, fused score, best-window BM25) of the fused top `depth`, then the rest (window None)."""
+    hits = index.search(text, k=max(depth, 10), window_weight=1.0, window_depth=depth, rerank=False)
+    return [(h.id, h.scores.get("fused", 0.0), h.scores.get("window")) for h in hits]
+
+
+def ranking(cands, depth: int, w: float) -> list[str]:
+    head, tail = cands[:depth], cands[depth:]
+    fused = sorted(head, key=lambda c: (-c[1], c[0]))
+    if w == 0:
+        return [c[0] for c in fused] + [c[0] for c in sorted(tail, key=lambda c: (-c[1], c[0]))]
+    f = minmax(np.array([c[1] for c in head])); g = minmax(np.array([c[2] for c in head]))
+    mixed = {c[0]: (1 - w) * a + w * b for c, a, b in zip(head, f, g)}
+    return rank(mixed) + [c[0] for c in sorted(tail, key=lambda c: (-c[1], c[0]))]
+
+
+def main() -> None:
+    import ldr
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--longembed", default=None, help="ldr eval --bench longembed's cache folder")
+    a = ap.parse_args()
+    qrels = read_qrels(Path(a.data))
+    qs = {q["_id"]: q["text"] for q in read_queries(Path(a.data)) if q["_id"] in qrels}
+    qids = sorted(qs)
+    groups = [next(iter(qrels[q])) for q in qids]
+    index = ldr.open(a.index)
+    scores = {}
+    for depth in DEPTHS:
+        cands = {q: candidates(index, qs[q], depth) for q in qids}
+        for w in WEIGHTS:
+            scores[(depth, w)] = np.array([ndcg10(ranking(cands[q], depth, w), qrels[q]) for q in qids])
+        print(f"depth {depth}: searched", flush=True)
+    base = scores[(DEPTHS[0], 0.0)]
+    print(f"\nqmsum-train, {len(qids)} queries; nDCG@10 against the fused list (paired t)")
+    for key, v in scores.items():
+        if key[1] > 0:
+            paired_row(f"depth {key[0]}, weight {key[1]}", v, base, 40)
+    held, picks = cross_validate({k: v for k, v in scores.items() if k[1] > 0}, groups)
+    paired_row("5-fold CV (grouped by meeting)", held, base, 40)
+    print("picks per fold:", ", ".join(f"depth {d} w {w}" for d, w in picks))
+    if a.longembed:
+        print("\nAcc@1 (50 queries per length) at depth 20, weight 0.5 (ldr's default):")
+        for path in sorted(Path(a.longembed).iterdir(), key=lambda p: (p.name.split("@")[0], int(re.findall(r"@(\d+)", p.name)[0]))):
+            idx = ldr.open(path)
+            task = path.name.split("@")[0]
+            length = re.findall(r"@(\d+)", path.name)[0]
+            fused = stage = 0
+            queries = _synthetic_queries(task, int(length))
+            for qid, (text, rel) in queries.items():
+                c = candidates(idx, text, 20)
+                fused += ranking(c, 20, 0.0)[0] == rel
+                stage += ranking(c, 20, 0.5)[0] == rel
+            n = len(queries)
+            print(f"{task}@{length}: fused {100 * fused / n:.0f}, window stage {100 * stage / n:.0f}")
+
+
+def _synthetic_queries(task: str, length: int) -> dict:
+    from ldr.eval import synthetic
+    hay = DATA.parent / "paul-graham-essays"
+    t = synthetic.needle(hay, lengths=[length]) if task == "needle" else synthetic.passkey(lengths=[length])
+    rel = {r["qid"]: r["doc_id"] for r in t.qrels}
+    return {q["qid"]: (q["text"], rel[q["qid"]]) for q in t.queries}
+
+
+if __name__ == "__main__":
+    main()
