@@ -1,5 +1,5 @@
 """Encoding throughput, one run, same passages: sentence-transformers (PyTorch fp32) against ldr's
-backends (torch, onnx, onnx-int8) for the dense model, and ldr's backends for the SPLADE model;
+backends (torch, onnx, onnx-int8, bf16) for the dense model, and ldr's backends for the SPLADE model;
 tokens/s, ratio to the reference, % of the fp32 GEMM peak measured now, minimum cosine to PyTorch.
 
     python bench/bench_encode.py [--passages 600] [--words 200] [--max-length 256] [--repeat 3]
@@ -24,7 +24,7 @@ from ldr.encode.runtime import cpu_flags
 from ldr.encode.sparse import SparseSettings, load_sparse
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKENDS = ("torch", "onnx", "onnx-int8")
+BACKENDS = ("torch", "onnx", "onnx-int8", "bf16")
 
 
 def gemm_peak(n: int = 2048, reps: int = 10) -> float:

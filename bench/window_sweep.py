@@ -10,7 +10,7 @@ candidates' windows, as the pipeline computes it); the mix (1 - w)·minmax(fused
 is then formed here for every weight, exactly as ldr.search.pipeline.window_stage forms it.
 Each fold picks the (depth, weight) best on the other four; the held-out nDCG@10 is compared
 with the fused list (paired t-test). --longembed: a folder of `ldr eval --bench longembed`
-cached indexes; Acc@1 of the fused list and of the stage per length at the chosen setting."""
+cached indexes; Acc@1 of the fused list and of the stage per length at several settings."""
 from __future__ import annotations
 
 import argparse
@@ -48,13 +48,20 @@ def ranking(cands, depth: int, w: float) -> list[str]:
 
 
 def main() -> None:
-    import ldr
-
     ap = argparse.ArgumentParser()
-    ap.add_argument("--index", required=True)
+    ap.add_argument("--index", default=None, help="a qmsum-train index (leave out: the synthetic tasks only)")
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--longembed", default=None, help="ldr eval --bench longembed's cache folder")
     a = ap.parse_args()
+    if a.index:
+        qmsum(a)
+    if a.longembed:
+        longembed(Path(a.longembed))
+
+
+def qmsum(a) -> None:
+    import ldr
+
     qrels = read_qrels(Path(a.data))
     qs = {q["_id"]: q["text"] for q in read_queries(Path(a.data)) if q["_id"] in qrels}
     qids = sorted(qs)
@@ -74,20 +81,29 @@ def main() -> None:
     held, picks = cross_validate({k: v for k, v in scores.items() if k[1] > 0}, groups)
     paired_row("5-fold CV (grouped by meeting)", held, base, 40)
     print("picks per fold:", ", ".join(f"depth {d} w {w}" for d, w in picks))
-    if a.longembed:
-        print("\nAcc@1 (50 queries per length) at depth 20, weight 0.5 (ldr's default):")
-        for path in sorted(Path(a.longembed).iterdir(), key=lambda p: (p.name.split("@")[0], int(re.findall(r"@(\d+)", p.name)[0]))):
-            idx = ldr.open(path)
-            task = path.name.split("@")[0]
-            length = re.findall(r"@(\d+)", path.name)[0]
-            fused = stage = 0
-            queries = _synthetic_queries(task, int(length))
-            for qid, (text, rel) in queries.items():
-                c = candidates(idx, text, 20)
-                fused += ranking(c, 20, 0.0)[0] == rel
-                stage += ranking(c, 20, 0.5)[0] == rel
-            n = len(queries)
-            print(f"{task}@{length}: fused {100 * fused / n:.0f}, window stage {100 * stage / n:.0f}")
+
+
+def longembed(folder: Path) -> None:
+    import ldr
+
+    settings = [(20, 0.5), (30, 0.4), (50, 0.4), (50, 0.5)]
+    print("\nAcc@1 (50 queries per length): fused, then the window stage per (depth, weight)")
+    print("| task | fused | " + " | ".join(f"{d}, {w}" for d, w in settings) + " |")
+    print("|---|---|" + "---|" * len(settings))
+    key = lambda p: (p.name.split("@")[0], int(re.findall(r"@(\d+)", p.name)[0]))
+    for path in sorted(folder.iterdir(), key=key):
+        task, length = key(path)
+        idx, queries = ldr.open(path), _synthetic_queries(task, length)
+        hits = {s: 0 for s in [(0, 0.0)] + settings}
+        for text, rel in queries.values():
+            per_depth = {d: candidates(idx, text, d) for d in {d for d, _ in settings}}
+            hits[(0, 0.0)] += ranking(per_depth[20], 20, 0.0)[0] == rel
+            for d, w in settings:
+                hits[(d, w)] += ranking(per_depth[d], d, w)[0] == rel
+        n = len(queries)
+        print(f"| {task}@{length} | " + " | ".join(f"{100 * v / n:.0f}" for v in hits.values()) + " |", flush=True)
+
+
 
 
 def _synthetic_queries(task: str, length: int) -> dict:

@@ -76,6 +76,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     for qid in tqdm(qids, desc=task.name, unit="q", disable=not opts.progress, leave=False):
         result = index.search(task.queries[qid], k=opts.depth, depth=opts.depth, rerank_depth=opts.rerank_depth,
                      fusion=config.search["fusion"], weights=config.search["weights"], rerank=opts.rerank,
+                     window_weight=config.search.get("window_weight"), window_depth=config.search.get("window_depth"),
                      rerank_model=opts.rerank_model, with_text=False)
         ctx = result.context
         for name, scores in ctx.first_stage.items():
@@ -93,7 +94,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     d = index.search_defaults()
     # the stage a plain `ldr search` on this index returns
     default_stage = "reranked" if d.get("rerank") or d.get("rerank_model") else (
-        d["mode"] if d["mode"] != "hybrid" else "windows" if d.get("window_weight", 0.5) > 0 else "fused")
+        d["mode"] if d["mode"] != "hybrid" else "fused" if d.get("window_weight") == 0 else "windows")
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {},
               "analyzer": (index.components.get("bm25") or {}).get("analyzer"),

@@ -41,9 +41,9 @@ class QueryOptions:
     rrf_k: int | None = _opt(None, "The k of reciprocal-rank fusion.", ge=1, cli=("--rrf-k",))
     depth: int | None = _opt(None, "Candidates per retriever (default 1000).", ge=1, le=100_000, cli=("--depth",))
     window_weight: float | None = _opt(None, "Share (0-1) of each top candidate's best-window BM25 in its score, "
-                                             "mixed with the first stage's (0: off; default 0.5).", ge=0, le=1,
+                                             "mixed with the first stage's (0: off; default 0.4).", ge=0, le=1,
                                        cli=("--window-weight",))
-    window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window (default 20).",
+    window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window (default 50).",
                                     ge=1, le=1000, cli=("--window-depth",))
     rerank: bool | str | None = _opt(None, "Second stage: passage, none (False) or the index's (None).",
                                      cli=("--rerank",))
@@ -170,8 +170,8 @@ class SearchOptions:
     rrf_k: int = 60
     depth: int = 1000              # per retriever
     # an index whose manifest predates the window stage gets it too: it needs nothing stored
-    window_weight: float = 0.5     # the best window's BM25 share of the top candidates' scores (0: off)
-    window_depth: int = 20
+    window_weight: float = 0.4     # the best window's BM25 share of the top candidates' scores (0: off)
+    window_depth: int = 50
     rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
     rerank_depth: int = 100
     rerank_weight: float = 0.15    # the second stage's share of the final score (1: its score alone)
