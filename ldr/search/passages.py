@@ -71,25 +71,33 @@ class WindowTerms:
         self._pre = cjk_pretokenize if analyzer.is_cjk else (lambda t: t)
         self.vocab: dict[str, int] = {}
         self._docs: OrderedDict = OrderedDict()
+        self.lengths: dict = {}    # uid → its text's length: a cached document's text is never read again
         self._tokens, self.max_tokens = 0, max_tokens
         self._lock = threading.Lock()
 
     def terms(self, text: str) -> list[str]:
         return self._an.analyze(self._pre(text))
 
-    def get(self, key, text: str, spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def get(self, key, text, spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(spans (m, 2), indptr (m + 1), term ids) of a document's windows: `spans` when given
-        (the dense passages), else word windows."""
+        (the dense passages), else word windows. `text`: the text, or a function returning it
+        (called only on a miss: reading a long text from the docstore costs more than scoring it)."""
         with self._lock:
             hit = self._docs.get(key) if key is not None else None
             if hit is not None:
                 self._docs.move_to_end(key)
                 return hit
+        text = text() if callable(text) else text
         win = np.asarray(spans if spans is not None else word_windows(text), dtype=np.int64).reshape(-1, 2)
         per = [self.terms(text[a:e]) for a, e in win.tolist()]
+        flat = [t for toks in per for t in toks]
+        # term ids through the distinct terms (numpy sorts the strings): a dict lookup per distinct
+        # term, not per token, halves a first search's cost on long documents
+        uniq, inv = np.unique(np.asarray(flat, dtype=str), return_inverse=True) if flat else ([], np.zeros(0, np.int64))
         with self._lock:
-            ids = np.fromiter((self.vocab.setdefault(t, len(self.vocab)) for toks in per for t in toks),
-                              dtype=np.int32, count=sum(len(t) for t in per))
+            table = np.fromiter((self.vocab.setdefault(t, len(self.vocab)) for t in list(uniq)), dtype=np.int32,
+                                count=len(uniq))
+            ids = table[inv.reshape(-1)] if len(flat) else np.zeros(0, np.int32)
             indptr = np.zeros(len(per) + 1, dtype=np.int64)
             np.cumsum([len(t) for t in per], out=indptr[1:])
             entry = (win, indptr, ids)
@@ -133,29 +141,37 @@ class PassageFinder:
         from ..components.bm25_store.analysis import first_terms
         return set(first_terms(self.terms(query)))
 
-    def _vector_windows(self, reps: dict, d: int, text: str):
-        """The windows of document d each vector kind scored ({kind: (sims, spans)}), leaving out
-        a kind whose spans are unknown (a segment from before spans were kept)."""
+    def _vector_windows(self, reps: dict, d: int, length: int):
+        """The windows of document d (`length` characters) each vector kind scored ({kind: (sims,
+        spans)}), leaving out a kind whose spans are unknown (a segment from before spans were kept)."""
         out = {}
         for kind, r in self.vectors.items():
             if reps.get(kind) is None:
                 continue
             sims, spans = r.passage_scores(reps[kind], d)
-            if spans is not None and len(spans) and not (spans < 0).any() and spans[:, 1].max() <= len(text):
+            if spans is not None and len(spans) and not (spans < 0).any() and spans[:, 1].max() <= length:
                 out[kind] = (np.asarray(sims, dtype=np.float64), np.asarray(spans, dtype=np.int64))
         return out
 
-    def _windows(self, reps: dict, docs: dict[int, str], keys: dict | None):
+    def _windows(self, reps: dict, docnos, text_of, keys: dict | None):
         """Every window of the documents: (owner (m,), spans (m, 2), {kind: its score per window,
-        nan where it has none}, [(indptr, term ids)] per document)."""
+        nan where it has none}, [(indptr, term ids)] per document). `text_of(d)`: a document's
+        text, read only when its windows are not cached yet."""
         kinds = list(self.vectors)
         owners, spans_all, parts = [], [], []
         vec_all: dict[str, list] = {k: [] for k in kinds}     # per kind, per window: its score or nan
-        for d, text in docs.items():
-            found = self._vector_windows(reps, d, text)
+        lengths = self.cache.lengths
+        for d in docnos:
+            uid = keys[d] if keys is not None else None
+            text = None
+            if uid is None or uid not in lengths:
+                text = text_of(d)
+                if uid is not None:
+                    lengths[uid] = len(text)
+            found = self._vector_windows(reps, d, len(text) if text is not None else lengths[uid])
             spans = np.concatenate([sp for _, sp in found.values()]) if found else None
-            key = (keys[d], tuple(found)) if keys is not None else None
-            win, indptr, ids = self.cache.get(key, text, spans)
+            key = (uid, tuple(found)) if uid is not None else None
+            win, indptr, ids = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)), spans)
             m = len(win)
             cols, at = {k: np.full(m, np.nan) for k in kinds}, 0
             for k, (sims, sp) in found.items():       # the windows are the kinds' spans, in this order
@@ -171,15 +187,16 @@ class PassageFinder:
         return (np.concatenate(owners), np.concatenate(spans_all),
                 {k: np.concatenate(v) for k, v in vec_all.items()}, parts)
 
-    def best_window(self, query: str, reps: dict, docs: dict[int, str], keys: dict | None = None) -> dict[int, float]:
+    def best_window(self, query: str, reps: dict, docnos: list[int], text_of, keys: dict | None = None) -> dict[int, float]:
         """{docno: the BM25 of its best window} among the windows of these documents: the window
-        stage's evidence that one part of a long document answers the query (pipeline.py)."""
-        out = {d: 0.0 for d in docs}
-        owner, _, _, parts = self._windows(reps, docs, keys)
+        stage's evidence that one part of a long document answers the query (pipeline.py).
+        `text_of(d)`: a document's text (read only for documents whose windows are not cached)."""
+        out = {d: 0.0 for d in docnos}
+        owner, _, _, parts = self._windows(reps, docnos, text_of, keys)
         if len(owner):
             best = np.zeros(int(owner.max()) + 1)
             np.maximum.at(best, owner, self._bm25(parts, self.query_terms(query)))
-            out.update({d: float(best[d]) for d in docs})
+            out.update({d: float(best[d]) for d in docnos})
         return out
 
     def find(self, query: str, reps: dict, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
@@ -190,7 +207,7 @@ class PassageFinder:
             return {d: [] for d in docs}
         qterms = self.query_terms(query)
         kinds = list(self.vectors)
-        owner, win, vec, parts = self._windows(reps, docs, keys)
+        owner, win, vec, parts = self._windows(reps, list(docs), docs.__getitem__, keys)
         if not len(owner):
             return {d: [] for d in docs}
         term_scores = self._bm25(parts, qterms)
@@ -223,9 +240,11 @@ class PassageFinder:
         if not len(qids) or not len(lengths):
             return np.zeros(len(lengths))
         tf = np.zeros((len(lengths), len(qids)))
+        wanted = np.zeros(len(self.cache.vocab) + 1, dtype=bool)   # a lookup table: one gather per term
+        wanted[qids] = True
         row0 = 0
         for indptr, ids in parts:
-            hit = np.flatnonzero(np.isin(ids, qids))
+            hit = np.flatnonzero(wanted[ids])
             if len(hit):
                 rows = np.searchsorted(indptr, hit, side="right") - 1 + row0
                 np.add.at(tf, (rows, np.searchsorted(qids, ids[hit])), 1)

@@ -134,7 +134,7 @@ def window_stage(ctx: QueryContext, rows: list, opts: SearchOptions, tiebreak=No
     docnos = [d for d, _, _ in head]
     reps = {k: ctx.rep(k) for k in ctx.finder.vector_kinds}
     keys = {d: int(ctx.uids[d]) for d in docnos} if ctx.uids is not None else None
-    best = ctx.finder.best_window(ctx.query, reps, {d: ctx.text(d) for d in docnos}, keys)
+    best = ctx.finder.best_window(ctx.query, reps, docnos, ctx.text, keys)
     w = opts.window_weight
     window = np.asarray([best[d] for d in docnos])
     first = np.asarray([sc for _, sc, _ in head], dtype=np.float64)
