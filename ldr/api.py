@@ -352,7 +352,7 @@ class Index:
         conds = _filters.normalise(request.filters)
         allow = store.cached_mask(_filters.key(conds), lambda s: _filters.mask(conds, s)) if conds else None
         n_docs = int(allow.sum()) if allow is not None else len(store)
-        opts, rerank_model = resolve(request, self.search_defaults(view))
+        opts, rerank_model = resolve(request, self.search_defaults(view), self.device)
         components = view.manifest["components"]
         if opts.mode != "hybrid" and opts.mode not in components:
             have = ", ".join(registry.in_order(components)) or "none"

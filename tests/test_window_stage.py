@@ -59,3 +59,24 @@ def test_weights_and_modes(idx):
     for bad in ({"window_weight": 1.5}, {"window_depth": 0}, {"window_weight": "x"}):
         with pytest.raises(QueryError):
             idx.search(QUERY, **bad)
+
+
+def test_a_gpu_reranks_the_top_100_with_the_packaged_cross_encoder_by_default(monkeypatch):
+    """No GPU runs here: the machine's answer to "is there a CUDA device" is set by hand."""
+    from ldr.encode.models import packaged_path
+    from ldr.options import DEFAULT_SEARCH
+    from ldr.search import options as o
+
+    defaults = {**DEFAULT_SEARCH, "mode": "hybrid"}
+    plain = o.QueryOptions.of()
+    monkeypatch.setattr(o, "_CUDA", True)
+    opts, model = o.resolve(plain, defaults)
+    want = o.GPU_RERANKER if packaged_path(o.GPU_RERANKER) is not None else None
+    assert model == want and opts.rerank_depth == 100 and opts.rerank_weight == 0.15
+    assert o.resolve(plain, defaults, "cpu")[1] is None                        # a CPU asked for
+    assert o.resolve(o.QueryOptions.of(rerank=False), defaults)[1] is None      # the user's choice
+    assert o.resolve(o.QueryOptions.of(mode="bm25"), defaults)[1] is None
+    assert o.resolve(plain, {**defaults, "rerank_model": "my/reranker"})[1] == "my/reranker"
+    monkeypatch.setattr(o, "_CUDA", False)
+    assert o.resolve(plain, defaults)[1] is None
+    assert o.resolve(plain, defaults, "cuda:0")[1] == want
