@@ -30,8 +30,8 @@ CPU_DEFAULT = "onnx"
 # (bench/int8_layers.py)
 FP32_LAYERS = (0,)
 # bf16 (PyTorch under CPU autocast) where the CPU multiplies bf16 in hardware tiles (AMX): MiniLM
-# 3.7x fp32 with vectors at cosine >= 0.9999 to fp32 (bench/README.md "bf16"). Only AMX was
-# measured; AVX-512 BF16 alone keeps fp32 until measured.
+# 2.9x ONNX fp32, vectors at cosine >= 0.9999 to fp32, qmsum-train and passkeys unchanged
+# (bench/README.md "bf16"). Only AMX was measured; AVX-512 BF16 alone keeps fp32 until measured.
 BF16_FLAGS = ("amx_bf16",)
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
@@ -63,8 +63,9 @@ def choose(requested: str | None, device: str | None, supported: bool, what: str
     """The backend to run: `requested` (auto | torch | onnx | onnx-int8 | bf16) resolved for this machine.
 
     `bf16`: the encoder has a bf16 path (--backend bf16). auto on a CPU: bf16 where `auto_bf16`
-    (measured faster for this encoder), the model/strategy would run on ONNX and the CPU has AMX; else CPU_DEFAULT (ONNX Runtime fp32: PyTorch's
-    vectors, cosine ≥ 0.9999) when ONNX Runtime is installed and the model/strategy runs on it;
+    (measured faster for this encoder), the model/strategy would run on ONNX and the CPU has AMX;
+    else CPU_DEFAULT (ONNX Runtime fp32: PyTorch's vectors, cosine ≥ 0.9999) when ONNX Runtime is
+    installed and the model/strategy runs on it;
     PyTorch on a GPU or otherwise. EXACT: ONNX fp32 or PyTorch fp32, never int8 or bf16. An ONNX
     or bf16 backend recorded in an index is kept on a CPU and becomes PyTorch on a GPU (fp16)."""
     requested = requested or "auto"
