@@ -115,8 +115,8 @@ def main():
     for b, enc in sp.items():
         dt, out = best_of(lambda: enc.encode_documents(passages).toarray(), args.repeat)
         base = base or (dt, out)
-        a, b = out > 0, base[1] > 0
-        same = float(((a & b).sum(1) / np.maximum((a | b).sum(1), 1)).mean())
+        got, ref = out > 0, base[1] > 0          # (not `b`: that names the backend in the row)
+        same = float(((got & ref).sum(1) / np.maximum((got | ref).sum(1), 1)).mean())
         cos = min_cos(out, base[1])
         print(f"| ldr {b} | {dt:.2f} | {n_sp / dt:,.0f} | {base[0] / dt:.2f}x | {cos:.6f} | {same:.4f} |")
         result["sparse"].append({"encoder": f"ldr {b}", "seconds": dt, "tokens_per_s": n_sp / dt, "cosine_min": cos})
