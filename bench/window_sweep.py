@@ -22,13 +22,10 @@ import numpy as np
 from qmsum_eval import DATA, ndcg10, paired_row, qrels as read_qrels, queries as read_queries, rank
 from stack_sweep import cross_validate
 
+from ldr.search.pipeline import minmax
+
 DEPTHS = (10, 20, 30, 50)
 WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-
-
-def minmax(x: np.ndarray) -> np.ndarray:
-    span = x.max() - x.min()
-    return (x - x.min()) / span if span > 0 else np.zeros_like(x)
 
 
 def candidates(index, text: str, depth: int) -> list[tuple[str, float, float]]:
@@ -38,10 +35,8 @@ def candidates(index, text: str, depth: int) -> list[tuple[str, float, float]]:
 
 
 def ranking(cands, depth: int, w: float) -> list[str]:
+    """The pipeline's order at weight `w` (0: the fused order; equal scores by id)."""
     head, tail = cands[:depth], cands[depth:]
-    fused = sorted(head, key=lambda c: (-c[1], c[0]))
-    if w == 0:
-        return [c[0] for c in fused] + [c[0] for c in sorted(tail, key=lambda c: (-c[1], c[0]))]
     f = minmax(np.array([c[1] for c in head])); g = minmax(np.array([c[2] for c in head]))
     mixed = {c[0]: (1 - w) * a + w * b for c, a, b in zip(head, f, g)}
     return rank(mixed) + [c[0] for c in sorted(tail, key=lambda c: (-c[1], c[0]))]

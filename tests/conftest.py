@@ -48,6 +48,22 @@ def shared_path(name: str) -> Path:
     return p
 
 
+def search_in_child(idx: Path, query: str, k: int = 3, mode: str | None = None,
+                    absent: tuple = ("torch", "transformers")) -> list[str]:
+    """The hit ids of a search run in a fresh interpreter (the cold path of `ldr search`), which
+    must not have imported any of `absent`."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ldr\n"
+            f"hits = ldr.Index(sys.argv[1]).search({query!r}, k={k}, mode={mode!r})\n"
+            f"assert not [m for m in {list(absent)!r} if m in sys.modules], 'heavy import'\n"
+            "print(','.join(h.id for h in hits))")
+    r = subprocess.run([sys.executable, "-c", code, str(idx)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.strip().split(",")
+
+
 def newest_manifest(idx: Path) -> Path:
     """The newest generation's manifest file of an index."""
     return sorted(Path(idx).glob("manifest-*.json"))[-1]

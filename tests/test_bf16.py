@@ -2,8 +2,6 @@
 the same text the same vector in any batch, and an index that records bf16, searches with fp32
 queries without importing torch, and gives an add what a fresh build gives."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from ldr.encode.dense import DenseEncoder, DenseSettings, OnnxDenseEncoder, load
 from ldr.encode.models import model_settings
 from ldr.encode.sparse import SparseSettings, load_sparse
 from ldr.errors import ConfigError
+from conftest import search_in_child
 
 pytest.importorskip("onnxruntime")
 
@@ -77,12 +76,7 @@ def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(
     # queries: the fp32 engine (ONNX), not bf16 and not torch
     assert runtime.for_queries(model_settings(comp, DenseSettings, False, None)).backend == runtime.EXACT
     assert isinstance(fresh.retriever("dense").encoder, OnnxDenseEncoder)
-    code = ("import sys, ldr\n"
-            "hits = ldr.Index(sys.argv[1]).search('termination of the agreement', k=3, mode='dense')\n"
-            "assert 'torch' not in sys.modules, 'heavy import'\n"
-            "print(','.join(h.id for h in hits))")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "fresh")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
+    child = search_in_child(tmp_path / "fresh", "termination of the agreement", mode="dense", absent=("torch",))
     # incremental = fresh: the add encodes on the recorded bf16 engine, rows of one length
     grown = ldr.Index.build(part, tmp_path / "grown", dense=dense)
     grown.add(rest)
@@ -90,5 +84,4 @@ def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(
         a = [(h.id, round(h.score, 6)) for h in fresh.search("termination of the agreement", k=10, mode=mode)]
         b = [(h.id, round(h.score, 6)) for h in grown.search("termination of the agreement", k=10, mode=mode)]
         assert a == b, mode
-    assert r.stdout.strip().split(",") == [h.id for h in fresh.search("termination of the agreement", k=3,
-                                                                       mode="dense")]
+    assert child == [h.id for h in fresh.search("termination of the agreement", k=3, mode="dense")]

@@ -13,6 +13,7 @@ from ldr.encode import onnx_export, runtime
 from ldr.encode.dense import DenseEncoder, DenseSettings, OnnxDenseEncoder, load_dense
 from ldr.encode.sparse import OnnxSparseEncoder, SparseEncoder, SparseSettings, load_sparse
 from ldr.errors import ConfigError, ModelError
+from conftest import search_in_child
 
 pytest.importorskip("onnxruntime")
 
@@ -175,13 +176,7 @@ def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpu
     assert m["components"]["sparse"]["model"]["backend"]["name"] == "onnx"
     assert {"feed", "encode", "tokenise", "wait"} <= set(m["settings"]["build"]["stages"])
     expected = [h.id for h in idx.search("termination of the agreement", k=3)]
-    code = ("import sys, ldr\n"
-            "hits = ldr.Index(sys.argv[1]).search('termination of the agreement', k=3)\n"
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'heavy import'\n"
-            "print(','.join(h.id for h in hits))")
-    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "i")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip().split(",") == expected
+    assert search_in_child(tmp_path / "i", "termination of the agreement") == expected
     # an index built on torch answers the same on onnx: the vectors agree
     torch_idx = ldr.Index.build(sample_corpus, tmp_path / "t", dense=DenseSettings(backend="torch"),
                                 sparse=SparseSettings(backend="torch"))
