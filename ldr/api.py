@@ -358,8 +358,7 @@ class Index:
             have = ", ".join(registry.in_order(components)) or "none"
             raise ConfigError(f"this index has no {opts.mode!r} component (it has: {have}); pick another --mode")
         if n_docs == 0:   # nothing passes the filters (or an empty index)
-            empty = SearchResult([], query, {}, None, None)
-            empty.generation = view.generation
+            (empty := SearchResult([], query, {}, None, None)).generation = view.generation
             return empty
         k = min(k, n_docs)  # more hits than documents cannot be returned
         opts.depth, opts.rerank_depth = min(opts.depth, n_docs), min(opts.rerank_depth, n_docs)
@@ -369,19 +368,20 @@ class Index:
         wants = passages or rerank_model or opts.window_weight
         finder = self._finder(view, opts.weights, retrievers) if wants else None
         rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank, allow=allow,
-                              finder=finder, reps=reps, uids=store.uids)
+                              finder=finder, reps=reps, uids=store.uids, fetch=store.texts)
         hits = to_hits(rows, store.ids, store.titles)
+        docnos = [h.docno for h in hits]
         if passages:
             t = time.perf_counter()
-            found = ctx.passages([h.docno for h in hits], passages)
+            found = ctx.passages(docnos, passages)
             for h in hits:
                 h.passages = found.get(h.docno, [])
             ctx.timings["passages"] = time.perf_counter() - t
+        ctx.prefetch(docnos if request.with_text else [])
+        metas = store.doc_metas(docnos) if request.with_meta else {}
         for h in hits:
-            if request.with_text:
-                h.text = store.text(h.docno)
-            if request.with_meta:
-                h.meta, h.origin = (d := store.doc_meta(h.docno)).meta, origin(d)
+            h.text = ctx.text(h.docno) if request.with_text else h.text
+            h.meta, h.origin = (metas[h.docno].meta, origin(metas[h.docno])) if request.with_meta else (h.meta, h.origin)
         result = SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
         result.generation = view.generation
         return result

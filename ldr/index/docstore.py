@@ -185,6 +185,36 @@ class Docstore:
                 self._cache = (g, self._column(g, "text"))
             return self._cache[1][row - self._starts[g]]
 
+    def _rows(self, rows: list[int], names: list[str]) -> dict[str, list]:
+        """Columns `names` of `rows`, in that order, read with one call for all their row groups:
+        a call per row group costs ~0.5 ms of fixed overhead, the window stage reads 50 texts."""
+        at = [bisect.bisect_right(self._starts, r) - 1 for r in rows]
+        groups = sorted(set(at))
+        first, n = {}, 0
+        for g in groups:
+            first[g] = n
+            n += self._starts[g + 1] - self._starts[g]
+        take = pa.array([first[g] + r - self._starts[g] for g, r in zip(at, rows)], type=pa.int64())
+        try:
+            with self._lock:
+                t = self._pf.read_row_groups(groups, columns=names, use_threads=False)
+            return {c: t.column(c).take(take).to_pylist() for c in names}
+        except Exception as e:
+            raise _damaged(self.path, e) from None
+
+    def texts(self, rows: list[int]) -> list[str]:
+        """The texts of `rows` (one read for all of them)."""
+        return self._rows(rows, ["text"])["text"] if rows else []
+
+    def meta_docs(self, rows: list[int]) -> list[Doc]:
+        """meta_doc of each of `rows` (one read for all of them)."""
+        if not rows:
+            return []
+        names = [c for c in self._columns if c in ("meta", "source", "path")]
+        cols = self._rows(rows, names)
+        blank = {"id": [""] * len(rows), "title": [""] * len(rows), "text": [""] * len(rows)}
+        return [doc_of({**blank, **cols}, i) for i in range(len(rows))]
+
     def meta_doc(self, row: int) -> Doc:
         """Row `row` without its text: the user's metadata and ldr's source and path."""
         g = bisect.bisect_right(self._starts, row) - 1

@@ -82,6 +82,23 @@ class Segments:
         s, r = self.locate(docno)
         return self.stores[s].text(r)
 
+    def _by_store(self, docnos: list[int], read) -> dict[int, object]:
+        by: dict[int, list[int]] = {}
+        for d in docnos:
+            by.setdefault(self.locate(d)[0], []).append(d)
+        out = {}
+        for s, ds in by.items():
+            out.update(zip(ds, read(self.stores[s], [d - self.offsets[s] for d in ds])))
+        return out
+
+    def texts(self, docnos: list[int]) -> dict[int, str]:
+        """{docno: text}, one docstore read per segment (not one per document)."""
+        return self._by_store(list(dict.fromkeys(docnos)), lambda st, rows: st.texts(rows))
+
+    def doc_metas(self, docnos: list[int]) -> dict[int, Doc]:
+        """{docno: doc_meta(docno)}, one docstore read per segment."""
+        return self._by_store(list(dict.fromkeys(docnos)), lambda st, rows: st.meta_docs(rows))
+
     def meta(self, docno: int) -> dict:
         s, r = self.locate(docno)
         return self.stores[s].meta(r)

@@ -170,6 +170,8 @@ class CrossEncoderReranker:
         return np.array([aggregate(p, self.settings.aggregate, self.settings.first_k) for p in per_doc])
 
     def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
+        if hasattr(ctx, "prefetch"):
+            ctx.prefetch(docnos)       # one docstore read for all of them
         texts = [ctx.text(d) for d in docnos]
         # the first stage's best passages of each document, in document order
         # (a search's `rerank_windows` overrides the settings: they are shared by every search)
