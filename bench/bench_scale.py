@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -157,15 +158,21 @@ def warm(path: Path, qs: list[str]) -> dict:
     return {k: (statistics.median(v), pct(v, .95)) for k, v in stages.items()}
 
 
-def cold(path: Path, qs: list[str], runs: int = 4) -> list[float]:
-    """`ldr search` from the shell, a new process each time; the first run may read from disk."""
-    times = []
+def cold(path: Path, qs: list[str], runs: int = 4) -> tuple[list[float], float]:
+    """`ldr search` from the shell, a new process each time (the first run may read from disk):
+    (seconds per run, the largest peak RSS of those processes in MB)."""
+    times, peak = [], 0.0
     for q in qs[:runs]:
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "ldr.cli", "search", q, "-i", str(path)], check=True,
-                       capture_output=True)
+        p = subprocess.Popen([sys.executable, "-m", "ldr.cli", "search", q, "-i", str(path)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(p.pid, 0)      # this process's own peak, not the builds'
         times.append(time.perf_counter() - t)
-    return times
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode:
+            raise SystemExit(f"ldr search failed on {path} (exit {p.returncode})")
+        peak = max(peak, usage.ru_maxrss / 1024)
+    return times, peak
 
 
 def disk_mb(path: Path) -> float:
@@ -179,6 +186,7 @@ def main():
     ap.add_argument("--per", type=int, default=4, help="dense vectors per document (1 from 1M on: memory)")
     ap.add_argument("--keep", default=None, help="build the indexes here and keep them")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--build-only", action="store_true", help="with --keep: build the indexes, measure nothing")
     ap.add_argument("--build-one", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     words = vocabulary()
@@ -189,7 +197,7 @@ def main():
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ldr-scale-"))
     rows = []
     print("| docs | dense vectors | FAISS | build s | index MB | cold `ldr search` s (first; median of next) "
-          "| warm p50 ms | warm p95 ms |\n|---|---|---|---|---|---|---|---|", flush=True)
+          "| its peak RSS MB | warm p50 ms | warm p95 ms |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for n in [int(x) for x in args.sizes.split(",")]:
         out = root / f"scale-{n}"
         per = args.per if n < 1_000_000 else 1
@@ -202,19 +210,22 @@ def main():
             b = {"seconds": time.perf_counter() - t}
         else:
             b = {"seconds": float("nan")}
+        if args.build_only:
+            print(f"built {out} in {b['seconds']:.0f} s", flush=True)
+            continue
         import ldr
 
         with ldr.open(out) as idx:
             dense = idx.info()["components"]["dense"]
             vectors = dense["vectors"]
             faiss_type = "+".join(sorted({e["dense"]["faiss"]["index"] for e in idx._view.segments.entries}))
-        c = cold(out, qs[10:])
+        c, rss = cold(out, qs[10:])
         w = warm(out, qs)
         row = {"docs": n, "vectors": vectors, "faiss": faiss_type, "build_s": b["seconds"], "mb": disk_mb(out),
-               "cold_s": c, "warm": w}
+               "cold_s": c, "cold_peak_mb": rss, "warm": w}
         rows.append(row)
         print(f"| {n:,} | {vectors:,} | {faiss_type} | {b['seconds']:.0f} | {row['mb']:.0f} | "
-              f"{c[0]:.2f}; {statistics.median(c[1:]):.2f} | {w['end to end'][0]:.1f} | {w['end to end'][1]:.1f} |",
+              f"{c[0]:.2f}; {statistics.median(c[1:]):.2f} | {rss:.0f} | {w['end to end'][0]:.1f} | {w['end to end'][1]:.1f} |",
               flush=True)
         print("    stages p50/p95 ms: " + ", ".join(f"{k} {a:.1f}/{b_:.1f}" for k, (a, b_) in w.items()), flush=True)
         if not args.keep:

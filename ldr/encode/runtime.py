@@ -257,6 +257,10 @@ class OrtModel:
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads()
         so.inter_op_num_threads = 1
+        # no spinning after a run: ORT's idle threads spun on the 2 cores the next stage needed
+        # (a query's SPLADE encoding, numpy, tantivy): warm search at 100k documents 57.6 → 31.4 ms
+        # p50, sparse document encoding 6.0 → 4.9 s on 6 transcripts (bench/README.md)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.log_severity_level = 3
         if OrtModel._loader is None:
             from concurrent.futures import ThreadPoolExecutor
