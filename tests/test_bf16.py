@@ -2,6 +2,7 @@
 the same text the same vector in any batch, and an index that records bf16, searches with fp32
 queries without importing torch, and gives an add what a fresh build gives."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ def _cos(a, b):
 def test_auto_picks_bf16_only_where_measured(monkeypatch):
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512f", "amx_bf16", "amx_tile"})
     assert runtime.choose("auto", "cpu", True, "x", bf16=True, auto_bf16=True) == "bf16"
-    assert runtime.choose("auto", "cpu", True, "x", bf16=True) == "onnx"          # SPLADE: not faster
+    assert runtime.choose("auto", "cpu", True, "x", bf16=True) == "onnx"          # a model without a measured bf16 win
     assert runtime.choose("auto", "cpu", False, "x", bf16=True, auto_bf16=True) == "torch"  # extension
     assert runtime.choose(runtime.EXACT, "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
     assert runtime.choose("bf16", "cuda", True, "x", bf16=True) == "torch"        # a GPU runs fp16
@@ -54,7 +55,13 @@ def test_bf16_vectors_are_close_to_fp32_and_do_not_depend_on_the_batch():
     assert np.array_equal(q[:1], enc.encode_queries(["budget vote"]))
 
 
-def test_bf16_splade_when_asked():
+def test_bf16_splade_when_asked_and_by_auto_on_amx(monkeypatch):
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512f", "amx_bf16", "amx_tile"})
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert load_sparse(SparseSettings(device="cpu")).describe()["backend"]["name"] == "bf16"
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"     # bounded kernel cache (memory)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f"})
+    assert load_sparse(SparseSettings(device="cpu")).describe()["backend"]["name"] == "onnx"
     enc = load_sparse(SparseSettings(backend="bf16", device="cpu"))
     ref = load_sparse(SparseSettings(backend="onnx")).encode_documents(TEXTS[:2]).toarray()
     out = enc.encode_documents(TEXTS[:2]).toarray()
