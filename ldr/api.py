@@ -382,8 +382,8 @@ class Index:
         for h in hits:
             h.text = ctx.text(h.docno) if request.with_text else h.text
             h.meta, h.origin = (metas[h.docno].meta, origin(metas[h.docno])) if request.with_meta else (h.meta, h.origin)
-        result = SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)
-        result.generation = view.generation
+        ctx.read.clear()    # the result keeps its context: not 50 candidates' texts with it
+        (result := SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)).generation = view.generation
         return result
 
     def info(self) -> dict:
