@@ -49,7 +49,7 @@ def shared_path(name: str) -> Path:
 
 
 def search_in_child(idx: Path, query: str, k: int = 3, mode: str | None = None,
-                    absent: tuple = ("torch", "transformers")) -> list[str]:
+                    absent: tuple = ("torch", "transformers", "pandas")) -> list[str]:
     """The hit ids of a search run in a fresh interpreter (the cold path of `ldr search`), which
     must not have imported any of `absent`."""
     import subprocess

@@ -63,7 +63,7 @@ def test_onnx_int8_is_close_and_recorded():
 
 def test_onnx_splade_matches_torch():
     t = SparseEncoder(SparseSettings(device="cpu", top_k=None))
-    o = load_sparse(SparseSettings(top_k=None))
+    o = load_sparse(SparseSettings(top_k=None, backend="onnx"))     # auto is bf16 on AMX CPUs
     assert isinstance(o, OnnxSparseEncoder)
     a, b = t.encode_documents(TEXTS).toarray(), o.encode_documents(TEXTS).toarray()
     assert np.abs(a - b).max() < 1e-4 and ((a > 0) == (b > 0)).all()
@@ -173,7 +173,7 @@ def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpu
     m = json.loads(sorted((tmp_path / "i").glob("manifest-*.json"))[-1].read_text())
     # auto: bf16 documents on a CPU with AMX (test_bf16.py), ONNX fp32 elsewhere; queries on ONNX either way
     assert m["components"]["dense"]["model"]["settings"]["backend"] == ("bf16" if runtime.bf16_fast() else "onnx")
-    assert m["components"]["sparse"]["model"]["backend"]["name"] == "onnx"
+    assert m["components"]["sparse"]["model"]["backend"]["name"] == ("bf16" if runtime.bf16_fast() else "onnx")
     assert {"feed", "encode", "tokenise", "wait"} <= set(m["settings"]["build"]["stages"])
     expected = [h.id for h in idx.search("termination of the agreement", k=3)]
     assert search_in_child(tmp_path / "i", "termination of the agreement") == expected
