@@ -10,7 +10,7 @@ import numpy as np
 from ..index.paths import inside
 from ..index.topk import top_k
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
-from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, save_dense
+from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, one_thread, save_dense
 
 
 class MultiDense:
@@ -41,7 +41,8 @@ class MultiDense:
         want = min(k, int(live.sum()))
         depth = min(n, max(k, 1) * (4 if part.multi or not live.all() else 1))
         while True:
-            scores, rows = part.index.search(q[None].astype(np.float32), depth)
+            with one_thread():
+                scores, rows = part.index.search(q[None].astype(np.float32), depth)
             valid = rows[0] >= 0
             docs, sc = part.owner[rows[0][valid]], scores[0][valid]
             keep = live[docs]
