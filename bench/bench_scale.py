@@ -10,8 +10,9 @@ synthetic, because encoding a million documents would take this machine hours:
   vectors), `--per` per document with character spans over the text (MaxP passages), 1 at 1M;
 - sparse: the document's own SPLADE word pieces with random positive weights.
 Documents are `--words` words drawn (Zipf) from the dense tokenizer's whole-word vocabulary, so BM25
-and the sparse leg match real query words. Queries: 50 distinct, 6–9 words each, measured after 100 others (models loaded, the mapped
-index files paged in); cold: 4 more, each in a new process.
+and the sparse leg match real query words. Queries: 50 distinct, 6–9 words each, measured warm after
+100 others (models loaded, the mapped index files paged in); cold: 4 of them, each `ldr search` in a
+new process (the first may read the index from disk).
 
     python bench/bench_scale.py [--sizes 10000,100000,1000000] [--keep DIR]
 """
