@@ -219,15 +219,7 @@ class Docstore:
 
     def meta_doc(self, row: int) -> Doc:
         """Row `row` without its text: the user's metadata and ldr's source and path."""
-        g = bisect.bisect_right(self._starts, row) - 1
-        names = [c for c in self._columns if c in ("meta", "source", "path")]
-        try:
-            with self._lock:
-                t = self._pf.read_row_group(g, columns=names)
-            cols = {c: t.column(c).to_pylist()[row - self._starts[g]: row - self._starts[g] + 1] for c in names}
-            return doc_of({"id": [""], "title": [""], "text": [""], **cols}, 0)
-        except Exception as e:
-            raise _damaged(self.path, e) from None
+        return self.meta_docs([row])[0]
 
     def meta(self, row: int) -> dict:
         """The metadata given at indexing: the user's fields only."""
