@@ -22,7 +22,6 @@ from .index.ray_build import RayOptions
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
 from . import components as registry
 from .search.options import QueryOptions
-from .search.pipeline import run_query, to_hits
 from .search.query import prepare
 
 log = logging.getLogger(__name__)
@@ -250,32 +249,41 @@ class Index:
                 f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
                 f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
 
-    def reranker(self, name: str | None, model: str | None = None, weights: dict | None = None):
-        """None, a named second stage (passage, or a kind's exact scores: colbert), or a
-        cross-encoder (`model`: any HF classifier)."""
-        if model:
-            with self._load_lock:
-                if model not in self._rerankers:
-                    from .rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
-                    self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(
-                        model=model, device=self.device, trust_remote_code=self.trust_remote_code))
-            return self._rerankers[model]
-        if name in (None, "none"):
+    def cross_encoder(self, model: str):
+        """The cross-encoder `model` (any HF classifier, a packaged name or a folder), loaded once
+        per Index."""
+        with self._load_lock:
+            if model not in self._rerankers:
+                from .rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
+                self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(
+                    model=model, device=self.device, trust_remote_code=self.trust_remote_code))
+        return self._rerankers[model]
+
+    def reranker(self, opts, searched: list[str], view: _View | None = None):
+        """The second stage resolved settings (SearchOptions) ask for: a cross-encoder
+        (`rerank_model`), or a named one (passage, a kind's exact scores); None for none."""
+        view = view or self._view
+        if opts.rerank_model:
+            return self.cross_encoder(opts.rerank_model)
+        if opts.rerank in (None, "none"):
             return None
         from .rerank.late import named_reranker
-        return named_reranker(name, weights or self.search_defaults().get("weights"), self._view.manifest["components"])
+        from .rerank.passage import PassageRescorer
+
+        if opts.rerank == "passage":
+            return PassageRescorer(opts.weights, {n: self.retriever(n, view) for n in searched})
+        return named_reranker(opts.rerank, opts.weights, view.manifest["components"],
+                              lambda n: self.retriever(n, view))
 
     def search_defaults(self, view: _View | None = None) -> dict:
-        """Query-time defaults recorded at build time (fusion method and weights, reranker)."""
-        from .search.defaults import DEFAULT_SEARCH
+        """The settings a search on this index starts from: ldr's defaults (search/options.py),
+        under what the manifest records (build time, `ldr tune`)."""
+        from dataclasses import asdict
+
+        from .search.options import index_defaults
 
         manifest = (view or self._view).manifest
-        d = {**DEFAULT_SEARCH, **manifest.get("search", {})}
-        names = registry.in_order(manifest["components"])
-        d.setdefault("mode", "hybrid" if len(names) > 1 else names[0])
-        if d.get("rerank") == "passage" and not any(registry.get(n).passage_features for n in names):
-            d["rerank"] = None  # passage rescoring needs document vectors (dense, sparse, ...)
-        return d
+        return asdict(index_defaults(manifest.get("search", {}), manifest["components"])[0])
 
     def default_mode(self) -> str:
         return self.search_defaults()["mode"]
@@ -292,10 +300,17 @@ class Index:
         rerank (False skips it, "passage"), rerank_model (a cross-encoder), rerank_depth,
         rerank_weight (0–1: the reranker's share of the final score, z-normalised mix with the
         stage before), rerank_windows (best passages per document a cross-encoder scores).
+        stages: registered extra stages ({name: {setting: value}}).
         passages=N gives each hit its N best passages (character offsets into its text); a hit's
-        full text is read only with with_text=True.
+        full text is read only with with_text=True. `plan(query, ...)` shows what runs.
         """
         return self._search(prepare(query), QueryOptions.of(k=k, **options))
+
+    def plan(self, query: str, k: int = 10, **options):
+        """The plan `search(query, k, **options)` would run (ldr/search/plan.py): print it with
+        `.explain()`."""
+        view = self._view
+        return self._compile(prepare(query), QueryOptions.of(k=k, **options), view, self._mask(view, options.get("filters")))
 
     def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
         """Search many queries ({qid: text} or [(qid, text)]), yielding (qid, SearchResult or the
@@ -304,7 +319,12 @@ class Index:
         items = list(queries.items()) if isinstance(queries, dict) else list(queries)
         request = QueryOptions.of(k=k, **options)
         view = self._view
-        retrievers = [self.retriever(n, view) for n in self._names(view, request.mode)]
+        allow = self._mask(view, request.filters)
+        try:
+            # the kinds every query of the batch searches (one plan's: they differ only in text)
+            kinds = self._compile("batch", request, view, allow).kinds if allow is None or allow.any() else []
+        except QueryError:
+            kinds = []
         for i in range(0, len(items), batch_size):
             chunk, ready = items[i:i + batch_size], []
             for qid, text in chunk:
@@ -314,7 +334,8 @@ class Index:
                     ready.append((qid, None, e))
             texts = [t for _, t, e in ready if e is None]
             reps = [{} for _ in texts]
-            for n, r in zip(self._names(view, request.mode), retrievers):
+            for n in kinds:
+                r = self.retriever(n, view)
                 if hasattr(r, "encode_many"):
                     for j, rep in enumerate(r.encode_many(texts)):
                         reps[j][n] = rep
@@ -324,73 +345,78 @@ class Index:
                     yield qid, err
                 else:
                     try:
-                        yield qid, self._search(text, request, view=view, reps=reps[j])
+                        yield qid, self._search(text, request, view=view, reps=reps[j], allow=allow)
                     except QueryError as e:
                         yield qid, e
                     j += 1
                 if progress is not None:
                     progress(1)
 
-    def _names(self, view: _View, mode: str | None) -> list[str]:
-        mode = mode or self.search_defaults(view)["mode"]
-        components = view.manifest["components"]
-        return registry.in_order(components) if mode == "hybrid" else [mode]
+    def _mask(self, view: _View, filters):
+        """The filters' mask over this generation's docnos (None: no filter)."""
+        from .search import filters as _filters
 
-    def _finder(self, view: _View, weights: dict | None, retrievers: dict):
+        conds = _filters.normalise(filters)
+        store = view.segments
+        return store.cached_mask(_filters.key(conds), lambda s: _filters.mask(conds, s)) if conds else None
+
+    def _compile(self, query: str, request: QueryOptions, view: _View, allow):
+        from .search.passages import term_kind
+        from .search.plan import compile_plan
+
+        n_docs = int(allow.sum()) if allow is not None else len(view.segments)
+        components = view.manifest["components"]
+        return compile_plan(query, request, view.manifest.get("search", {}), components, max(n_docs, 1),
+                            device=self.device, filtered=allow is not None,
+                            reranker=lambda opts, kinds: self.reranker(opts, kinds, view),
+                            term_kind=lambda: term_kind(components))
+
+    def _finder(self, view: _View, weights: dict | None, kinds: list[str]):
         """Locates passages in this generation's documents (ldr/search/passages.py)."""
         from .search.passages import finder_for
-        return finder_for(view.manifest["components"], weights, retrievers, self._window_terms, self._load_lock)
+        return finder_for(view.manifest["components"], weights, {n: self.retriever(n, view) for n in kinds},
+                          self._window_terms, self._load_lock)
 
     def _search(self, query: str, request: QueryOptions, *, view: _View | None = None,
-                reps: dict | None = None) -> SearchResult:
-        from .search import filters as _filters
-        from .search.options import resolve
+                reps: dict | None = None, allow=False) -> SearchResult:
+        from .search.hits import to_hits
+        from .search.source import IndexSource
 
-        k, passages = request.k, request.passages
         view = view or self._view   # the whole search reads this one generation, whatever refresh() does
         store = view.segments
-        conds = _filters.normalise(request.filters)
-        allow = store.cached_mask(_filters.key(conds), lambda s: _filters.mask(conds, s)) if conds else None
+        allow = self._mask(view, request.filters) if allow is False else allow
         n_docs = int(allow.sum()) if allow is not None else len(store)
-        opts, rerank_model = resolve(request, self.search_defaults(view), self.device)
-        components = view.manifest["components"]
-        if opts.mode != "hybrid" and opts.mode not in components:
-            have = ", ".join(registry.in_order(components)) or "none"
-            raise ConfigError(f"this index has no {opts.mode!r} component (it has: {have}); pick another --mode")
+        plan = self._compile(query, request, view, allow)
         if n_docs == 0:   # nothing passes the filters (or an empty index)
-            (empty := SearchResult([], query, {}, None, None)).generation = view.generation
+            (empty := SearchResult([], query, {}, None, None, plan)).generation = view.generation
             return empty
-        k = min(k, n_docs)  # more hits than documents cannot be returned
-        opts.depth, opts.rerank_depth = min(opts.depth, n_docs), min(opts.rerank_depth, n_docs)
-        names = self._names(view, opts.mode)
-        retrievers = {n: self.retriever(n, view) for n in names}
-        reranker = self.reranker(opts.rerank, rerank_model, opts.weights) if (opts.rerank or rerank_model) else None
-        wants = passages or rerank_model or opts.window_weight
-        finder = self._finder(view, opts.weights, retrievers) if wants else None
-        rows, ctx = run_query(query, k, retrievers, opts, reranker, store.text, store.id_rank, allow=allow,
-                              finder=finder, reps=reps, uids=store.uids, fetch=store.texts)
-        hits = to_hits(rows, store.ids, store.titles)
+        o = plan.settings
+        wants = request.passages or o.rerank_model or o.window_weight
+        finder = self._finder(view, o.weights, plan.kinds) if wants else None
+        source = IndexSource(query, lambda n: self.retriever(n, view), store, allow, finder, reps)
+        cands = plan.run(source)
+        hits = to_hits(cands.rows, store.ids, store.titles)
+        for h in hits:
+            h.passages = cands.passages.get(h.docno, [])
         docnos = [h.docno for h in hits]
-        if passages:
-            t = time.perf_counter()
-            found = ctx.passages(docnos, passages)
-            for h in hits:
-                h.passages = found.get(h.docno, [])
-            ctx.timings["passages"] = time.perf_counter() - t
-        ctx.prefetch(docnos if request.with_text else [])
+        source.prefetch(docnos if request.with_text else [])
         metas = store.doc_metas(docnos) if request.with_meta else {}
         for h in hits:
-            h.text = ctx.text(h.docno) if request.with_text else h.text
+            h.text = source.text(h.docno) if request.with_text else h.text
             h.meta, h.origin = (metas[h.docno].meta, origin(metas[h.docno])) if request.with_meta else (h.meta, h.origin)
-        ctx.read.clear()    # the result keeps its context: not 50 candidates' texts with it
-        (result := SearchResult(hits, query, ctx.timings, getattr(reranker, "name", None), ctx)).generation = view.generation
+        source.release()    # the result keeps its candidates' scores, not 50 candidates' texts
+        second = plan.stage("reranked")
+        result = SearchResult(hits, query, cands.timings, second.reranker.name if second else None, cands, plan)
+        result.finder = finder
+        result.generation = view.generation
         return result
 
     def info(self) -> dict:
         """What `ldr info` shows: counts, sizes, segments, each component described by its kind."""
         from .index.manifest import describe
 
-        return {"path": str(self.path), **describe(self.manifest), "search": self.search_defaults()}
+        return {"path": str(self.path), **describe(self.manifest), "search": self.search_defaults(),
+                "search_recorded": dict(self.manifest.get("search", {}))}
 
 
 def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001

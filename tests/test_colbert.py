@@ -173,11 +173,11 @@ def test_colbert_as_a_second_stage_reads_only_the_candidates(tiny, tmp_path):
                           components={"colbert": ColbertSettings(model=tiny)}, progress=False)
     w = {"bm25": 1.0, "sparse": 0.25, "colbert": 0.0}
     res = idx.search("heron marsh lamp", k=5, weights=w, rerank="colbert", rerank_depth=10, rerank_weight=1.0)
-    assert "colbert" not in res.timings and "rerank" in res.timings
+    assert "colbert" not in res.timings and "reranked" in res.timings
     exact = {h.id: h.score for h in idx.search("heron marsh lamp", k=20, mode="colbert")}
     first = [h.id for h in idx.search("heron marsh lamp", k=10, weights=w, rerank=False)]
     want = sorted(first, key=lambda d: -exact[d])[:5]
-    assert [h.id for h in res] == want and all(abs(h.scores["rerank"] - exact[h.id]) < 1e-4 for h in res)
+    assert [h.id for h in res] == want and all(abs(h.scores["reranked.raw"] - exact[h.id]) < 1e-4 for h in res)
     r = cli_run("search", "heron", "-i", tmp_path / "i", "--rerank", "nonsense")
     assert r.returncode == 2 and "colbert" in r.stderr and "passage" in r.stderr
 

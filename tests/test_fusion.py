@@ -2,37 +2,48 @@ import math
 
 import pytest
 
-from ldr.search.fusion import fuse, fuse_runs, normalize, parse_weights, ranks, rrf, weighted_sum
+from ldr.search.fusion import fuse, fuse_runs, parse_weights, ranks
+from ldr.search.normalise import minmax, normalise_dict, zscore
 
 A = {"x": 3.0, "y": 2.0}
 B = {"y": 5.0, "z": 1.0}
 
 
 def test_rrf_by_hand():
-    out = rrf({"a": A, "b": B}, k=60)
+    out = fuse({"a": A, "b": B}, "rrf", k=60)
     assert math.isclose(out["x"], 1 / 61)
     assert math.isclose(out["y"], 1 / 62 + 1 / 61)
     assert math.isclose(out["z"], 1 / 62)
-    w = rrf({"a": A, "b": B}, weights={"a": 2.0, "b": 0.5}, k=10)
+    w = fuse({"a": A, "b": B}, "rrf", weights={"a": 2.0, "b": 0.5}, k=10)
     assert math.isclose(w["y"], 2 / 12 + 0.5 / 11)
     assert "z" in w and math.isclose(w["z"], 0.5 / 12)
 
 
 def test_minmax_and_zscore_by_hand():
-    mm = weighted_sum({"a": A, "b": B}, norm="minmax")
+    mm = fuse({"a": A, "b": B}, "minmax")
     assert mm == {"x": 1.0, "y": 1.0, "z": 0.0}      # a missing doc scores 0 in that run
     # a run with a single result normalises it to 1; documents it did not return still get 0
-    assert weighted_sum({"a": {"x": 5.0}, "b": {"y": 2.0, "x": 1.0}}, norm="minmax") == {"x": 1.0, "y": 1.0}
-    z = weighted_sum({"a": A, "b": B}, norm="zscore")
+    assert fuse({"a": {"x": 5.0}, "b": {"y": 2.0, "x": 1.0}}, "minmax") == {"x": 1.0, "y": 1.0}
+    z = fuse({"a": A, "b": B}, "zscore")
     assert z == pytest.approx({"x": 0.0, "y": 0.0, "z": -2.0})
-    zw = weighted_sum({"a": A, "b": B}, {"a": 1.0, "b": 3.0}, norm="zscore")
+    zw = fuse({"a": A, "b": B}, "zscore", {"a": 1.0, "b": 3.0})
     assert zw == pytest.approx({"x": 1 - 3, "y": -1 + 3, "z": -1 - 3})
 
 
-def test_normalize_edge_cases_and_ranks():
-    assert normalize({"a": 2.0, "b": 2.0}, "minmax") == {"a": 1.0, "b": 1.0}
-    assert normalize({"a": 2.0}, "zscore") == {"a": 0.0}
-    assert normalize({}, "minmax") == {}
+def test_one_rule_for_weights_a_run_does_not_name():
+    """The plan gives every kind a weight; a pure fusion call that leaves one out is an error,
+    never a silent 0 (the old fusion) or 1 (the old pipeline)."""
+    with pytest.raises(ValueError, match="no fusion weight for b"):
+        fuse({"a": A, "b": B}, "minmax", {"a": 1.0})
+
+
+def test_one_policy_for_constant_input():
+    """min-max: constant input is the top of the scale (1.0, a lone candidate is never 0);
+    z-scores: the mean (0.0); the same in every stage that normalises."""
+    assert normalise_dict({"a": 2.0, "b": 2.0}, "minmax") == {"a": 1.0, "b": 1.0}
+    assert normalise_dict({"a": 2.0}, "zscore") == {"a": 0.0}
+    assert normalise_dict({}, "minmax") == {}
+    assert list(minmax([3.0])) == [1.0] and list(zscore([3.0, 3.0])) == [0.0, 0.0]
     assert ranks({"b": 1.0, "a": 1.0, "c": 2.0}) == {"c": 1, "a": 2, "b": 3}
 
 
@@ -50,7 +61,7 @@ def test_fuse_runs_and_weights_parsing():
 
 def test_top_items_equals_a_full_sort_with_ties():
     import random
-    from ldr.search.pipeline import top_items
+    from ldr.components.topk import top_k_dict as top_items
     rng = random.Random(0)
     scores = {d: float(rng.randint(0, 20)) for d in range(500)}       # many ties
     full = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -116,7 +127,7 @@ def test_every_faiss_type_serves_search_and_passage_rescoring(tmp_path, kind):
 def test_one_top_k_rule_across_stages():
     """BM25 (native), learned sparse and fusion cut and order ties the same way: score, then docno."""
     import numpy as np
-    from ldr.index.topk import top_k_dense, top_k_dict
+    from ldr.components.topk import top_k_dense, top_k_dict
     scores = np.array([0.0, 2.0, 1.0, 2.0, 1.0, 0.0, 1.0])
     expected = [(1, 2.0), (3, 2.0), (2, 1.0), (4, 1.0)]
     assert top_k_dense(scores, 4) == expected

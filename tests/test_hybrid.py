@@ -38,14 +38,14 @@ def test_fusion_finds_what_each_retriever_misses(hybrid):
 def test_every_hit_explains_its_rank(hybrid):
     plain = hybrid.search(QUERY, k=3)
     # default: the window stage's score (fused list and best window, both min-max), no rerank
-    assert "rerank" not in plain[0].scores and plain[0].scores["windowed"] == plain[0].score
-    assert {"fused", "window"} <= set(plain[0].scores) and "windows" in plain.timings
+    assert "reranked" not in plain[0].scores and plain[0].scores["windows"] == plain[0].score
+    assert {"fused", "windows.best"} <= set(plain[0].scores) and "windows" in plain.timings
     off = hybrid.search(QUERY, k=3, window_weight=0)
-    assert "window" not in off[0].scores and off[0].scores["fused"] == off[0].score
+    assert "windows.best" not in off[0].scores and off[0].scores["fused"] == off[0].score
     hits = hybrid.search(QUERY, k=3, rerank="passage", rerank_weight=1)
-    assert hits[0].scores["rerank"] == hits[0].score
-    assert {"fused", "rerank", "rerank.dense", "rerank.bm25"} <= set(hits[0].scores)
-    assert set(hits.timings) >= {"bm25", "dense", "fusion", "rerank"} and hits.reranker
+    assert hits[0].scores["reranked"] == hits[0].score
+    assert {"fused", "reranked", "reranked.dense", "reranked.bm25"} <= set(hits[0].scores)
+    assert set(hits.timings) >= {"bm25", "dense", "fused", "reranked"} and hits.reranker
     minmax = hybrid.search(QUERY, k=3, fusion="minmax", weights={"bm25": 1.0, "dense": 0.0}, rerank=False)
     assert minmax[0].id == "R1-lexical"
     with pytest.raises(ConfigError, match="no 'sparse' component"):
@@ -63,7 +63,7 @@ def test_cli_full_pipeline(tmp_path, sample_corpus):
     out = r.invoke(main, ["search", "stretch and folds during bulk fermentation", "-i", str(tmp_path / "idx"),
                           "--json", "--rerank", "passage"])
     data = json.loads(out.output)
-    assert data["reranker"] == "passage" and "rerank" in data["stages"]
+    assert data["reranker"] == "passage" and "reranked" in data["stages"]
     assert data["hits"][0]["id"] == "sourdough-guide"
     for mode in ("bm25", "dense", "sparse"):
         out = r.invoke(main, ["search", "corrosion of the bearing plates", "-i", str(tmp_path / "idx"),

@@ -32,7 +32,7 @@ def test_build_open_search_and_manifest(tmp_path):
     hits = idx.search("zebra17", k=3, with_text=True)
     assert hits[0].id == "doc17" and hits[0].rank == 1 and hits[0].title == "Title 17"
     # a BM25-only index's default: BM25, then the window stage
-    assert "zebra17" in hits[0].text and hits[0].scores["windowed"] == hits[0].score and "bm25" in hits[0].scores
+    assert "zebra17" in hits[0].text and hits[0].scores["windows"] == hits[0].score and "bm25" in hits[0].scores
     m = manifest_of(tmp_path / "idx")
     assert m["format_version"] == 3 and m["generation"] == 1 and m["doc_count"] == 50 and len(m["checksum"]) == 64
     assert m["components"]["bm25"]["backend"] == "tantivy"

@@ -16,7 +16,7 @@ from ldr.search.options import QueryOptions, names, spec
 VALUES = {"k": 3, "mode": "bm25", "fusion": "rrf", "weights": {"bm25": 1.0}, "rrf_k": 10, "depth": 50,
           "rerank": False, "rerank_model": "some/cross-encoder", "rerank_depth": 5, "rerank_weight": 0.5,
           "rerank_windows": 2, "window_weight": 0.25, "window_depth": 7, "filters": {"topic": "birds"}, "passages": 2,
-          "with_text": True, "with_meta": False}
+          "with_text": True, "with_meta": False, "stages": {}}
 DOCS = [{"id": f"d{i}", "text": f"herons and cranes {i} wade in the marsh", "topic": "birds" if i % 2 else "marsh"}
         for i in range(6)]
 
@@ -103,11 +103,11 @@ def test_the_rag_adapters_pass_options_through(idx):
 
 
 def test_tune_settings_and_index_defaults_speak_the_schema():
-    from ldr.options import DEFAULT_SEARCH
+    from ldr.search.options import SearchOptions
     from ldr.search.tune import _grid, as_search_defaults
 
     known = set(names())
-    assert set(DEFAULT_SEARCH) <= known
+    assert {f.name for f in fields(SearchOptions)} <= known
     for setting in _grid(["bm25", "dense"])[:5]:
         assert set(setting) <= known
     chosen = {"fusion": "rrf", "weights": {"bm25": 1.0}, "rrf_k": 10, "rerank": "passage", "rerank_depth": 20,

@@ -220,14 +220,14 @@ def test_cross_encoder_scores_the_first_stage_best_passages(tmp_path):
 
     model = str(make("bert-classifier", tmp_path / "ce"))
     idx = ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
-    r = idx.reranker(None, model)
+    r = idx.cross_encoder(model)
     r.settings.max_windows = 1
     hits = idx.search("secret launch code telescope", k=3, rerank_model=model, rerank_depth=3, passages=1)
     for h in hits:
         best = idx.search("secret launch code telescope", k=3, passages=1, rerank=False)
         p = next(x for x in best if x.id == h.id).passages[0]
         # the reranker scored exactly the document's best passage (not its opening window)
-        assert h.scores["rerank"] == pytest.approx(float(r.score("secret launch code telescope", [""], [[p.text]])[0]),
+        assert h.scores["reranked.raw"] == pytest.approx(float(r.score("secret launch code telescope", [""], [[p.text]])[0]),
                                                    abs=1e-5)
 
 
@@ -236,7 +236,7 @@ def test_rerank_windows_per_search_leave_the_shared_settings_alone(tmp_path, mon
 
     model = str(make("bert-classifier", tmp_path / "ce"))
     idx = ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
-    r = idx.reranker(None, model)
+    r = idx.cross_encoder(model)
     scored = []     # how many windows each search sends through the real model
     real = r._logits
     monkeypatch.setattr(r, "_logits", lambda batch: (scored.append(len(batch)), real(batch))[1])
@@ -246,7 +246,7 @@ def test_rerank_windows_per_search_leave_the_shared_settings_alone(tmp_path, mon
         hits = idx.search("document talks about the secret launch code", k=3, rerank_model=model, rerank_depth=3,
                           **kw)
         assert len(hits) == 3      # every document matches
-        return sum(scored), [(h.id, h.scores["rerank"]) for h in hits]
+        return sum(scored), [(h.id, h.scores["reranked.raw"]) for h in hits]
 
     n1, one = windows(rerank_windows=1)
     n8, _ = windows()

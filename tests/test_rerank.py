@@ -60,11 +60,11 @@ def test_cross_encoder_in_the_search_pipeline(tmp_path, tiny_classifier):
     docs = [{"id": f"d{i}", "text": f"apple {'banana ' * i} cherry"} for i in range(8)]
     idx = ldr.Index.build(docs, tmp_path / "i", dense=None, sparse=None)
     hits = idx.search("apple cherry", k=8, rerank_model=tiny_classifier, rerank_depth=5)
-    r = idx.reranker(None, tiny_classifier)
+    r = idx.cross_encoder(tiny_classifier)
     top5 = sorted(h.id for h in idx.search("apple cherry", k=5, rerank=False))
     expected = r.score("apple cherry", [idx.document(d).text for d in top5])
     assert [h.id for h in hits[:5]] == [top5[i] for i in np.argsort(-expected, kind="stable")]
-    assert all("rerank" in h.scores for h in hits[:5]) and all("rerank" not in h.scores for h in hits[5:])
+    assert all("reranked" in h.scores for h in hits[:5]) and all("reranked" not in h.scores for h in hits[5:])
 
 
 def test_windows_follow_the_query_into_the_middle_and_end_of_a_long_document(tiny_classifier):
@@ -123,4 +123,4 @@ def test_the_packaged_ms_marco_cross_encoder(tmp_path):
             {"id": "nyc", "text": "New York is a large city with many people. " * 20}]
     idx = ldr.Index.build(docs, tmp_path / "i", dense=None, sparse=None)
     hits = idx.search("how many people live in Berlin", k=3, rerank_model="ms-marco-minilm-l12", rerank_weight=1.0)
-    assert hits[0].id == "pop" and "rerank" in hits[0].scores
+    assert hits[0].id == "pop" and "reranked" in hits[0].scores

@@ -265,13 +265,13 @@ def test_rerank_settings_travel_with_a_request(server):
         q = {"query": "bridges and rivers on topic3", "k": 8, "passages": 0}
         first_stage = [h["id"] for h in server.http.post("/search", json={**q, "rerank": False}).json()["hits"]]
         reranked = server.http.post("/search", json=q).json()
-        assert reranked["reranker"] and all("rerank" in h["scores"] for h in reranked["hits"])
+        assert reranked["reranker"] and all("reranked" in h["scores"] for h in reranked["hits"])
         shallow = server.http.post("/search", json={**q, "rerank_depth": 3}).json()["hits"]
-        assert [("rerank" in h["scores"]) for h in shallow] == [True] * 3 + [False] * 5
+        assert [("reranked" in h["scores"]) for h in shallow] == [True] * 3 + [False] * 5
         kept = server.http.post("/search", json={**q, "rerank_weight": 0, "rerank_windows": 2}).json()["hits"]
         assert [h["id"] for h in kept] == first_stage
         with Client(server.url) as c:
-            assert sum("rerank" in h.scores for h in c.search(q["query"], k=8, rerank_depth=2)) == 2
+            assert sum("reranked" in h.scores for h in c.search(q["query"], k=8, rerank_depth=2)) == 2
         for bad, status in [({"rerank_depth": 5000}, 400), ({"rerank_weight": 1.5}, 422), ({"rerank_windows": 0}, 422)]:
             r = _no_traceback(server.http.post("/search", json={**q, **bad}))
             assert r.status_code == status and next(iter(bad)) in r.text

@@ -104,7 +104,7 @@ def test_cli_tune_commits_the_defaults_and_info_shows_them(beir, tmp_path):
 
 def test_rerank_weight_mixes_the_second_stage_with_the_fused_score(beir):
     from ldr.errors import QueryError
-    from ldr.search.pipeline import mix
+    from ldr.search.stages.rerank import mix
     from ldr.search.tune import _reweighted
 
     idx, _, queries, _ = beir
@@ -112,18 +112,18 @@ def test_rerank_weight_mixes_the_second_stage_with_the_fused_score(beir):
     for q in sorted(queries)[:6]:
         t = queries[q]
         alone = index.search(t, k=8, rerank="passage", rerank_depth=8, rerank_weight=1)
-        assert [h.score for h in alone] == [h.scores["rerank"] for h in alone]     # weight 1: its score alone
+        assert [h.score for h in alone] == [h.scores["reranked.raw"] for h in alone]     # weight 1: its score alone
         default = index.search(t, k=8, rerank="passage", rerank_depth=8)          # 0.15 by default
         # mixed with the stage before it: the window stage's score (the fused one without it)
-        assert [h.score for h in default] == pytest.approx(list(mix([h.scores["rerank"] for h in default],
-                                                                    [h.scores["windowed"] for h in default], 0.15)))
+        assert [h.score for h in default] == pytest.approx(list(mix([h.scores["reranked.raw"] for h in default],
+                                                                    [h.scores["windows"] for h in default], 0.15)))
         for w in (0.5, 0.25):
             hits = index.search(t, k=8, rerank="passage", rerank_depth=8, rerank_weight=w)
-            final = mix([h.scores["rerank"] for h in hits], [h.scores["windowed"] for h in hits], w)
+            final = mix([h.scores["reranked.raw"] for h in hits], [h.scores["windows"] for h in hits], w)
             assert [h.score for h in hits] == pytest.approx(list(final))
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
             # what tune derives from the weight-1 run is what the pipeline does with the weight
-            assert _reweighted(list(alone), w) == [h.id for h in hits], (q, w)
+            assert _reweighted(alone, w, index.docstore.ids, index.docstore.id_rank) == [h.id for h in hits], (q, w)
     assert [h.id for h in index.search(queries["q001"], k=5, rerank="passage", rerank_depth=5, rerank_weight=0)] == \
         [h.id for h in index.search(queries["q001"], k=5, rerank=False)]
     for bad in (1.5, -0.1, "half", True):
@@ -154,7 +154,8 @@ def test_tune_rerank_only_keeps_the_fusion_and_tries_weights(beir, tmp_path):
     assert r.exit_code == 0, r.output
     d = ldr.Index(idx).search_defaults()
     assert (d["fusion"], d["weights"]) == (before["fusion"], before["weights"])
-    assert d["rerank_weight"] in (0.5, 1.0) and (d["rerank"] == "passage") == ("rerank passage" in d["tuned"]["setting"])
+    assert d["rerank_weight"] in (0.5, 1.0) and (d["rerank"] == "passage") == \
+        ("rerank passage" in ldr.Index(idx).manifest["search"]["tuned"]["setting"])
     info = CliRunner().invoke(main, ["info", str(idx)])
     assert info.exit_code == 0, info.output
     for bad in ("0", "2", "x"):

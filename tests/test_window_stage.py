@@ -1,5 +1,5 @@
 """The window stage: the fused list's top candidates rescored by the BM25 of their best window
-(ldr/search/pipeline.window_stage), so that a long document answering the query in one place
+(ldr/search/stages/windows.py), so that a long document answering the query in one place
 beats one that mentions its words thinly everywhere."""
 import numpy as np
 import pytest
@@ -34,18 +34,18 @@ def idx(tmp_path_factory):
 
 def test_the_focused_document_wins_and_the_scores_are_the_stage_mix(idx):
     off = idx.search(QUERY, k=8, window_weight=0)
-    assert {h.id for h in off[:2]} == {"thin", "focused"} and "window" not in off[0].scores
+    assert {h.id for h in off[:2]} == {"thin", "focused"} and "windows.best" not in off[0].scores
     hits = idx.search(QUERY, k=8, window_depth=5, window_weight=0.5)
     assert hits[0].id == "focused" and "windows" in hits.timings
     head = hits[:5]
     first = np.array([h.scores["bm25"] for h in head])
-    window = np.array([h.scores["window"] for h in head])
+    window = np.array([h.scores["windows.best"] for h in head])
     mm = lambda x: (x - x.min()) / (x.max() - x.min())
     assert np.allclose([h.score for h in head], 0.5 * mm(first) + 0.5 * mm(window))
-    assert hits[0].scores["window"] > next(h for h in hits if h.id == "thin").scores["window"]
+    assert hits[0].scores["windows.best"] > next(h for h in hits if h.id == "thin").scores["windows.best"]
     # below the depth: the first stage's order, on the same scale and under every rescored row
     tail = hits[5:]
-    assert all("window" not in h.scores for h in tail) and all(h.score <= 0 for h in tail)
+    assert all("windows.best" not in h.scores for h in tail) and all(h.score <= 0 for h in tail)
     assert [h.id for h in tail] == [h.id for h in off if h.id not in {x.id for x in head}][:len(tail)]
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
 
@@ -54,7 +54,7 @@ def test_weights_and_modes(idx):
     alone = idx.search(QUERY, k=3, window_weight=1.0)
     assert alone[0].id == "focused" and alone[0].score == 1.0
     # a single retriever asked for by name is its own ranking unless the stage is asked for too
-    assert "window" not in idx.search(QUERY, k=3, mode="bm25")[0].scores
+    assert "windows.best" not in idx.search(QUERY, k=3, mode="bm25")[0].scores
     assert idx.search(QUERY, k=3, mode="bm25", window_weight=0.5)[0].id == "focused"
     for bad in ({"window_weight": 1.5}, {"window_depth": 0}, {"window_weight": "x"}):
         with pytest.raises(QueryError):
@@ -64,19 +64,24 @@ def test_weights_and_modes(idx):
 def test_a_gpu_reranks_the_top_100_with_the_packaged_cross_encoder_by_default(monkeypatch):
     """No GPU runs here: the machine's answer to "is there a CUDA device" is set by hand."""
     from ldr.encode.models import packaged_path
-    from ldr.options import DEFAULT_SEARCH
     from ldr.search import options as o
 
-    defaults = {**DEFAULT_SEARCH, "mode": "hybrid"}
+    comps = {"bm25": {}, "dense": {}}
+    defaults = {}
+
+    def model(request, recorded=defaults, device=None):
+        return o.resolve(request, recorded, comps, device)[0].rerank_model
+
     plain = o.QueryOptions.of()
     monkeypatch.setattr(o, "_CUDA", True)
-    opts, model = o.resolve(plain, defaults)
+    opts, sources = o.resolve(plain, defaults, comps)
     want = o.GPU_RERANKER if packaged_path(o.GPU_RERANKER) is not None else None
-    assert model == want and opts.rerank_depth == 100 and opts.rerank_weight == 0.15
-    assert o.resolve(plain, defaults, "cpu")[1] is None                        # a CPU asked for
-    assert o.resolve(o.QueryOptions.of(rerank=False), defaults)[1] is None      # the user's choice
-    assert o.resolve(o.QueryOptions.of(mode="bm25"), defaults)[1] is None
-    assert o.resolve(plain, {**defaults, "rerank_model": "my/reranker"})[1] == "my/reranker"
+    assert opts.rerank_model == want and opts.rerank_depth == 100 and opts.rerank_weight == 0.15
+    assert sources["rerank_model"] == ("gpu" if want else "ldr")
+    assert model(plain, device="cpu") is None                                  # a CPU asked for
+    assert model(o.QueryOptions.of(rerank=False)) is None                       # the user's choice
+    assert model(o.QueryOptions.of(mode="bm25")) is None
+    assert model(plain, {"rerank_model": "my/reranker"}) == "my/reranker"
     monkeypatch.setattr(o, "_CUDA", False)
-    assert o.resolve(plain, defaults)[1] is None
-    assert o.resolve(plain, defaults, "cuda:0")[1] == want
+    assert model(plain) is None
+    assert model(plain, device="cuda:0") == want

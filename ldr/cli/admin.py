@@ -69,15 +69,15 @@ def info_cmd(index_path, as_json):
                + (f" (top {sd.get('rerank_depth')}" + (f", weight {sd['rerank_weight']:g} mixed with the fused score"
                                                         if sd.get("rerank_weight", 1) < 1 else "") + ")"
                   if rr != "none" else ""))
-    t = sd.get("tuned")
+    t = info["search_recorded"].get("tuned")
     if t:
         click.echo(f"{'':<11} tuned by `ldr tune` on {t['data']} ({t['split']}, {t['queries']} queries) at "
                    f"{t['at']}: held-out {t['metric']} {t['held_out']['tuned']:.1f} vs {t['held_out']['default']:.1f} "
                    "with the previous defaults")
     else:
-        from ..search.defaults import DEFAULT_SEARCH
-        own = {k: v for k, v in sd.items() if k in DEFAULT_SEARCH}
-        built_in = all(DEFAULT_SEARCH[k] == v for k, v in own.items())
+        from ..search.options import index_defaults
+        comps = info["components"]
+        built_in = index_defaults(info["search_recorded"], comps)[0] == index_defaults({}, comps)[0]
         where = "ldr's built-in defaults" if built_in else "set through the API (Index.set_search_defaults)"
         click.echo(f"{'':<11} ({where}; `ldr tune` chooses them on your own qrels)")
     from .. import components as registry

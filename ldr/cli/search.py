@@ -26,17 +26,19 @@ def query_options(f):
     that has a flag; values reach `cli_query_options` under the field's name."""
     from dataclasses import fields
 
-    from ..search.options import QueryOptions
+    from ..search.options import QueryOptions, help_with_default
 
     for fd in reversed(fields(QueryOptions)):
         flags = fd.metadata.get("cli")
         if isinstance(flags, str):    # why `ldr search` has no flag for it
             continue
-        kw = {"help": _CLI_HELP.get(fd.name, fd.metadata["help"]), "default": None}
+        kw = {"help": _CLI_HELP.get(fd.name, help_with_default(fd.name)), "default": None}
         if fd.type == "bool":
             kw.update(is_flag=True, default=False)
         elif fd.name == "filters":
             kw.update(multiple=True, metavar="FIELD=VALUE", default=())
+        elif fd.name == "stages":
+            kw.update(multiple=True, metavar="NAME[:SETTING=VALUE,...]", default=())
         elif fd.name in _CLI_TYPES:
             kw["type"] = _CLI_TYPES[fd.name]
         elif fd.type.startswith("int"):
@@ -64,8 +66,28 @@ def cli_query_options(values: dict, no_rerank: bool = False) -> dict:
             raise ConfigError(str(e)) from None
     if "filters" in out:
         out["filters"] = _filters.parse(out["filters"])
+    if "stages" in out:
+        out["stages"] = parse_stages(out["stages"])
     if no_rerank or out.get("rerank") == "none":
         out["rerank"] = False
+    return out
+
+
+def parse_stages(values) -> dict:
+    """`--stage boost:field=year,weight=0.1` (repeatable) → {"boost": {"field": "year", "weight": "0.1"}}
+    (each stage's settings dataclass converts and checks its values)."""
+    from ..errors import ConfigError
+
+    out = {}
+    for v in values:
+        name, _, rest = v.partition(":")
+        settings = {}
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, val = part.partition("=")
+            if not eq:
+                raise ConfigError(f"--stage {v!r}: write NAME:SETTING=VALUE,... (e.g. boost:field=year)")
+            settings[key.strip()] = val.strip()
+        out[name.strip()] = settings
     return out
 
 
@@ -80,10 +102,12 @@ def cli_query_options(values: dict, no_rerank: bool = False) -> dict:
 @click.option("--run-tag", default="ldr", show_default=True, help="With --queries: the run's tag column.")
 @click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.option("--explain", is_flag=True, help="Print the query's plan (its stages, their settings and where each "
+                                                "came from) instead of searching.")
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")
-def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, device, as_json, trust_remote_code,
-               **values):
+def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, device, as_json, explain,
+               trust_remote_code, **values):
     """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`).
     With --queries FILE, search every query of the file and write a TREC run."""
     from .. import api
@@ -102,6 +126,10 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
         return
     query = replace_surrogates(query)   # undecodable argv bytes arrive as lone surrogates
     n_passages = passages if passages is not None else 1    # --json carries the passage the table shows
+    if explain:
+        plan = index.plan(query, k=k, passages=n_passages, **options)
+        click.echo(json.dumps(plan.to_dict(), ensure_ascii=False) if as_json else plan.explain())
+        return
     hits = index.search(query, k=k, passages=n_passages, with_text=as_json and with_text,
                         with_meta=as_json, **options)   # texts are read only when shown
     stages = list(hits[0].scores) if hits else []
@@ -114,17 +142,17 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
     if not hits:
         click.echo("no hits")
         return
-    _print_hits(hits, stages, hits.context)
+    _print_hits(hits, stages)
 
 
-def _print_hits(hits, stages, ctx) -> None:
+def _print_hits(hits, stages) -> None:
     from ..search.passages import snippet
 
     width = max(len(h.id) for h in hits)
     shown = [s for s in stages if "." not in s]
     click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title")
-    finder = getattr(ctx, "finder", None)
-    qterms = finder.query_terms(ctx.query) if finder is not None else set()
+    finder = hits.finder
+    qterms = finder.query_terms(hits.query) if finder is not None else set()
     for h in hits:
         cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
         click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{h.title}")

@@ -22,7 +22,9 @@ _REGISTRY: dict[str, Component] = {}
 
 def register(component: Component) -> Component:
     """Add a kind (kept in registration order: the order of fusion, runs and `ldr info`)."""
-    if not component.name or not component.name.isidentifier() or component.name in ("hybrid", "fused", "windows", "rerank"):
+    from ..stages import RESERVED
+
+    if not component.name or not component.name.isidentifier() or component.name in RESERVED:
         raise ConfigError(f"a component needs a plain name, not {component.name!r}")
     _REGISTRY[component.name] = component
     return component

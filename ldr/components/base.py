@@ -65,7 +65,9 @@ class Component:
     # document vectors the passage rescorer (--rerank passage) rescores candidates with; every
     # retriever may give it a feature (`exact_scores`), but it needs one kind with this set
     passage_features: bool = False
-    default_weight: float = 1.0        # its fusion weight when an index's defaults name none for it
+    # its fusion weight when neither the request nor the index names one: the only place a kind's
+    # default weight is written (a kind registered outside ldr fuses at 1 unless it says otherwise)
+    default_weight: float = 1.0
 
     # -- configuration (BuildConfig → manifest) ---------------------------------------------
     def configure(self, config) -> tuple[dict, Any] | None:

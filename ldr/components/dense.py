@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..index.paths import inside
-from ..index.topk import top_k
+from .topk import top_k
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, one_thread, save_dense
 
@@ -101,6 +101,7 @@ class Dense(ModelComponent):
     name = "dense"
     encoder_module, settings_class, loader = "ldr.encode.dense", "DenseSettings", "load_dense"
     passage_features = True
+    default_weight = 0.25      # MiniLM MaxP beside BM25 1 (qmsum-train, bench/fusion_sweep.py)
     manifest_keys = {"faiss": dict, "model": dict, "dim": int}
 
     def configure(self, config):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..index.paths import inside
-from ..index.topk import top_k_dense
+from .topk import top_k_dense
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .sparse_store import FILES, SparseIndex, SparseWriter, gather_rows, save_inverted, structure_problems
 
@@ -70,6 +70,7 @@ class Sparse(ModelComponent):
     name = "sparse"
     encoder_module, settings_class, loader = "ldr.encode.sparse", "SparseSettings", "load_sparse"
     passage_features = True
+    default_weight = 0.25      # SPLADE-tiny beside BM25 1 (qmsum-train, bench/fusion_sweep.py)
     manifest_keys = {"model": dict, "vocab_size": int}
 
     def configure(self, config):

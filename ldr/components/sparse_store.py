@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import IndexFormatError
 from ..encode.pipeline import BatchedWriter
-from ..index.topk import top_k_dense
+from .topk import top_k_dense
 
 FILES = ("doc_indptr", "doc_terms", "doc_weights", "term_indptr", "term_docs", "term_weights")
 

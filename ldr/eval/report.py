@@ -9,11 +9,17 @@ import numpy as np
 
 from .published import PUBLISHED
 
+from ..stages import Stage
+
 
 def stage_order() -> tuple[str, ...]:
-    """Every retriever kind, then the fused list, the window stage's and the reranked one."""
+    """Every retriever kind, then the fused list, the window stage's, any registered stage's and
+    the reranked one."""
     from .. import components as registry
-    return registry.names() + ("fused", "windows", "reranked")
+    from ..search.stages import registered
+    from ..stages import Stage
+
+    return registry.names() + (Stage.FUSED.value, Stage.WINDOWS.value, *registered(), Stage.RERANKED.value)
 
 
 
@@ -82,7 +88,7 @@ def write_report(metrics: dict, out: Path) -> None:
             rows = [f"{st} {100 * r['delta']:+.2f} (p {r['p_t_holm']:.2g}/{r['p_randomisation_holm']:.2g})"
                     + (" †" if r["significant"] else "") for st, r in g["vs_baseline"].items()]
             lines.append(f"- {name}, against {g['baseline']}: " + "; ".join(rows))
-            for stage in ("windows", "reranked"):
+            for stage in (Stage.WINDOWS.value, Stage.RERANKED.value):
                 if f"{stage}_vs_fused" in g:
                     r = g[f"{stage}_vs_fused"]
                     lines.append(f"- {name}, {stage} against fused: {100 * r['delta']:+.2f} "

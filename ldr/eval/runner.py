@@ -15,6 +15,8 @@ from ..index.build import BuildConfig
 from .metrics import evaluate
 from .report import stage_order
 from .runs import write_run
+from ..search.options import ldr_default
+from ..stages import HYBRID, Stage
 from .tasks import Task
 
 log = logging.getLogger(__name__)
@@ -25,10 +27,13 @@ METRICS = ("ndcg@10", "recall@100", "acc@1", "mrr@10")
 @dataclass
 class EvalOptions:
     max_queries: int | None = None
-    depth: int = 1000
-    rerank_depth: int = 100
-    rerank: str | None = "passage"        # the reranked stage: passage rescoring ...
-    rerank_model: str | None = None       # ... or a cross-encoder
+    depth: int | None = None              # None: the search options' defaults (ldr/search/options.py)
+    rerank_depth: int | None = None
+    # the second stage eval measures besides the default ones (a search runs none by default on a
+    # CPU): passage rescoring, or a cross-encoder
+    rerank: str | None = "passage"
+    rerank_model: str | None = None
+    stages: dict | None = None            # registered extra stages ({name: {setting: value}})
     cache: Path | None = None
     progress: bool = True
 
@@ -74,27 +79,31 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
     features: dict[str, dict] = {}
     t1 = time.perf_counter()
     for qid in tqdm(qids, desc=task.name, unit="q", disable=not opts.progress, leave=False):
-        result = index.search(task.queries[qid], k=opts.depth, depth=opts.depth, rerank_depth=opts.rerank_depth,
-                     fusion=config.search["fusion"], weights=config.search["weights"], rerank=opts.rerank,
-                     window_weight=config.search.get("window_weight"), window_depth=config.search.get("window_depth"),
-                     rerank_model=opts.rerank_model, with_text=False)
-        ctx = result.context
-        for name, scores in ctx.first_stage.items():
-            runs.setdefault(name, {})[qid] = {ids[d]: s for d, s in scores.items()}
-        if ctx.fused:
-            runs.setdefault("fused", {})[qid] = {ids[d]: s for d, s in ctx.fused.items()}
-        base = ctx.fused or next(iter(ctx.first_stage.values()))
-        if ctx.windowed:
-            runs.setdefault("windows", {})[qid] = below(ctx.windowed, base, ids)
-        if ctx.reranked:   # candidates past the rerank depth stay below, in the order before it
-            runs.setdefault("reranked", {})[qid] = below(ctx.reranked, ctx.windowed or base, ids)
-            if ctx.rerank_features:
-                features[qid] = {ids[d]: f for d, f in ctx.rerank_features.items()}
+        # the index's own settings (ldr's defaults unless the build set others), every stage kept
+        result = index.search(task.queries[qid], k=opts.depth or ldr_default("depth"), depth=opts.depth,
+                              rerank_depth=opts.rerank_depth, rerank=opts.rerank, rerank_model=opts.rerank_model,
+                              stages=opts.stages, with_text=False)
+        cands = result.candidates
+        first = [s.kind for s in result.plan.first]
+        for name in first:
+            runs.setdefault(name, {})[qid] = {ids[d]: s for d, s in cands.runs[name].items()}
+        ranked = [s.name for s in result.plan.rest if s.name in cands.runs or s.name == Stage.FUSED.value]
+        base = cands.runs.get(Stage.FUSED.value) or cands.runs[first[0]]
+        before = base
+        for stage in ranked:   # a stage that rescored the top candidates leaves the others in the order before it
+            if stage == Stage.FUSED.value:
+                if stage in cands.runs:
+                    runs.setdefault(stage, {})[qid] = {ids[d]: s for d, s in cands.runs[stage].items()}
+                continue
+            runs.setdefault(stage, {})[qid] = below(cands.runs[stage], before, ids)
+            before = cands.runs[stage] if stage == Stage.WINDOWS.value else before
+        if cands.features:
+            features[qid] = {ids[d]: f for d, f in cands.features.items()}
     search_s = time.perf_counter() - t1
     d = index.search_defaults()
     # the stage a plain `ldr search` on this index returns
-    default_stage = "reranked" if d.get("rerank") or d.get("rerank_model") else (
-        d["mode"] if d["mode"] != "hybrid" else "fused" if d.get("window_weight") == 0 else "windows")
+    default_stage = Stage.RERANKED.value if d.get("rerank") or d.get("rerank_model") else (
+        d["mode"] if d["mode"] != HYBRID else Stage.FUSED.value if d.get("window_weight") == 0 else Stage.WINDOWS.value)
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {},
               "analyzer": (index.components.get("bm25") or {}).get("analyzer"),

@@ -4,7 +4,6 @@ The build itself is a commit of the index writer (writer.py): new segments and a
 manifest in the target directory, so there is no moment without an index at the path."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import os
@@ -20,7 +19,6 @@ from ..components.bm25_store.analysis import Analyzer
 from ..components.faiss_store import FaissSettings
 from ..encode.dense import DenseSettings
 from ..encode.sparse import SparseSettings
-from ..options import DEFAULT_SEARCH
 from .target import check_target
 
 log = logging.getLogger(__name__)
@@ -54,8 +52,9 @@ class BuildConfig:
     # further kinds registered in ldr.components, by name: {"colbert": ColbertSettings(...)}
     components: dict = field(default_factory=dict)
 
-    # query-time defaults recorded in the manifest (chosen by measurement: see bench/README.md)
-    search: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_SEARCH))
+    # query-time settings this index records over ldr's defaults (ldr/search/options.py), e.g.
+    # {"fusion": "rrf"}; empty: ldr's defaults, whatever the release
+    search: dict = field(default_factory=dict)
     # how the language was chosen (recorded in the manifest): {"code", "detected", "share", ...}
     language_info: dict | None = None
 

@@ -181,10 +181,7 @@ class IndexWriter:
             components[name].update(info)
         stores.publish(self.generation + 1)
         seconds = time.perf_counter() - t0
-        search = {"mode": "hybrid" if len(components) > 1 else next(iter(components)), **config.search}
-        if isinstance(search.get("weights"), dict):   # a kind the defaults do not name fuses at its own weight
-            w = search["weights"]
-            search["weights"] = {**w, **{n: registry.get(n).default_weight for n in components if n not in w}}
+        search = dict(config.search)    # only what this build set: the query side owns the defaults
         build = {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads, "stages": self.profile,
                  "language": config.language_info}
         if ray is not None:

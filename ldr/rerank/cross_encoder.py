@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ConfigError, ModelError
 from ..encode.models import offline_hint, pick_device, resolve
+from .protocol import Candidate, Query
 
 AGGREGATES = ("max", "firstk")
 
@@ -169,14 +170,15 @@ class CrossEncoderReranker:
             per_doc[d].append(float(scores[r]))  # windows kept in document order for first-k
         return np.array([aggregate(p, self.settings.aggregate, self.settings.first_k) for p in per_doc])
 
-    def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
-        if hasattr(ctx, "prefetch"):
-            ctx.prefetch(docnos)       # one docstore read for all of them
-        texts = [ctx.text(d) for d in docnos]
-        # the first stage's best passages of each document, in document order
-        # (a search's `rerank_windows` overrides the settings: they are shared by every search)
-        n = getattr(ctx, "rerank_windows", None) or self.settings.max_windows
-        found = ctx.passages(docnos, n) if hasattr(ctx, "passages") else {}
-        chosen = [[p.text for p in sorted(found.get(d, []), key=lambda p: p.start)] for d in docnos]
+    reads_text = True      # the tokenizer's overflow windows when a candidate has no passages
+
+    def passages_wanted(self, override: int | None) -> int:
+        """The first stage's best passages per document it scores (a search's `rerank_windows`
+        overrides the settings: they are shared by every search)."""
+        return override or self.settings.max_windows
+
+    def rescore(self, query: Query, candidates: list[Candidate]) -> tuple[np.ndarray, dict]:
+        texts = [c.text or "" for c in candidates]
+        n = self.passages_wanted(query.windows)
         with self._lock:   # one tokenizer instance: one thread at a time (see encode/dense.py)
-            return self.score(ctx.query, texts, chosen, n), {}
+            return self.score(query.text, texts, [c.passages for c in candidates], n), {}

@@ -9,27 +9,35 @@ import numpy as np
 
 from .. import components as registry
 from ..errors import ConfigError
+from .protocol import Candidate, Query
 
 
 class KindRescorer:
     """Rescore the candidates with one component kind's `exact_scores`."""
 
-    def __init__(self, kind: str):
-        self.name = kind
+    reads_text = False
 
-    def rescore(self, ctx, docnos: list[int]) -> tuple[np.ndarray, dict]:
-        retriever = ctx.retrievers[self.name]
-        scores = retriever.exact_scores(ctx.rep(self.name), docnos, ctx.first_stage.get(self.name, {}))
+    def __init__(self, kind: str, retriever):
+        self.name, self.retriever = kind, retriever
+
+    def passages_wanted(self, override: int | None) -> int:
+        return 0
+
+    def rescore(self, query: Query, candidates: list[Candidate]) -> tuple[np.ndarray, dict]:
+        docnos = [c.docno for c in candidates]
+        first = {c.docno: c.first_stage[self.name] for c in candidates if self.name in c.first_stage}
+        scores = self.retriever.exact_scores(query.rep(self.name), docnos, first)
         return np.asarray(scores, dtype=np.float64), {}
 
 
-def named_reranker(name: str, weights: dict | None, components: dict):
-    """The second stage `--rerank NAME` asks for, on an index with `components`."""
+def named_reranker(name: str, weights: dict | None, components: dict, retriever):
+    """The second stage `--rerank NAME` asks for, on an index with `components`; `retriever(kind)`
+    loads a kind's reader (the passage rescorer takes those of the searched kinds itself)."""
     if name == "passage":
         from .passage import PassageRescorer
         return PassageRescorer(weights)
     if name in components and registry.known(name) and registry.get(name).passage_features:
-        return KindRescorer(name)
+        return KindRescorer(name, retriever(name))
     kinds = [n for n in registry.in_order(components) if registry.get(n).passage_features]
     raise ConfigError(f"unknown reranker {name!r}; use passage, none, {', '.join(kinds + ['']) if kinds else ''}"
                       "or --rerank-model MODEL")

@@ -1,73 +1,104 @@
-"""Score fusion: pure functions over {docid: score} (one query) or {qid: {docid: score}} (a run).
+"""Score fusion, one implementation for a search's fused stage, `ldr tune`'s grid and the pure
+helpers over {docid: score} / {qid: {docid: score}}.
 
-- rrf: Σ_r w_r / (k + rank_r(d)); a document missing from a run contributes nothing.
-- minmax / zscore: Σ_r w_r · norm_r(score_r(d)); a document missing from a run ranked below
-  everything the run returned: it gets 0 under min-max (the bottom of [0, 1]) and the run's
-  lowest z-score under zscore.
+- rrf: Σ_r w_r / (k + rank_r(d)); a document missing from a run contributes nothing; equal
+  scores within a run are ranked by the caller's tie-break (a search: the rank of the document's
+  id; the dict helpers: the id as a string).
+- minmax / zscore: Σ_r w_r · norm_r(score_r(d)) (ldr/search/normalise.py); a document missing
+  from a run ranks below everything the run returned: 0 under min-max, the run's lowest z-score
+  under zscore.
+Weights: a run with no weight weighs 1 when no weights are given; the plan gives every retriever
+a weight (the request's, the index's, else its kind's `default_weight`), so a name missing from
+`weights` is an error here, never a silent 0 or 1.
 """
 from __future__ import annotations
 
-import math
-from typing import Mapping
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .normalise import normalise
 
 METHODS = ("rrf", "minmax", "zscore")
 
 Scores = Mapping[str, float]
 
 
-def ranks(scores: Scores) -> dict:
-    """1-based ranks, ties broken by id for determinism."""
-    return {d: r for r, (d, _) in enumerate(sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), 1)}
+def matrix(runs: Sequence[Mapping]) -> tuple[list, np.ndarray]:
+    """(keys, S): every key any run scored (first seen first) and S[i, j] = run j's score of
+    key i, NaN where run j did not return it."""
+    index: dict = {}
+    for r in runs:
+        for d in r:
+            if d not in index:
+                index[d] = len(index)
+    s = np.full((len(index), len(runs)), np.nan)
+    for j, r in enumerate(runs):
+        if r:
+            rows = np.fromiter((index[d] for d in r), dtype=np.int64, count=len(r))
+            s[rows, j] = np.fromiter(r.values(), dtype=np.float64, count=len(r))
+    return list(index), s
 
 
-def normalize(scores: Scores, method: str) -> dict:
-    if not scores:
-        return {}
-    vals = list(scores.values())
-    if method == "minmax":
-        lo, hi = min(vals), max(vals)
-        return {d: ((s - lo) / (hi - lo) if hi > lo else 1.0) for d, s in scores.items()}
-    if method == "zscore":
-        mean = sum(vals) / len(vals)
-        sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
-        return {d: ((s - mean) / sd if sd > 0 else 0.0) for d, s in scores.items()}
-    raise ValueError(f"unknown normalisation {method!r}")
-
-
-def rrf(runs: Mapping[str, Scores], weights: Mapping[str, float] | None = None, k: int = 60) -> dict:
-    out: dict = {}
-    for name, scores in runs.items():
-        w = 1.0 if weights is None else weights.get(name, 0.0)
-        if not w:
+def columns(s: np.ndarray, method: str, k: int = 60, order=None) -> np.ndarray:
+    """Each column of S normalised as `method` fuses it (missing entries filled as the module
+    says). `order[i]`: key i's tie-break among equal scores (rrf ranks), lower first."""
+    if method not in METHODS:
+        raise ValueError(f"unknown fusion method {method!r}; choose one of {', '.join(METHODS)}")
+    out = np.zeros_like(s)
+    order = np.arange(len(s)) if order is None else np.asarray(order)
+    for j in range(s.shape[1]):
+        have = ~np.isnan(s[:, j])
+        if not have.any():
             continue
-        for d, r in ranks(scores).items():
-            out[d] = out.get(d, 0.0) + w / (k + r)
+        if method == "rrf":
+            rows = np.flatnonzero(have)
+            ranked = rows[np.lexsort((order[rows], -s[rows, j]))]
+            out[ranked, j] = 1.0 / (k + np.arange(1, len(rows) + 1))
+        else:
+            col = normalise(np.nan_to_num(s[:, j]), method, have)
+            if method == "zscore":
+                col[~have] = col[have].min()
+            out[:, j] = col
     return out
 
 
-def weighted_sum(runs: Mapping[str, Scores], weights: Mapping[str, float] | None = None,
-                 norm: str = "minmax") -> dict:
-    normed = {name: normalize(s, norm) for name, s in runs.items()}
-    docs = set().union(*[set(s) for s in normed.values()]) if normed else set()
-    out = dict.fromkeys(docs, 0.0)
-    for name, scores in normed.items():
-        w = 1.0 if weights is None else weights.get(name, 0.0)
-        if not w or not scores:
-            continue
-        floor = 0.0 if norm == "minmax" else min(scores.values())
-        for d in docs:
-            out[d] += w * scores.get(d, floor)
+def combine(normed: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """Σ_j w_j · normed[:, j], summed run by run in order (the same float operations whichever
+    caller: a search and tune agree to the bit)."""
+    out = np.zeros(len(normed))
+    for j, w in enumerate(weights):
+        if w:
+            out += w * normed[:, j]
     return out
+
+
+def weight_vector(names: Sequence[str], weights: Mapping[str, float] | None) -> list[float]:
+    if weights is None:
+        return [1.0] * len(names)
+    missing = [n for n in names if n not in weights]
+    if missing:
+        raise ValueError(f"no fusion weight for {', '.join(missing)}: give every run a weight")
+    return [float(weights[n]) for n in names]
 
 
 def fuse(runs: Mapping[str, Scores], method: str = "rrf", weights: Mapping[str, float] | None = None,
-         k: int = 60) -> dict:
-    """Fuse the per-retriever scores of one query."""
-    if method == "rrf":
-        return rrf(runs, weights, k)
-    if method in ("minmax", "zscore"):
-        return weighted_sum(runs, weights, method)
-    raise ValueError(f"unknown fusion method {method!r}; choose one of {', '.join(METHODS)}")
+         k: int = 60, tiebreak=None) -> dict:
+    """Fuse the per-retriever scores of one query: {key: fused score}. `tiebreak(keys)` gives
+    each key's tie-break value (default: the key as a string)."""
+    names = list(runs)
+    keys, s = matrix([runs[n] for n in names])
+    if not keys:
+        return {}
+    order = np.argsort(np.argsort([str(d) for d in keys], kind="stable"), kind="stable") if tiebreak is None \
+        else np.asarray(tiebreak(keys))
+    fused = combine(columns(s, method, k, order), weight_vector(names, weights))
+    return dict(zip(keys, fused.tolist()))
+
+
+def ranks(scores: Scores) -> dict:
+    """1-based ranks, ties broken by id for determinism."""
+    return {d: r for r, (d, _) in enumerate(sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), 1)}
 
 
 def fuse_runs(runs: Mapping[str, Mapping[str, Scores]], method: str = "rrf",

@@ -45,12 +45,14 @@ class SearchResult(list):
     search returns its own, so one Index can serve many threads."""
 
     def __init__(self, hits, query: str = "", timings: dict | None = None, reranker: str | None = None,
-                 context=None):
+                 candidates=None, plan=None):
         super().__init__(hits)
         self.query = query
         self.timings = timings or {}
         self.reranker = reranker
-        self.context = context        # per-stage scores of every candidate (QueryContext)
+        self.candidates = candidates  # every stage's scores of every candidate (search/stages/base.py)
+        self.plan = plan              # what ran (search/plan.py): `.explain()`
+        self.finder = None            # the passage finder that placed the passages (marks query terms)
         self.generation: int | None = None   # the index generation that answered
 
 
@@ -66,3 +68,14 @@ def finite(obj):
     if isinstance(obj, (list, tuple)):
         return [finite(v) for v in obj]
     return obj
+
+
+def to_hits(rows, ids, titles) -> list[Hit]:
+    from ..errors import IndexFormatError
+
+    bad = [d for d, _, _ in rows if not 0 <= d < len(ids)]
+    if bad:
+        raise IndexFormatError(f"a retriever returned document number {bad[0]}, but the index has {len(ids)} "
+                               "documents: a component is damaged; run `ldr check` and rebuild the index")
+    return [Hit(id=ids[d], score=s, rank=r, title=titles[d], docno=d, scores=st)
+            for r, (d, s, st) in enumerate(rows, 1)]

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import components as registry
 from ..errors import ConfigError, QueryError
+from ..stages import HYBRID
 from .fusion import METHODS
 from .query import check_weights
 
@@ -39,25 +40,28 @@ class QueryOptions:
     weights: dict[str, float] | None = _opt(None, "Fusion weights per retriever, e.g. bm25=1,dense=0.5 (the "
                                                   "others keep the index's).", cli=("--weights",))
     rrf_k: int | None = _opt(None, "The k of reciprocal-rank fusion.", ge=1, cli=("--rrf-k",))
-    depth: int | None = _opt(None, "Candidates per retriever (default 1000).", ge=1, le=100_000, cli=("--depth",))
+    depth: int | None = _opt(None, "Candidates per retriever.", ge=1, le=100_000, cli=("--depth",))
     window_weight: float | None = _opt(None, "Share (0-1) of each top candidate's best-window BM25 in its score, "
-                                             "mixed with the first stage's (0: off; default 0.4).", ge=0, le=1,
+                                             "mixed with the first stage's (0: off).", ge=0, le=1,
                                        cli=("--window-weight",))
-    window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window (default 50).",
+    window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window.",
                                     ge=1, le=1000, cli=("--window-depth",))
     rerank: bool | str | None = _opt(None, "Second stage: passage, none (False) or the index's (None).",
                                      cli=("--rerank",))
     rerank_model: str | None = _opt(None, "Cross-encoder for the second stage (any HF sequence-classification "
                                           "model or folder).", cli=("--rerank-model",),
                                     server="a server loads no model a request names (the index's reranker serves)")
-    rerank_depth: int | None = _opt(None, "Candidates reranked (default 100).", ge=1, cli=("--rerank-depth",))
+    rerank_depth: int | None = _opt(None, "Candidates reranked.", ge=1, cli=("--rerank-depth",))
     rerank_weight: float | None = _opt(None, "The reranker's share (0-1) of the final score, mixed with the first "
                                              "stage's (1: the reranker's score alone).", ge=0, le=1,
                                        cli=("--rerank-weight",))
-    rerank_windows: int | None = _opt(None, "Best passages per document a cross-encoder scores (default 8; fewer "
-                                            "is faster on a CPU).", ge=1, le=64, cli=("--rerank-windows",))
+    rerank_windows: int | None = _opt(None, "Best passages per document a cross-encoder scores (fewer is faster "
+                                            "on a CPU; default: the cross-encoder's own, 8).", ge=1, le=64, cli=("--rerank-windows",))
     filters: dict[str, Any] | None = _opt(None, "Metadata filters applied before fusion, e.g. lang=de, "
                                                 "'path=contracts/*', year>=2020.", cli=("--filter",))
+    stages: dict[str, dict] | None = _opt(None, "Registered extra stages to run, with their settings: "
+                                                "{name: {setting: value}} (`--stage name:setting=value`).",
+                                          cli=("--stage",))
     passages: int = _opt(0, "Best passages per hit (character offsets into the text).", ge=0,
                          cli=("-p", "--passages"), server_default=1)
     with_text: bool = _opt(False, "Each hit's full text.", cli=("--text",))
@@ -123,6 +127,62 @@ def server_fields() -> list:
     return [f for f in fields(QueryOptions) if f.metadata.get("server") is True]
 
 
+@dataclass
+class SearchOptions:
+    """A search's resolved settings. These field defaults are ldr's query defaults, the only
+    place they are written: an index's manifest (`search`) records only what differs (set at
+    build time or by `ldr tune`), a request only what it asks. Chosen on qmsum-train, synthetic
+    passkey and needle (bench/README.md): min-max fusion with each kind's default weight (BM25 1,
+    dense and sparse 0.25, colbert 0.5: `Component.default_weight`), the window stage over the
+    fused top 50 at weight 0.4 (5-fold CV grouped by meeting, +3.1 nDCG@10 held out), no second
+    stage on a CPU (the cross-encoder costs seconds a query there) and, when one is asked for, its
+    score mixed at 0.15 (+1.3 nDCG@10, p = 0.02, bench/rerank_sweep.py)."""
+
+    mode: str = HYBRID
+    fusion: str = "minmax"
+    weights: dict[str, float] | None = None    # None: each kind's default_weight
+    rrf_k: int = 60
+    depth: int = 1000              # per retriever
+    window_weight: float = 0.4     # the best window's BM25 share of the top candidates' scores (0: off)
+    window_depth: int = 50
+    rerank: str | None = None       # None | "passage" | a kind with exact scores (a cross-encoder: rerank_model)
+    rerank_model: str | None = None
+    rerank_depth: int = 100
+    rerank_weight: float = 0.15    # the second stage's share of the final score (1: its score alone)
+    rerank_windows: int | None = None   # windows per document a cross-encoder scores (None: its own setting)
+
+    def check(self) -> None:
+        """The index's defaults and the request, combined: names the schema cannot check alone."""
+        if self.mode not in modes():
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(modes())}")
+        if self.fusion not in METHODS:
+            raise ConfigError(f"unknown fusion {self.fusion!r}; choose one of {', '.join(METHODS)}")
+        if self.weights:
+            bad = set(self.weights) - set(registry.names())
+            if bad:
+                raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(registry.names())}")
+        check_weights(self.weights)
+        for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight", "rerank_weight"):
+            if getattr(self, name) is None:
+                raise QueryError(f"{name} must be set (got None)")
+
+
+def ldr_default(name: str):
+    """ldr's own default of a search setting (SearchOptions' field)."""
+    f = next(f for f in fields(SearchOptions) if f.name == name)
+    return f.default if f.default is not MISSING else f.default_factory()
+
+
+def help_with_default(name: str) -> str:
+    """A field's help with ldr's default appended from SearchOptions (never written by hand)."""
+    text = spec(name)["help"]
+    if name in {f.name for f in fields(SearchOptions)}:
+        d = ldr_default(name)
+        if d is not None and name != "mode":
+            text += f" [ldr default: {d}]"
+    return text
+
+
 # the second stage a GPU runs by default (issue 30: "on a GPU, top-100 should be the default"):
 # the packaged cross-encoder over the top rerank_depth (100), mixed at rerank_weight. Not measured
 # on a GPU here (none was lent); on 2 CPU cores it costs seconds a query, so a CPU leaves it off.
@@ -150,75 +210,78 @@ def _cuda() -> bool:
 _CUDA: bool | None = None
 
 
-def resolve(request: QueryOptions, defaults: dict, device: str | None = None):
-    """(the pipeline's SearchOptions, the cross-encoder to use or None): the request's fields
-    over the index's defaults (its manifest's `search` entry with ldr's own under it); on a GPU
-    (`device`, or a CUDA device when None) the packaged cross-encoder when nothing else is set."""
-    from dataclasses import fields as _fields
+def index_defaults(recorded: dict, components: dict) -> tuple[SearchOptions, dict[str, str]]:
+    """(the settings a search on this index starts from, where each came from: "index" for the
+    manifest's `search` entry, "kind" for a weight from a kind's default, "ldr" for SearchOptions).
+    An index records its mode only when it chose one; else hybrid with several kinds, the kind alone
+    with one. Passage rescoring recorded on an index without document vectors is dropped."""
+    keys = {f.name for f in fields(SearchOptions)}
+    opts, sources = SearchOptions(), {f.name: "ldr" for f in fields(SearchOptions)}
+    for key, v in recorded.items():
+        if key in keys:
+            setattr(opts, key, v)
+            sources[key] = "index"
+    names = registry.in_order(components)
+    if "mode" not in recorded:
+        opts.mode = HYBRID if len(names) > 1 else (names[0] if names else HYBRID)
+        sources["mode"] = "index kinds"
+    if opts.rerank == "passage" and not any(registry.get(n).passage_features for n in names):
+        opts.rerank = None
+    given = dict(opts.weights or {})
+    opts.weights = {n: float(given[n]) if n in given else registry.get(n).default_weight for n in names}
+    sources.update({f"weights.{n}": "index" if n in given else "kind" for n in names})
+    sources.pop("weights", None)
+    opts.check()           # an index's recorded defaults obey the schema too
+    QueryOptions.of(**{n: getattr(opts, n) for n in ("depth", "rerank_depth", "rrf_k", "rerank_windows",
+                                                     "rerank_weight", "window_weight", "window_depth")})
+    return opts, sources
 
-    keys = {f.name for f in _fields(SearchOptions)}
-    opts = SearchOptions(**{key: v for key, v in defaults.items() if key in keys})
+
+def resolve(request: QueryOptions, recorded: dict, components: dict, device: str | None = None
+            ) -> tuple[SearchOptions, dict[str, str]]:
+    """The request's fields over the index's defaults (`index_defaults`), and where each setting
+    came from ("request", "index", "kind", "ldr", "gpu", "mode"). On a GPU (`device`, or a CUDA
+    device when None) the packaged cross-encoder reranks a hybrid search nothing else reranks."""
+    opts, sources = index_defaults(recorded, components)
     r = request
-    rerank_model = r.rerank_model
+
+    def take(name, value, why="request"):
+        setattr(opts, name, value)
+        sources[name] = why
+
     if r.mode is not None:
-        opts.mode = r.mode
-        if r.mode != "hybrid" and r.rerank is None and rerank_model is None:
-            opts.rerank = None  # a single retriever's own ranking, unless asked otherwise
-        if r.mode != "hybrid" and r.window_weight is None:
-            opts.window_weight = 0.0
-    if r.weights is not None:
-        # partial weights change only the retrievers they name; the others keep the index's
-        # defaults (equal weights when the index has none)
-        base = opts.weights or {n: 1.0 for n in registry.names()}
-        opts.weights = {**base, **r.weights}
+        take("mode", r.mode)
+        if r.mode != HYBRID and r.rerank is None and r.rerank_model is None:
+            take("rerank", None, "mode")      # a single retriever's own ranking, unless asked otherwise
+        if r.mode != HYBRID and r.window_weight is None:
+            take("window_weight", 0.0, "mode")
+    for n, w in (r.weights or {}).items():   # partial weights change only the kinds they name
+        if n not in registry.names():
+            raise ConfigError(f"weights name unknown retrievers {[n]}; use {', '.join(registry.names())}")
+        if n in opts.weights:
+            opts.weights[n] = float(w)
+            sources[f"weights.{n}"] = "request"
     for name in ("fusion", "depth", "rerank_depth", "rrf_k", "rerank_weight", "rerank_windows", "window_weight",
                  "window_depth"):
         if getattr(r, name) is not None:
-            setattr(opts, name, getattr(r, name))
-    if rerank_model is None and r.rerank is None and opts.rerank is None and opts.mode == "hybrid":
-        # a cross-encoder recorded as the index's reranker, else the GPU's default second stage
-        rerank_model = defaults.get("rerank_model") or gpu_reranker(device)
-    opts.check()
+            take(name, getattr(r, name))
+    # a cross-encoder: the request's; else, when nothing else reranks a hybrid search, the index's
+    # or the GPU's default; a named second stage or a single kind's ranking runs none
+    if r.rerank_model is not None:
+        take("rerank_model", r.rerank_model)
+    elif r.rerank is None and opts.rerank is None and opts.mode == HYBRID:
+        if opts.rerank_model is None and (gpu := gpu_reranker(device)):
+            take("rerank_model", gpu, "gpu")
+    elif opts.rerank_model is not None:
+        take("rerank_model", None, "request" if r.rerank is not None else sources["mode"])
     if r.rerank is False or r.rerank == "none":
-        opts.rerank = None
+        take("rerank", None)
     elif isinstance(r.rerank, str):
-        opts.rerank = r.rerank
-    return opts, rerank_model
+        take("rerank", r.rerank)
+    opts.check()
+    return opts, sources
 
 
 def modes() -> tuple[str, ...]:
     """Every registered kind alone, or all of an index's kinds fused."""
-    return registry.names() + ("hybrid",)
-
-
-@dataclass
-class SearchOptions:
-    mode: str = "hybrid"
-    fusion: str = "minmax"
-    weights: dict[str, float] | None = None
-    rrf_k: int = 60
-    depth: int = 1000              # per retriever
-    # an index whose manifest predates the window stage gets it too: it needs nothing stored
-    window_weight: float = 0.4     # the best window's BM25 share of the top candidates' scores (0: off)
-    window_depth: int = 50
-    rerank: str | None = None       # None | "passage" (a cross-encoder is passed as a model)
-    rerank_depth: int = 100
-    rerank_weight: float = 0.15    # the second stage's share of the final score (1: its score alone)
-    rerank_windows: int | None = None   # windows per document a cross-encoder scores (None: its own setting)
-
-    def check(self) -> None:
-        if self.mode not in modes():
-            raise ConfigError(f"unknown mode {self.mode!r}; choose one of {', '.join(modes())}")
-        if self.fusion not in METHODS:
-            raise ConfigError(f"unknown fusion {self.fusion!r}; choose one of {', '.join(METHODS)}")
-        if self.weights:
-            bad = set(self.weights) - set(registry.names())
-            if bad:
-                raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(registry.names())}")
-        check_weights(self.weights)
-        # types and bounds are the schema's, for the index's defaults too
-        QueryOptions.of(**{n: getattr(self, n) for n in ("depth", "rerank_depth", "rrf_k", "rerank_windows",
-                                                         "rerank_weight", "window_weight", "window_depth")})
-        for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight"):  # resolved: never None
-            if getattr(self, name) is None:
-                raise QueryError(f"{name} must be set (got None)")
+    return registry.names() + (HYBRID,)

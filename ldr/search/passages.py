@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .normalise import minmax
+
 WORDS, STRIDE = 160, 80
 _WORD = re.compile(r"\S+")
 _MARKABLE = re.compile(r"\w+", re.UNICODE)
@@ -126,7 +128,7 @@ class PassageFinder:
         w = weights or {}
         # a kind weighted 0 in the fusion does not place passages either (nor is its query encoded)
         self.vectors = {k: r for k, r in (vectors or {}).items() if float(w.get(k, 1.0)) != 0}
-        self.w_vec = {k: float(w.get(k, 1.0)) for k in self.vectors}
+        self.w_vec = {k: float(w.get(k, 1.0)) for k in self.vectors}   # w: the plan's (every kind) or none
         self.w_terms = float(w.get(term_kind, 1.0))
         if not self.w_vec and self.w_terms == 0:   # a sparse-only weighting: words still locate passages
             self.w_terms = 1.0
@@ -214,8 +216,8 @@ class PassageFinder:
             return {d: [] for d in docs}
         term_scores = self._bm25(parts, qterms)
         # each source min-max normalised over the windows it scored, then weighted
-        contrib = {k: self.w_vec[k] * _minmax(np.nan_to_num(v), ~np.isnan(v)) for k, v in vec.items()}
-        contrib[self.term_kind] = self.w_terms * _minmax(term_scores, np.ones(len(win), bool))
+        contrib = {k: self.w_vec[k] * minmax(np.nan_to_num(v), ~np.isnan(v)) for k, v in vec.items()}
+        contrib[self.term_kind] = self.w_terms * minmax(term_scores, np.ones(len(win), bool))
         total = sum(contrib.values())
         out: dict[int, list[Passage]] = {d: [] for d in docs}
         for i in np.lexsort((win[:, 0], -total)).tolist():
@@ -299,15 +301,6 @@ def _tidy(text: str, a: int, e: int) -> tuple[int, int]:
     return a, e
 
 
-def _minmax(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(x))
-    if not valid.any():
-        return out
-    lo, hi = x[valid].min(), x[valid].max()
-    out[valid] = (x[valid] - lo) / (hi - lo) if hi > lo else 1.0
-    return out
-
-
 def snippet(text: str, marks: list[tuple[int, int]], width: int = 160, style=None) -> str:
     """A one-line excerpt of `text` of about `width` characters around its first marked word,
     marked words passed through `style` (e.g. bold in a terminal)."""
@@ -327,6 +320,14 @@ def snippet(text: str, marks: list[tuple[int, int]], width: int = 160, style=Non
     parts.append(text[pos:e])
     body = " ".join("".join(parts).split())
     return ("…" if a > 0 else "") + body + ("…" if e < len(text) else "")
+
+
+def term_kind(components: dict) -> str:
+    """The lexical kind whose analyzer finds terms in windows (the window stage's BM25)."""
+    from .. import components as registry
+
+    return next((n for n, kind in registry.kinds(components) if kind.passage_analyzer(components[n]) is not None),
+                "bm25")
 
 
 def finder_for(components: dict, weights: dict | None, retrievers: dict, cache: dict, lock) -> PassageFinder:

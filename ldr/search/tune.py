@@ -23,7 +23,10 @@ import numpy as np
 
 from .. import components as registry
 from ..errors import ConfigError
-from .defaults import DEFAULT_SEARCH
+from . import fusion
+from ..stages import Stage
+from .stages.base import Candidates
+from .options import ldr_default
 
 log = logging.getLogger(__name__)
 GRID = (0.0, 0.25, 0.5, 1.0)
@@ -64,44 +67,18 @@ def describe(setting: dict) -> str:
 
 
 class _Offline:
-    """Per-query score matrices of the retrievers' runs, fused for many settings at once."""
+    """The retrievers' runs of each query as one score matrix, fused for many settings with the
+    fused stage's own functions (ldr/search/fusion.py): a setting scores here as it searches."""
 
     def __init__(self, runs: dict[str, dict[str, dict[str, float]]], names: list[str], qids: list[str]):
         self.names = names
         self.q = {}
         for q in qids:
-            docs = sorted(set().union(*[runs[n].get(q, {}).keys() for n in names]))
-            s = np.full((len(docs), len(names)), np.nan)
-            for j, n in enumerate(names):
-                r = runs[n].get(q, {})
-                for i, d in enumerate(docs):
-                    if d in r:
-                        s[i, j] = r[d]
-            self.q[q] = (docs, s)
-
-    @staticmethod
-    def _norm(s: np.ndarray, method: str, k: int) -> np.ndarray:
-        """As ldr.search.fusion does it: a document missing from a run gets that run's floor."""
-        out = np.zeros_like(s)
-        for j in range(s.shape[1]):
-            col, have = s[:, j], ~np.isnan(s[:, j])
-            if not have.any():
-                continue
-            v = col[have]
-            if method == "minmax":
-                lo, hi = v.min(), v.max()
-                out[have, j] = (v - lo) / (hi - lo) if hi > lo else 1.0
-            elif method == "zscore":
-                sd = v.std()
-                z = (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
-                out[have, j] = z
-                out[~have, j] = z.min()
-            else:   # rrf: 1 / (k + rank), ties by document id (the docs are sorted by id)
-                order = np.lexsort((np.flatnonzero(have), -v))
-                ranks = np.empty(len(v))
-                ranks[order] = np.arange(1, len(v) + 1)
-                out[have, j] = 1.0 / (k + ranks)
-        return out
+            keys, s = fusion.matrix([runs[n].get(q, {}) for n in names])
+            order = np.argsort(keys, kind="stable") if keys else np.zeros(0, np.int64)
+            docs = [keys[i] for i in order]          # sorted by id: the search's tie-break among equal scores
+            self.q[q] = (docs, s[order] if len(keys) else s)
+        self._normed: dict = {}
 
     def runs(self, method: str, k: int, weights: np.ndarray, depth: int) -> list[dict[str, dict[str, float]]]:
         """For each row of `weights` (settings × retrievers), the fused top-`depth` of every query
@@ -110,10 +87,11 @@ class _Offline:
         for q, (docs, s) in self.q.items():
             if not docs:
                 continue
-            fused = self._norm(s, method, k) @ weights.T          # (docs, settings)
+            normed = fusion.columns(s, method, k)       # rows in id order: rrf ties by id, as a search
             ids = np.arange(len(docs))
             for c in range(len(weights)):
-                top = np.lexsort((ids, -fused[:, c]))[:depth]
+                fused = fusion.combine(normed, weights[c])
+                top = np.lexsort((ids, -fused))[:depth]
                 out[c][q] = {docs[i]: float(depth - r) for r, i in enumerate(top)}
         return out
 
@@ -124,22 +102,21 @@ def fuse_runs(runs: dict[str, dict[str, dict[str, float]]], setting: dict, qids,
     from the retrievers' runs ({retriever: {qid: {doc: score}}}), as the search pipeline fuses
     them; scores are rank order. For evaluating a setting on queries whose runs are at hand."""
     names = list(runs)
-    w = np.array([[setting["weights"].get(n, 0.0) for n in names]])
+    w = np.array([[setting["weights"][n] for n in names]])
     return _Offline(runs, names, list(qids)).runs(setting["fusion"], setting.get("rrf_k") or 60, w, depth)[0]
 
 
-def _reweighted(hits, weight: float) -> list[str]:
-    """A reranked search's hit ids as the pipeline would order them with this rerank weight: the
-    reranked head re-mixed (ties by id, as the pipeline breaks them), the rest after it."""
-    from .pipeline import mix
+def _reweighted(result, weight: float, ids, tiebreak) -> list[str]:
+    """A reranked search's hit ids as the search orders them with this rerank weight: its rerank
+    stage's own combination of the reranker's scores (kept in the result) at another weight."""
+    from dataclasses import replace
 
-    head = [h for h in hits if "rerank" in h.scores]
-    tail = [h for h in hits if "rerank" not in h.scores]
-    # the score the reranker mixed with: the window stage's when it ran, else the fused one
-    first = [h.scores.get("windowed", h.scores.get("fused", next(iter(h.scores.values())))) for h in head]
-    final = mix([h.scores["rerank"] for h in head], first, weight)
-    order = sorted(range(len(head)), key=lambda i: (-final[i], head[i].id))
-    return [head[i].id for i in order] + [h.id for h in tail]
+    stage = result.plan.stage(Stage.RERANKED.value)
+    if stage is None or result.candidates.rescored is None:
+        return [h.id for h in result]
+    head, tail, scores, feats = result.candidates.rescored
+    rows = replace(stage, weight=weight).combine(Candidates(result.query), head, tail, scores, feats, tiebreak)
+    return [ids[d] for d, _, _ in rows[:len(result)]]
 
 
 def _grid(names: list[str]) -> list[dict]:
@@ -215,7 +192,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     cut = int(metric.split("@")[1]) if "@" in metric else 1000
     names = index.retriever_names
     defaults = index.search_defaults()
-    depth = min(int(defaults.get("depth", 1000)), len(index))
+    depth = min(int(defaults["depth"]), len(index))
     shuffled = qids[:]
     random.Random(opts.seed).shuffle(shuffled)
     halves = (sorted(shuffled[: len(shuffled) // 2]), sorted(shuffled[len(shuffled) // 2:]))
@@ -238,10 +215,9 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
     bar.close()
     scores: dict[tuple, dict[str, float]] = {}
     settings: dict[tuple, dict] = {}
-    default = {"fusion": defaults["fusion"], "weights": {n: (defaults.get("weights") or {}).get(n, 1.0) for n in names},
-               "rrf_k": defaults.get("rrf_k", 60), "rerank": defaults.get("rerank"),
-               "rerank_model": defaults.get("rerank_model"), "rerank_depth": defaults.get("rerank_depth", 100),
-               "rerank_weight": defaults.get("rerank_weight", 1.0)}
+    default = {"fusion": defaults["fusion"], "weights": {n: defaults["weights"][n] for n in names},
+               "rrf_k": defaults["rrf_k"], "rerank": defaults["rerank"], "rerank_model": defaults["rerank_model"],
+               "rerank_depth": defaults["rerank_depth"], "rerank_weight": defaults["rerank_weight"]}
     if len(names) > 1:
         offline = _Offline(runs, names, qids)
         # --rerank-only: the index's own fusion is the only one
@@ -256,7 +232,7 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
                 s = {**s, "rerank": None}
                 scores[_key(s)], settings[_key(s)] = per_query(run), s
     else:   # one retriever: nothing to fuse
-        s = {"fusion": defaults["fusion"], "weights": {names[0]: 1.0}, "rrf_k": defaults.get("rrf_k", 60),
+        s = {"fusion": defaults["fusion"], "weights": {names[0]: 1.0}, "rrf_k": defaults["rrf_k"],
              "rerank": None}
         scores[_key(s)], settings[_key(s)] = per_query(runs[names[0]]), s
 
@@ -270,13 +246,14 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
         if s["fusion"] == "rrf":
             kw["rrf_k"] = s.get("rrf_k", 60)
         reranked = _reranks(s)
+        tiebreak, ids = index.docstore.id_rank, index.docstore.ids
         k = max(cut, 10, s.get("rerank_depth") or 0) if reranked else max(cut, 10)
         runs = [{} for _ in weights]
         for qid, res in tqdm(index.search_many({q: queries[q] for q in qids}, k=k, **kw),
                              total=len(qids), desc=f"tune: {describe(s)}", disable=not opts.progress, leave=False):
             hits = [] if isinstance(res, Exception) else list(res)
             for run, w in zip(runs, weights):
-                order = [h.id for h in hits] if w is None else _reweighted(hits, w)
+                order = [h.id for h in hits] if w is None or not hits else _reweighted(res, w, ids, tiebreak)
                 run[qid] = {d: float(len(order) - r) for r, d in enumerate(order[:max(cut, 10)])}
         return [per_query(run) for run in runs]
 
@@ -322,9 +299,10 @@ def tune(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], opts:
 
 def as_search_defaults(chosen: dict, current: dict) -> dict:
     """The manifest's `search` entry with the tuned setting."""
-    out = {**DEFAULT_SEARCH, **current}
+    out = dict(current)
     out.update({"fusion": chosen["fusion"], "weights": dict(chosen["weights"]), "rrf_k": chosen.get("rrf_k", 60),
-                "rerank": chosen.get("rerank"), "rerank_depth": chosen.get("rerank_depth") or out["rerank_depth"],
+                "rerank": chosen.get("rerank"),
+                "rerank_depth": chosen.get("rerank_depth") or out.get("rerank_depth") or ldr_default("rerank_depth"),
                 "rerank_weight": chosen.get("rerank_weight", 1.0)})
     if chosen.get("rerank_model"):
         out["rerank_model"] = chosen["rerank_model"]

@@ -285,8 +285,6 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             raise HTTPException(400, f"rerank_depth must be at most {s.max_rerank_depth}")
         t = time.perf_counter()
         options = req.model_dump(exclude={"query"})
-        if options.get("depth"):
-            options["depth"] = max(options["depth"], req.k)
         from ..search.query import prepare
 
         query = prepare(req.query)      # lone surrogates ("\ud800") become U+FFFD, as the README says

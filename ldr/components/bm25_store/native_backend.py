@@ -13,7 +13,7 @@ import numpy as np
 
 from ...corpus import Doc
 from .analysis import Analyzer, cjk_pretokenize
-from ...index.topk import top_k_dense
+from ..topk import top_k_dense
 from .analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError

@@ -1,0 +1,75 @@
+"""A query's read access to one pinned generation of an index (the `QuerySource` the plan's
+stages read through): its retrievers, the docstore's texts (read together, kept for the query),
+the query's representation per kind (encoded once), and the passage finder."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class IndexSource:
+    def __init__(self, query: str, retriever: Callable[[str], Any], store, allow=None, finder=None,
+                 reps: dict | None = None):
+        """`retriever(kind)`: the generation's loaded reader of a kind; `store`: its docstore
+        (Segments); `allow`: the filters' mask over docnos (None: every document); `finder`: a
+        PassageFinder (None: no passages); `reps`: query representations already computed
+        (a batch search encodes its queries together)."""
+        self.query = query
+        self._retriever = retriever
+        self.store = store
+        self.allow = allow
+        self.finder = finder
+        self.reps = dict(reps or {})
+        self.read: dict[int, str] = {}
+
+    def retriever(self, kind: str):
+        return self._retriever(kind)
+
+    def rep(self, kind: str):
+        if kind not in self.reps:
+            self.reps[kind] = self.retriever(kind).encode(self.query)
+        return self.reps[kind]
+
+    def search(self, kind: str, rep, depth: int) -> list:
+        r = self.retriever(kind)
+        return r.search_rep(rep, depth) if self.allow is None else r.search_rep(rep, depth, allow=self.allow)
+
+    def tiebreak(self):
+        return self.store.id_rank
+
+    def prefetch(self, docnos) -> None:
+        """Read the texts of `docnos` not read yet, together (a docstore read per document costs
+        ~0.5 ms of fixed overhead: the most of a window stage over uncached candidates)."""
+        want = [d for d in docnos if d not in self.read]
+        if want:
+            self.read.update(self.store.texts(want))
+
+    def text(self, docno: int) -> str:
+        if docno not in self.read:
+            self.read[docno] = self.store.text(docno)
+        return self.read[docno]
+
+    def meta(self, docnos: list[int]) -> dict:
+        return {d: doc.meta for d, doc in self.store.doc_metas(docnos).items()}
+
+    def _keys(self, docnos) -> dict:
+        return {d: int(self.store.uids[d]) for d in docnos}
+
+    def passages(self, docnos: list[int], n: int) -> dict:
+        """{docno: its n best passages} (empty lists when the index cannot say)."""
+        if self.finder is None or n < 1:
+            return {d: [] for d in docnos}
+        reps = {k: self.rep(k) for k in self.finder.vector_kinds}
+        self.prefetch(docnos)
+        return self.finder.find(self.query, reps, {d: self.text(d) for d in docnos}, n, self._keys(docnos))
+
+    def best_windows(self, docnos: list[int]) -> dict:
+        """{docno: the BM25 of its best window among these documents' windows}."""
+        reps = {k: self.rep(k) for k in self.finder.vector_kinds}
+        keys = self._keys(docnos)
+        known = self.finder.cache.lengths    # documents analysed before: their text is not needed
+        self.prefetch([d for d in docnos if keys[d] not in known])
+        return self.finder.best_window(self.query, reps, docnos, self.text, keys)
+
+    def release(self) -> None:
+        """Drop the texts read (a result keeps its candidates' scores, not their texts)."""
+        self.read.clear()

@@ -1,0 +1,130 @@
+"""The one interface of a plan's stages, the value that flows between them, and the registry
+through which a new stage type (say, a metadata boost defined in a user's module) plugs into
+the plan, and so into `ldr search`, the server, `ldr eval` and `ldr tune`, without an edit here.
+
+A stage is a small frozen value: its settings, `side` (where it can run: "shard" for a first
+stage, "coordinator" for what ranks gathered candidates), `describe()` for `--explain`, and
+`run(candidates, source) -> candidates`. `source` is the query's read access to one pinned
+generation (texts, query representations, passages); a stage never reaches further.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from ...errors import ConfigError, QueryError
+
+Row = tuple   # (docno, score, {stage or kind: score})
+
+
+@dataclass
+class Candidates:
+    """The candidates of one query so far. `lists`: each first stage's ranked (docno, score);
+    `rows`: the current ranking with every stage's score of each row; `runs`: every score a
+    ranking stage gave ({stage: {docno: score}}, what `ldr eval` writes); `features`: a
+    reranker's named features per docno; `timings`: seconds per stage."""
+
+    query: str
+    lists: dict[str, list] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    runs: dict[str, dict] = field(default_factory=dict)
+    features: dict[int, dict] = field(default_factory=dict)
+    passages: dict[int, list] = field(default_factory=dict)   # docno → its best Passages (the hits')
+    rescored: tuple | None = None   # the second stage's (head rows, tail rows, scores, features)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, name: str):
+        t = time.perf_counter()
+        yield
+        self.timings[str(name)] = self.timings.get(str(name), 0.0) + time.perf_counter() - t
+
+    def first_stage(self, docno: int) -> dict[str, float]:
+        """Each first stage's score of `docno` (absent where it did not return it)."""
+        return {n: self.runs[n][docno] for n in self.lists if docno in self.runs.get(n, {})}
+
+
+class QuerySource(Protocol):
+    """What a stage may read for one query, from one pinned generation."""
+
+    query: str
+
+    def rep(self, kind: str) -> Any: ...                  # the query encoded for a kind (once)
+    def search(self, kind: str, rep: Any, depth: int) -> list: ...   # a kind's top (docno, score), filtered
+    def best_windows(self, docnos: list[int]) -> dict: ...            # {docno: its best window's BM25}
+    def text(self, docno: int) -> str: ...
+    def prefetch(self, docnos) -> None: ...               # read these texts together
+    def passages(self, docnos: list[int], n: int) -> dict: ...   # {docno: its n best Passages}
+    def tiebreak(self) -> Any: ...                        # docno → the rank of its id (equal scores)
+    def meta(self, docnos: list[int]) -> dict: ...        # {docno: its metadata dict}
+
+
+class PlanStage(Protocol):
+    name: str
+    side: str          # "shard" | "coordinator"
+
+    def needs(self) -> int: ...                           # candidates it reads from the ranking before it
+    def describe(self) -> str: ...
+    def run(self, cands: Candidates, source: QuerySource) -> Candidates: ...
+
+
+@dataclass(frozen=True)
+class StageType:
+    """A stage type the plan can hold besides the built-in ones: `settings` is its dataclass
+    (the fields a request sets, as `stages={name: {field: value}}` or `--stage name:field=value`),
+    `make(settings) -> PlanStage` builds it; it runs after `after` (a Stage value)."""
+
+    name: str
+    settings: type
+    make: Callable[[Any], PlanStage]
+    after: str = "windows"
+    help: str = ""
+
+    def build(self, values: dict | None) -> PlanStage:
+        values = dict(values or {})
+        known = {f.name: f for f in dataclasses.fields(self.settings)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise QueryError(f"stage {self.name!r} has no setting {', '.join(unknown)}; it has: "
+                             f"{', '.join(known) or 'none'}")
+        for k, v in list(values.items()):
+            want = known[k].type if isinstance(known[k].type, type) else None
+            if want in (int, float) and isinstance(v, str):
+                try:
+                    values[k] = want(v)
+                except ValueError:
+                    raise QueryError(f"stage {self.name!r}: {k} must be a number (got {v!r})") from None
+        try:
+            return self.make(self.settings(**values))
+        except (TypeError, ValueError) as e:
+            raise QueryError(f"stage {self.name!r}: {e}") from None
+
+
+_STAGES: dict[str, StageType] = {}
+
+
+def register_stage(stage: StageType) -> StageType:
+    from ...stages import RESERVED
+
+    if not stage.name.isidentifier() or stage.name in RESERVED:
+        raise ConfigError(f"a stage needs a plain name that is not a built-in stage's, not {stage.name!r}")
+    _STAGES[stage.name] = stage
+    return stage
+
+
+def unregister_stage(name: str) -> None:
+    _STAGES.pop(name, None)
+
+
+def registered() -> dict[str, StageType]:
+    return dict(_STAGES)
+
+
+def stage_type(name: str) -> StageType:
+    try:
+        return _STAGES[name]
+    except KeyError:
+        raise QueryError(f"unknown stage {name!r}; registered stages: {', '.join(_STAGES) or 'none'}") from None

@@ -1,0 +1,56 @@
+"""The ranking of the first stages' lists: one kind's own list, or several fused
+(ldr/search/fusion.py); the top `keep` rows go on, every fused score is kept for `ldr eval`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...components import topk as top_k
+from ...stages import Stage
+from .. import fusion
+from .base import Candidates, QuerySource
+
+
+@dataclass(frozen=True)
+class Fuse:
+    kinds: tuple[str, ...]
+    method: str
+    weights: tuple[tuple[str, float], ...]     # (kind, weight) of every kind fused
+    rrf_k: int
+    keep: int                                  # rows the later stages need
+    side = "coordinator"
+    name = Stage.FUSED.value
+
+    def needs(self) -> int:
+        return 0
+
+    @property
+    def fused(self) -> bool:
+        return len(self.kinds) > 1
+
+    def describe(self) -> str:
+        if not self.fused:
+            return f"{self.kinds[0]}'s own ranking, top {self.keep}"
+        w = ", ".join(f"{k}={v:g}" for k, v in self.weights)
+        k = f" k={self.rrf_k}" if self.method == "rrf" else ""
+        return f"{self.method}{k}, weights {w}; top {self.keep} go on"
+
+    def run(self, cands: Candidates, source: QuerySource) -> Candidates:
+        tiebreak = source.tiebreak()
+        if not self.fused:
+            kind = self.kinds[0]
+            ranked = top_k.top_k_dict(cands.runs[kind], self.keep, tiebreak) if tiebreak is not None \
+                else cands.lists[kind][:self.keep]
+            cands.rows = [(d, sc, {kind: sc}) for d, sc in ranked]
+            return cands
+        with cands.timed(self.name):
+            runs = [cands.runs[k] for k in self.kinds]
+            keys, s = fusion.matrix(runs)
+            order = None if tiebreak is None else np.asarray(tiebreak)[np.asarray(keys, dtype=np.int64)]
+            scores = fusion.combine(fusion.columns(s, self.method, self.rrf_k, order), [w for _, w in self.weights])
+            fused = dict(zip(keys, scores.tolist()))
+            cands.runs[self.name] = fused
+            cands.rows = [(d, sc, {**{k: r[d] for k, r in zip(self.kinds, runs) if d in r}, self.name: sc})
+                          for d, sc in top_k.top_k_dict(fused, self.keep, tiebreak)]
+        return cands

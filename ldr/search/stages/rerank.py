@@ -1,0 +1,93 @@
+"""The second stage: a reranker (cross-encoder, the passage rescorer, a kind's exact scores) over
+the top `depth` rows, its score mixed with the score before (`mix`); rows past the depth keep
+their order below every reranked one. Its score is `scores["reranked"]`, the reranker's own
+`scores["reranked.raw"]`, its features `scores["reranked.<feature>"]`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...rerank.protocol import Candidate, Query
+from ...stages import Stage, detail
+from ..normalise import zscore
+from .base import Candidates, QuerySource
+
+RAW = detail(Stage.RERANKED, "raw")
+
+
+def mix(second, first, weight: float) -> np.ndarray:
+    """The reranked candidates' final scores: the second stage's own (weight 1), or
+    weight·z(second) + (1 - weight)·z(first), both z-normalised over the candidates, so that a
+    reranker that knows the domain less well than the first stage refines its order instead of
+    replacing it (`ldr tune` chooses the weight)."""
+    second = np.asarray(second, dtype=np.float64)
+    if weight >= 1:
+        return second
+    return weight * zscore(second) + (1 - weight) * zscore(np.asarray(first, dtype=np.float64))
+
+
+def order(rows: list, tiebreak) -> list:
+    return sorted(rows, key=lambda r: (-r[1], r[0] if tiebreak is None else tiebreak[r[0]]))
+
+
+@dataclass(frozen=True)
+class Rerank:
+    reranker: object = field(compare=False)
+    depth: int = 100
+    weight: float = 0.15
+    windows: int | None = None          # passages per document a cross-encoder scores (None: its own)
+    side = "coordinator"
+    name = Stage.RERANKED.value
+
+    def needs(self) -> int:
+        return self.depth
+
+    def describe(self) -> str:
+        mixed = "its score alone" if self.weight >= 1 else f"mixed at {self.weight:g} with the score before"
+        n = self.reranker.passages_wanted(self.windows)
+        return f"{self.reranker.name} over the top {self.depth}" + (f" ({n} passages each)" if n else "") + f", {mixed}"
+
+    def candidates(self, cands: Candidates, source: QuerySource, docnos: list[int]) -> list[Candidate]:
+        """The reranker's inputs: what it says it reads, read together."""
+        out = [Candidate(d, cands.first_stage(d)) for d in docnos]
+        n = self.reranker.passages_wanted(self.windows)
+        if self.reranker.reads_text or n:
+            source.prefetch(docnos)
+            for c in out:
+                c.text = source.text(c.docno)
+        if n:
+            found = source.passages(docnos, n)
+            for c in out:
+                c.passages = [p.text for p in sorted(found.get(c.docno, []), key=lambda p: p.start)]
+        return out
+
+    def rescore(self, cands: Candidates, source: QuerySource) -> tuple[list, list, np.ndarray, dict]:
+        """(head rows, tail rows, the reranker's scores of the head, its features)."""
+        head, tail = cands.rows[:self.depth], cands.rows[self.depth:]
+        query = Query(source.query, source.rep, self.windows)
+        scores, feats = self.reranker.rescore(query, self.candidates(cands, source, [d for d, _, _ in head]))
+        return head, tail, np.asarray(scores, dtype=np.float64), feats
+
+    def run(self, cands: Candidates, source: QuerySource) -> Candidates:
+        if not cands.rows:
+            return cands
+        with cands.timed(self.name):
+            head, tail, scores, feats = self.rescore(cands, source)
+            cands.rescored = (head, tail, scores, feats)    # `ldr tune` re-mixes these at other weights
+            cands.rows = self.combine(cands, head, tail, scores, feats, source.tiebreak())
+        return cands
+
+    def combine(self, cands: Candidates, head, tail, scores, feats, tiebreak) -> list:
+        """The ranking after this stage from the reranker's scores (tune re-mixes at other weights)."""
+        final = mix(scores, [sc for _, sc, _ in head], self.weight)
+        reranked = []
+        for i, (d, _, st) in enumerate(head):
+            st = dict(st, **{RAW: float(scores[i]), self.name: float(final[i])})
+            for f, vals in feats.items():
+                st[detail(Stage.RERANKED, f)] = float(vals[i])
+            cands.features[d] = {f: float(vals[i]) for f, vals in feats.items()}
+            reranked.append((d, float(final[i]), st))
+        reranked = order(reranked, tiebreak)
+        cands.runs[self.name] = {d: s for d, s, _ in reranked}
+        return reranked + tail
