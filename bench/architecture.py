@@ -1,6 +1,13 @@
-"""Architecture figures of the ldr package: import cycles, upward imports, kind-name branches
-outside ldr/components/, and the largest modules. `python bench/architecture.py` prints them;
-tests/test_architecture.py asserts on them."""
+"""Architecture figures of the ldr package, asserted by tests/test_architecture.py and printed by
+`python bench/architecture.py`:
+
+- the layer table: which package may import which (a module imports its own package and the
+  layers below it; lazy imports inside functions count too);
+- import cycles between modules;
+- branches on a retriever kind's name outside ldr/components/ (the kinds are the registry's);
+- another module's private names (`from x import _y`, `x._y`);
+- the largest modules.
+"""
 from __future__ import annotations
 
 import ast
@@ -9,10 +16,43 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "ldr"
-KINDS = ("bm25", "dense", "sparse")
-# a branch on a kind name: `== "dense"`, `in ("dense", ...)`, `"dense" in comps`, `if name == 'bm25'`
-_BRANCH = re.compile(r"""(==|!=)\s*["'](%s)["']|["'](%s)["']\s*(not\s+)?in\b|\bin\s*\(["'](%s)["']"""
-                     % (("|".join(KINDS),) * 3))
+
+# bottom to top; a package may import its own modules and every package of a lower layer
+LAYERS: list[tuple[str, ...]] = [
+    ("ldr.errors", "ldr._version", "ldr.stages", "ldr.paths"),   # foundations: import nothing of ldr's
+    ("ldr.corpus",),                 # documents in
+    ("ldr.encode",),                 # models and engines
+    ("ldr.components",),             # retriever kinds as codecs (and the registry)
+    ("ldr.index",),                  # storage: segments, generations, the writer, check
+    ("ldr.rerank", "ldr.search"),    # the query side: second stages, the plan and its stages
+    ("ldr.eval", "ldr.train"),       # measuring and training, given an Index
+    ("ldr.api",),                    # the composition root a RAG application imports
+    ("ldr.serve", "ldr.integrations"),
+    ("ldr.cli",),
+    ("ldr",),                        # the package root re-exports the API
+]
+
+
+def layer_of(module: str) -> int:
+    best, where = -1, None
+    for i, layer in enumerate(LAYERS):
+        for pkg in layer:
+            if (module == pkg or module.startswith(pkg + ".")) and len(pkg) > best:
+                best, where = len(pkg), i
+    if where is None:
+        raise KeyError(f"{module} is in no layer of bench/architecture.py's table")
+    return where
+
+
+def package_of(module: str) -> str:
+    return next(p for layer in LAYERS for p in sorted(layer, key=len, reverse=True)
+                if module == p or module.startswith(p + "."))
+
+
+def kinds() -> tuple[str, ...]:
+    sys.path.insert(0, str(ROOT.parent))
+    from ldr import components as registry
+    return registry.names()
 
 
 def modules() -> dict[str, Path]:
@@ -25,30 +65,47 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def _targets(node, name: str, path: Path, mods) -> list[tuple[str, list[str]]]:
+    """(module imported, names taken from it) of one import statement."""
+    if isinstance(node, ast.Import):
+        return [(a.name, []) for a in node.names]
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    if node.level:
+        base = pkg.split(".")
+        base = base[:len(base) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    out, plain = [], []
+    for a in node.names:
+        sub = f"{target}.{a.name}"
+        if sub in mods:
+            out.append((sub, []))           # `from .. import components`: the submodule
+        else:
+            plain.append(a.name)
+    if plain:
+        out.append((target, plain))
+    return out
+
+
 def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     """Module → ldr modules it imports (at any depth of the file: lazy imports count too)."""
     graph = {}
     for name, path in mods.items():
-        pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         deps = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = pkg.split(".")
-                    base = base[:len(base) - node.level + 1]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                cands = [target] + [f"{target}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                cands = [a.name for a in node.names]
-            else:
-                continue
-            for c in cands:
-                if c in mods and c != name:
-                    deps.add(c)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target, _ in _targets(node, name, path, mods):
+                    if target in mods and target != name:
+                        deps.add(target)
         graph[name] = deps
     return graph
+
+
+def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports the layer table forbids: a module importing a package of a higher layer, or of
+    another package on its own layer's: packages of one layer may import each other (no cycles)."""
+    return sorted((a, b) for a, ds in graph.items() for b in ds if layer_of(b) > layer_of(a))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -86,21 +143,54 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """index/ (storage) importing search/ or api: the storage layer must not know the query side."""
-    return sorted((a, b) for a, ds in graph.items() for b in ds
-                  if a.startswith("ldr.index") and (b.startswith("ldr.search") or b == "ldr.api"))
+def private_uses(mods: dict[str, Path]) -> list[str]:
+    """Another package's private names: `from ldr.x import _y`, or `x._y` where `x` names an
+    imported ldr module (modules of one package share its private names)."""
+    out = []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        rel = path.relative_to(ROOT.parent)
+        aliases: dict[str, str] = {}      # local name → the ldr module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in mods:
+                        aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                for target, names in _targets(node, name, path, mods):
+                    if target not in mods:
+                        continue
+                    if not names:                       # a submodule, bound to its own name
+                        short = target.rsplit(".", 1)[1]
+                        bound = next((a.asname or a.name for a in node.names if a.name == short), short)
+                        aliases[bound] = target
+                    for n in names:
+                        if n.startswith("_") and not n.startswith("__") and package_of(target) != package_of(name):
+                            out.append(f"{rel}:{node.lineno}: {n} from {target}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                target = aliases[node.value.id]
+                if node.attr.startswith("_") and not node.attr.startswith("__") and \
+                        package_of(target) != package_of(name):
+                    out.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+    return out
 
 
-def kind_branches(mods: dict[str, Path]) -> list[str]:
-    """Lines outside ldr/components/ that branch on a kind name."""
+def kind_branches(mods: dict[str, Path], names: tuple[str, ...] | None = None) -> list[str]:
+    """Lines outside ldr/components/ that single out a kind by its name: a comparison with it
+    (==, !=, in, not in), a subscript or .get/.pop by it, a match case on it."""
+    names = names or kinds()
+    lit = "|".join(re.escape(n) for n in names)
+    branch = re.compile(
+        rf"""(==|!=)\s*["']({lit})["']|["']({lit})["']\s*(==|!=|(not\s+)?in\b)|\bin\s*[(\[{{]\s*["']({lit})["']"""
+        rf"""|\[\s*["']({lit})["']\s*\]|\.(get|pop)\(\s*["']({lit})["']|\bcase\s+["']({lit})["']""")
     out = []
     for name, path in mods.items():
         if name.startswith("ldr.components"):
             continue
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             code = line.split("#", 1)[0]
-            if _BRANCH.search(code):
+            if branch.search(code):
                 out.append(f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}")
     return out
 
@@ -113,16 +203,19 @@ def largest(mods: dict[str, Path], n: int = 5) -> list[tuple[int, str]]:
 def main() -> None:
     mods = modules()
     graph = imports(mods)
-    cyc, up, br = cycles(graph), upward(graph), kind_branches(mods)
+    cyc, up, br, priv = cycles(graph), upward(graph), kind_branches(mods), private_uses(mods)
     print(f"modules: {len(mods)}")
     print(f"import cycles: {len(cyc)}")
     for c in cyc:
         print("  ", " <-> ".join(c))
-    print(f"upward imports (index -> search/api): {len(up)}")
+    print(f"imports against the layer table: {len(up)}")
     for a, b in up:
         print(f"   {a} -> {b}")
-    print(f"kind-name branches outside ldr/components/: {len(br)}")
+    print(f"kind-name branches outside ldr/components/ ({', '.join(kinds())}): {len(br)}")
     for line in br:
+        print("  ", line)
+    print(f"private names used across packages: {len(priv)}")
+    for line in priv:
         print("  ", line)
     print("largest modules:", ", ".join(f"{p} ({n})" for n, p in largest(mods)))
 

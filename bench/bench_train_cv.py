@@ -169,7 +169,7 @@ def main():
         # the dense encoder, and the index built with it
         model = work / f"dense-{f}"
         if not (model / "ldr-train.json").is_file():
-            train("dense", data, model, split=args.split, index_path=args.index, qids=train_q, mined=mined,
+            train("dense", data, model, split=args.split, indexes=ldr.Index, index_path=args.index, qids=train_q, mined=mined,
                   settings=DenseTrainSettings(loss=args.dense_loss, epochs=args.dense_epochs), progress=False)
         card = json.loads((model / "ldr-train.json").read_text())
         row["dense_train_s"], row["dense_steps"], row["dense_dev"] = card["seconds"], card["steps"], card["dev"]
@@ -197,7 +197,7 @@ def main():
         # the reranker, its share chosen on a sample of the training queries
         model = work / f"reranker-{f}"
         if not (model / "ldr-train.json").is_file():
-            train("reranker", data, model, split=args.split, index_path=args.index, qids=train_q, mined=mined,
+            train("reranker", data, model, split=args.split, indexes=ldr.Index, index_path=args.index, qids=train_q, mined=mined,
                   settings=RerankerTrainSettings(epochs=args.reranker_epochs, learning_rate=args.reranker_lr,
                                                  loss=args.reranker_loss, negatives=args.reranker_negatives,
                                                  max_length=args.reranker_max_length,

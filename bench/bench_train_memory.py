@@ -24,12 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def child(args) -> None:
     from ldr.train.reranker import RerankerTrainSettings
+    import ldr
     from ldr.train.run import train
 
     mined = pickle.loads(Path(args.mined).read_bytes())
     qids = sorted(mined)[:args.queries]
     mb = None if args.child == "none" else int(args.child)
-    info = train("reranker", Path(args.data), Path(args.model), split=args.split, index_path=args.index, qids=qids,
+    info = train("reranker", Path(args.data), Path(args.model), split=args.split, indexes=ldr.Index, index_path=args.index, qids=qids,
                  mined=mined, progress=False,
                  settings=RerankerTrainSettings(max_steps=args.steps, eval_steps=10 * args.steps, mini_batch=mb))
     print("RESULT " + json.dumps({"seconds": info["seconds"], "steps": info["steps"], "loss": info["train_loss"]}))

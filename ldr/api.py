@@ -17,7 +17,7 @@ from .corpus import Doc, IngestReport, corpus_docs
 from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
-from .index.manifest import read_manifest, verify_files
+from .index.view import View, newest, open_view
 from .index.ray_build import RayOptions
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
 from . import components as registry
@@ -29,22 +29,6 @@ log = logging.getLogger(__name__)
 
 def _ray_options(ray):
     return None if ray is None or ray is False else RayOptions() if ray is True else ray
-
-
-class _View:
-    """One pinned generation: its manifest, segments and loaded retrievers."""
-
-    def __init__(self, manifest: dict, segments, pin):
-        self.manifest, self.segments, self.pin = manifest, segments, pin
-        self.retrievers: dict = {}
-
-    @property
-    def generation(self) -> int:
-        return self.manifest["generation"]
-
-    def __del__(self):
-        if self.pin is not None:
-            self.pin.__del__()      # quiet at interpreter exit
 
 
 class Index:
@@ -68,32 +52,8 @@ class Index:
         self._load_lock = threading.RLock()   # components load once, whichever thread asks first
         self._view = self._open_view(generation)
 
-    def _open_view(self, generation: int | None = None) -> _View:
-        from .index import generations as gens
-        from .index.snapshot import Segments
-
-        for _ in range(20):
-            found = gens.generations(self.path) if self.path.is_dir() else []
-            gen = generation if generation is not None else (found[-1] if found else None)
-            pin = gens.Pin(self.path, gen) if gen is not None else None
-            try:
-                manifest = read_manifest(self.path, gen)
-            except IndexFormatError:
-                if pin is not None:
-                    pin.close()
-                # collected between listing and pinning: a newer generation exists, take it
-                if generation is None and gen is not None and gens.generations(self.path)[-1:] != [gen]:
-                    continue
-                raise
-            try:
-                verify_files(self.path, manifest, full=self.verify)
-                segments = Segments(self.path, manifest)
-            except BaseException:
-                if pin is not None:
-                    pin.close()
-                raise
-            return _View(manifest, segments, pin)
-        raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")
+    def _open_view(self, generation: int | None = None) -> View:
+        return open_view(self.path, generation, full=self.verify)
 
     # -- generations ------------------------------------------------------------------------
     @property
@@ -112,10 +72,7 @@ class Index:
     def refresh(self) -> bool:
         """Move to the newest committed generation; True when it changed. Searches already running
         finish on the generation they started with."""
-        from .index import generations as gens
-
-        newest = gens.generations(self.path)
-        if not newest or newest[-1] == self.generation:
+        if newest(self.path) in (None, self.generation):
             return False
         view = self._open_view()
         with self._load_lock:
@@ -124,8 +81,7 @@ class Index:
 
     def close(self) -> None:
         """Release this handle's generation (the garbage collector may then remove its files)."""
-        if self._view.pin is not None:
-            self._view.pin.close()
+        self._view.close()
 
     def __enter__(self):
         return self
@@ -222,7 +178,7 @@ class Index:
         settings = registry.get(name).encoder_settings(comp, self.trust_remote_code, self.device, str(self.path))
         return registry.lazy_encoder(name, for_queries(settings))
 
-    def retriever(self, name: str, view: _View | None = None):
+    def retriever(self, name: str, view: View | None = None):
         """The loaded first-stage retriever `name` (bm25 | dense | sparse) of this generation."""
         view = view or self._view
         if name in view.retrievers:
@@ -232,7 +188,7 @@ class Index:
                 view.retrievers[name] = self._load_retriever(name, view)
         return view.retrievers[name]
 
-    def _load_retriever(self, name: str, view: _View):
+    def _load_retriever(self, name: str, view: View):
         comp = view.manifest["components"].get(name)
         if comp is None:
             have = ", ".join(registry.in_order(view.manifest["components"])) or "none"
@@ -259,7 +215,7 @@ class Index:
                     model=model, device=self.device, trust_remote_code=self.trust_remote_code))
         return self._rerankers[model]
 
-    def reranker(self, opts, searched: list[str], view: _View | None = None):
+    def reranker(self, opts, searched: list[str], view: View | None = None):
         """The second stage resolved settings (SearchOptions) ask for: a cross-encoder
         (`rerank_model`), or a named one (passage, a kind's exact scores); None for none."""
         view = view or self._view
@@ -275,7 +231,7 @@ class Index:
         return named_reranker(opts.rerank, opts.weights, view.manifest["components"],
                               lambda n: self.retriever(n, view))
 
-    def search_defaults(self, view: _View | None = None) -> dict:
+    def search_defaults(self, view: View | None = None) -> dict:
         """The settings a search on this index starts from: ldr's defaults (search/options.py),
         under what the manifest records (build time, `ldr tune`)."""
         from dataclasses import asdict
@@ -352,7 +308,7 @@ class Index:
                 if progress is not None:
                     progress(1)
 
-    def _mask(self, view: _View, filters):
+    def _mask(self, view: View, filters):
         """The filters' mask over this generation's docnos (None: no filter)."""
         from .search import filters as _filters
 
@@ -360,7 +316,7 @@ class Index:
         store = view.segments
         return store.cached_mask(_filters.key(conds), lambda s: _filters.mask(conds, s)) if conds else None
 
-    def _compile(self, query: str, request: QueryOptions, view: _View, allow):
+    def _compile(self, query: str, request: QueryOptions, view: View, allow):
         from .search.passages import term_kind
         from .search.plan import compile_plan
 
@@ -371,13 +327,13 @@ class Index:
                             reranker=lambda opts, kinds: self.reranker(opts, kinds, view),
                             term_kind=lambda: term_kind(components))
 
-    def _finder(self, view: _View, weights: dict | None, kinds: list[str]):
+    def _finder(self, view: View, weights: dict | None, kinds: list[str]):
         """Locates passages in this generation's documents (ldr/search/passages.py)."""
         from .search.passages import finder_for
         return finder_for(view.manifest["components"], weights, {n: self.retriever(n, view) for n in kinds},
                           self._window_terms, self._load_lock)
 
-    def _search(self, query: str, request: QueryOptions, *, view: _View | None = None,
+    def _search(self, query: str, request: QueryOptions, *, view: View | None = None,
                 reps: dict | None = None, allow=False) -> SearchResult:
         from .search.hits import to_hits
         from .search.source import IndexSource

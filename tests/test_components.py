@@ -4,6 +4,7 @@ replace, delete, merge, check (and its damage caught), `ldr info`."""
 from __future__ import annotations
 
 import zlib
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 import ldr
 from ldr import components as registry
 from ldr.components.base import Component, Part
+from ldr.schema import setting
 from ldr.index.check import check_index
 from ldr.index.paths import inside
 
@@ -62,13 +64,26 @@ class _Retriever:
         return self.search_rep(self.encode(query), k)
 
 
+@dataclass
+class NgramSettings:
+    """Its build settings, declared once: `ldr index --ngram on --ngram-n 4`, or
+    `components={"ngram": NgramSettings(n=4)}` from Python."""
+    on: str = setting("on", "--ngram", enables=True, cli_default="none", help="Index character n-grams (on | none).")
+    n: int = setting(3, "--ngram-n", help="Characters per n-gram.")
+
+
 class Ngram(Component):
     name = "ngram"
     manifest_keys = {"settings": dict}
 
+    def build_settings(self):
+        return [("components.ngram", NgramSettings)]
+
     def configure(self, config):
         wanted = config.components.get(self.name)
-        return None if wanted is None else ({"settings": dict(wanted)}, None)
+        if wanted is None:
+            return None
+        return {"settings": asdict(wanted) if isinstance(wanted, NgramSettings) else dict(wanted)}, None
 
     def part_writer(self, folder, comp, encoder, pipeline, allow_small):
         return _Writer(Path(folder))
@@ -118,7 +133,7 @@ def test_a_fourth_kind_lives_through_every_operation(ngram, tmp_path):
     path = tmp_path / "idx"
     idx = ldr.Index.build(DOCS, path, bm25="native", dense=None, sparse=None, components={"ngram": {"n": 3}})
     assert idx.retriever_names == ["bm25", "ngram"]
-    assert idx.manifest["search"]["weights"]["ngram"] == 1.0          # its own default weight fuses it
+    assert idx.search_defaults()["weights"]["ngram"] == 1.0          # its own default weight fuses it
     alone = idx.search("lighthouse lamp", k=2, mode="ngram")
     assert alone[0].id == "d0" and set(alone[0].scores) == {"ngram"}
     fused = idx.search("corroded bearing plates", k=4)
@@ -176,3 +191,26 @@ def test_writers_and_readers_share_one_encoder_cache_and_load_lazily(tmp_path):
     idx.search("lamp", k=1)
     idx.add([{"id": "x", "text": "one more document about lamps"}])
     assert len(registry.ENCODERS.loaded()) == 1          # the reader and the writer shared it
+
+
+def test_a_kinds_build_setting_reaches_the_cli_and_the_api_with_no_edit_elsewhere(ngram, tmp_path):
+    """A setting declared on the kind's settings class is an `ldr index` flag (help included), a
+    Python keyword, and what the manifest records."""
+    from ldr.cli import main
+
+    help_text = CliRunner().invoke(main, ["index", "--help"]).output
+    assert "--ngram-n INTEGER" in help_text and "Characters per n-gram." in help_text
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    for d in DOCS:
+        (corpus / f"{d['id']}.txt").write_text(d["text"])
+    out = CliRunner().invoke(main, ["index", str(corpus), "-o", str(tmp_path / "cli"), "--bm25", "native",
+                                    "--dense", "none", "--sparse", "none", "--ngram", "on", "--ngram-n", "4", "-q"])
+    assert out.exit_code == 0, out.output
+    assert ldr.open(tmp_path / "cli").components["ngram"]["settings"] == {"on": "on", "n": 4}
+    api = ldr.Index.build(DOCS, tmp_path / "api", bm25="native", dense=None, sparse=None,
+                          components={"ngram": NgramSettings(n=4)})
+    assert api.components["ngram"]["settings"] == {"on": "on", "n": 4}
+    plain = CliRunner().invoke(main, ["index", str(corpus), "-o", str(tmp_path / "off"), "--bm25", "native",
+                                      "--dense", "none", "--sparse", "none", "-q"])
+    assert plain.exit_code == 0 and "ngram" not in ldr.open(tmp_path / "off").components

@@ -8,6 +8,7 @@ import pytest
 import pytrec_eval
 from click.testing import CliRunner
 
+import ldr
 from ldr.cli import main
 from ldr.errors import DataError
 from ldr.eval import benchmarks, synthetic
@@ -236,7 +237,7 @@ def test_mldr_languages_get_their_own_analyzer(tmp_path):
         _jsonl(tmp_path / f"mldr-v1.0-{lang}/corpus.jsonl", [{"docid": f"{lang}-{i}", "text": t} for i, t in enumerate(docs)])
     tasks = benchmarks.load("mldr", ["de", "hi"], tmp_path)
     metrics = run_benchmark("mldr", tasks, BuildConfig(dense=None, sparse=None), EvalOptions(progress=False),
-                            tmp_path / "out", {})
+                            tmp_path / "out", {}, ldr.Index)
     assert metrics["tasks"]["de"]["analyzer"]["language"] == "de"
     assert metrics["tasks"]["hi"]["analyzer"]["language"] == "none"
     assert metrics["tasks"]["de"]["stages"]["bm25"]["ndcg@10"] == 100.0      # English analysis misses "Häuser"

@@ -76,7 +76,7 @@ def test_train_dense_with_opl_on_examples_mined_before(train_data, tmp_path):
     # examples mined once for every query (as cross-validation does); one query has none
     examples, _ = mine(ldr.Index(idx), queries, qrels, sorted(qrels), negatives=4, progress=False)
     mined = {ex.qid: ex for ex in examples if ex.qid != "q003"}
-    info = train("dense", data, tmp_path / "opl", index_path=str(idx), dev_fraction=0.25, progress=False,
+    info = train("dense", data, tmp_path / "opl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
                  mined=mined,
                  settings=DenseTrainSettings(loss="opl", epochs=3, batch_size=2, negatives=2, learning_rate=1e-4))
     assert info["settings"]["loss"] == "opl" and falls(info["loss_curve"])
@@ -119,7 +119,7 @@ def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path, 
     cols, dropped = tuples([few, none], 3)
     assert dropped == 1 and cols["query"] == [few.query] * len(few.positives)
     assert cols["negative_1"] == cols["negative_2"] == cols["negative_3"] == [few.negatives[0]] * len(few.positives)
-    info = train("reranker", data, tmp_path / "mnrl", index_path=str(idx), dev_fraction=0.25, progress=False,
+    info = train("reranker", data, tmp_path / "mnrl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
                  mined=mined, settings=RerankerTrainSettings(loss="mnrl", epochs=4, batch_size=4, negatives=2,
                                                              max_length=64, learning_rate=1e-4,
                                                              mini_batch=mini_batch))
@@ -128,10 +128,10 @@ def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path, 
     assert info["queries_without_negatives"] == ("q002" not in info["dev_qids"])
     assert info["rows"] + info["queries_without_negatives"] >= info["train_queries"]
     with pytest.raises(ldr.errors.ConfigError, match="in-batch"):
-        train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, mined=mined,
+        train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, indexes=ldr.Index, mined=mined,
               settings=RerankerTrainSettings(loss="mnrl", in_batch=0))
     with pytest.raises(ldr.errors.ConfigError, match="mini-batch"):
-        train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, mined=mined,
+        train("reranker", data, tmp_path / "x", index_path=str(idx), progress=False, indexes=ldr.Index, mined=mined,
               settings=RerankerTrainSettings(loss="bce", mini_batch=4))
 
 

@@ -146,7 +146,9 @@ def _train(kind, settings, data, split, out, index_path, dev_fraction, device, q
 
     from ..train.run import train
 
-    info = train(kind, Path(data), Path(out), split=split, index_path=index_path, settings=settings,
+    from ..api import Index
+
+    info = train(kind, Path(data), Path(out), split=split, index_path=index_path, settings=settings, indexes=Index,
                  base_model=base_model, dev_fraction=dev_fraction, device=device, progress=not quiet)
     d = info["dev"]
     click.echo(f"trained on {info['train_queries']} queries ({info['rows']} rows) in {info['seconds']:.0f}s "

@@ -74,6 +74,9 @@ class _Group(click.Group):
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def main(verbose: int) -> None:
     """ldr: long-document retrieval engine."""
+    from .plugins import load_plugins
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    load_plugins()      # LDR_PLUGINS / `ldr.plugins` entry points: extra kinds and stages
 

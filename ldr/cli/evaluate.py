@@ -8,9 +8,10 @@ import click
 
 from .app import main
 from ..encode.chunking import STRATEGIES
-from .common import build_config, index_options
+from .build_options import BuildCommand, build_config, given, models as build_models
+from .search import parse_stages
 
-@main.command("eval")
+@main.command("eval", cls=BuildCommand)
 @click.option("--bench", type=click.Choice(["longembed", "loco", "mldr", "beir"]), default=None,
               help="Run a benchmark (or score run files: --qrels with --run).")
 @click.option("--qrels", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -31,15 +32,16 @@ from .common import build_config, index_options
 @click.option("--lengths", default=None, help="passkey/needle context lengths, e.g. 256,512,1024.")
 @click.option("--split", default="test", show_default=True)
 @click.option("--max-queries", type=int, default=None, help="Evaluate only the first N queries per task.")
-@click.option("--depth", type=int, default=1000, show_default=True, help="Candidates per retriever.")
+@click.option("--depth", type=int, default=None, help="Candidates per retriever (default: the search's).")
 @click.option("--out", "out_dir", type=click.Path(), default="eval-out", show_default=True)
 @click.option("--cache", type=click.Path(), default=None, help="Index cache folder (default OUT/cache).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic tasks.")
 @click.option("--rerank-model", default=None, help="Cross-encoder for the reranked stage (default: passage rescoring).")
-@index_options
+@click.option("--stage", multiple=True, metavar="NAME[:SETTING=VALUE,...]",
+              help="A registered extra stage every search runs (its run is reported as a stage).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, haystack, lengths, split, max_queries,
-             depth, out_dir, cache, seed, rerank_model, quiet, **options):
+             depth, out_dir, cache, seed, rerank_model, stage, quiet, **options):
     """Evaluate every stage on a benchmark (writes TREC runs, metrics.json, report.md and plots),
     or score and compare run files: --qrels QRELS --run A.trec --run B.trec."""
     from pathlib import Path
@@ -57,7 +59,7 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     loaded = load(bench, task_list, data, length_list, haystack, split, seed)
     if bench == "mldr":
         from ..eval.benchmarks import mldr_leakage
-        for m in mldr_leakage([options["dense_model"], options["sparse_model"], options["colbert_model"], rerank_model]):
+        for m in mldr_leakage(build_models(options) + [rerank_model]):
             click.echo(f"warning: {m} was trained on MLDR's train split: its MLDR scores are not a held-out "
                        "evaluation (nor are published MLDR numbers of models trained on it)", err=True)
     config = build_config(**options)
@@ -71,12 +73,13 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     settings = {"data": str(data) if data else ("synthetic" if bench == "longembed" else "hub"),
                 "haystack": haystack, "split": split, "max_queries": max_queries, "lengths": length_list,
                 "tasks": task_list, "depth": depth, "seed": seed, "partial": "; ".join(partial) or None,
-                "dense": options["dense_model"], "doc_strategy": options["doc_strategy"],
-                "sparse": options["sparse_model"], "bm25": options["bm25"], "colbert": options["colbert_model"]}
+                "build": given(options), "stages": parse_stages(stage) or None}
     opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
-                       rerank_model=rerank_model)
+                       rerank_model=rerank_model, stages=parse_stages(stage) or None)
     settings["reranker"] = rerank_model or "passage"
-    metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings)
+    from ..api import Index
+
+    metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings, Index)
     stages = list(metrics["averages"])
     click.echo(f"{'task':<22}" + "".join(f"{s:>10}" for s in stages))
     for name, t in metrics["tasks"].items():

@@ -7,7 +7,8 @@ import sys  # noqa: F401
 import click
 
 from .app import main
-from .common import _echo_ray, build_config, index_options, make_ray_options, ray_options, write_options
+from .build_options import BuildCommand, build_config
+from .common import _echo_ray, make_ray_options, ray_options, write_options
 
 
 def _echo_language(info: dict | None) -> None:
@@ -19,10 +20,9 @@ def _echo_language(info: dict | None) -> None:
     click.echo(f"language: {info['code']} ({how}); BM25 analyzer {info['analyzer']}" + (f", {models}" if models else ""))
 
 
-@main.command("index")
+@main.command("index", cls=BuildCommand)
 @click.argument("corpus", type=click.Path(exists=True))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
-@index_options
 @ray_options
 @click.option("--wait", is_flag=True, help="Wait for another writer of OUTPUT to finish instead of failing.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")

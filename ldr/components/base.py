@@ -70,6 +70,13 @@ class Component:
     default_weight: float = 1.0
 
     # -- configuration (BuildConfig → manifest) ---------------------------------------------
+    def build_settings(self) -> list[tuple[str, type]]:
+        """(where in BuildConfig, settings dataclass) of what this kind is built with: the fields
+        made with ldr.schema.setting become `ldr index` flags; "components.NAME" is the kind's
+        entry of BuildConfig.components. A kind without a settings class of its own (BM25, whose
+        settings are BuildConfig fields) has none."""
+        return []
+
     def configure(self, config) -> tuple[dict, Any] | None:
         """(index-level manifest entry, encoder settings or None) when `config` (a BuildConfig)
         asks for this kind; None when it does not. Kinds outside the three built-ins are asked
@@ -192,6 +199,11 @@ class ModelComponent(Component):
 
     def settings_from_dict(self, d):
         return getattr(self._module(), self.settings_class)(**d) if d is not None else None
+
+    config_field: str = ""             # the BuildConfig field holding its settings ("": components.NAME)
+
+    def build_settings(self) -> list[tuple[str, type]]:
+        return [(self.config_field or f"components.{self.name}", getattr(self._module(), self.settings_class))]
 
 
 class EncodedPart:

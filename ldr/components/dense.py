@@ -102,6 +102,11 @@ class Dense(ModelComponent):
     encoder_module, settings_class, loader = "ldr.encode.dense", "DenseSettings", "load_dense"
     passage_features = True
     default_weight = 0.25      # MiniLM MaxP beside BM25 1 (qmsum-train, bench/fusion_sweep.py)
+    config_field = "dense"
+
+    def build_settings(self):
+        from .faiss_store import FaissSettings
+        return super().build_settings() + [("faiss", FaissSettings)]
     manifest_keys = {"faiss": dict, "model": dict, "dim": int}
 
     def configure(self, config):

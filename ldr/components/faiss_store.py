@@ -12,6 +12,8 @@ import contextlib
 
 import logging
 from dataclasses import asdict, dataclass
+
+from ..schema import setting
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,8 @@ AUTO_HNSW_ABOVE = 50_000
 
 @dataclass
 class FaissSettings:
-    index: str = "auto"
+    index: str = setting("auto", "--faiss", choices=INDEX_TYPES,
+                         help="FAISS index type; auto: exact (flat) per segment up to 50,000 vectors, HNSW past that.")
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128

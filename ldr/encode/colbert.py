@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+
+from ..schema import setting
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +33,17 @@ DEFAULT_COLBERT = "colbert-small"
 
 @dataclass
 class ColbertSettings:
-    model: str = DEFAULT_COLBERT
+    model: str = setting(DEFAULT_COLBERT, "--colbert", enables=True, cli_default="none",
+                         help="Late-interaction (ColBERT) model: colbert-small (packaged, ldr[models]), a Hugging Face "
+                              "name or a folder; its token vectors are kept and scored by MaxSim. `none`: no colbert "
+                              "index.")
     # the first `dims` of each vector (None: all). 128 of colbert-small's 384: as good in the fusion
     # on qmsum-train, a third of the bytes (bench/README.md)
-    dims: int | None = 128
-    pool_factor: int = 2              # token pooling: a window's n vectors → n / factor (1: none)
+    dims: int | None = setting(128, "--colbert-dims", zero_none=True,
+                               help="Keep the first N dimensions of each token vector (0: all).")
+    # token pooling: a window's n vectors → n / factor (1: none)
+    pool_factor: int = setting(2, "--colbert-pool", help="Token pooling factor (1: every token vector; 2 halves "
+                                                         "storage and scoring).")
     doc_length: int | None = None     # tokens per window, specials included (default: the model's, ≤ 512)
     stride: int | None = None         # tokens between window starts (default: windows do not overlap)
     query_length: int = 32            # queries are [MASK]-padded to this many tokens
@@ -44,7 +52,7 @@ class ColbertSettings:
     doc_marker: str = "[unused1]"
     batch_tokens: int | None = None       # None: by device (batching.batch_budget)
     trust_remote_code: bool = False
-    device: str | None = None
+    device: str | None = setting(None, "--device", shared=True, help="cpu, cuda, cuda:1.")
     backend: str = "auto"             # an ONNX folder always runs on ONNX Runtime; else torch
 
     def __post_init__(self):

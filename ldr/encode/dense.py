@@ -20,7 +20,8 @@ from .batching import SerialEncoder, fixed_shapes, pad
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
 from .dense_core import _DenseCore
-from .runtime import bf16_context, choose, with_fallback
+from ..schema import setting
+from .runtime import BACKENDS, bf16_context, choose, with_fallback
 
 # the strategies ONNX Runtime runs: plain positions (the extension strategies patch torch modules)
 ONNX_STRATEGIES = ("truncate", "pcw", "maxp")
@@ -30,22 +31,38 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DenseSettings:
-    model: str = DEFAULT_DENSE
-    strategy: str = "maxp"
-    max_length: int | None = None         # tokens per pass (truncate/pcw/maxp); default: the model's
-    stride: int | None = None             # maxp passage stride (default: max_length, no overlap)
-    target_length: int | None = None      # extension methods: tokens in one pass (default 4x the model's window)
-    ntk_lambda: float | None = None
-    group: int | None = None
-    window: int | None = None
-    attn_scaling: bool = False
-    dim: int | None = None                # Matryoshka truncation
-    query_prefix: str | None = None       # default: the model's configured prompts
-    doc_prefix: str | None = None
-    batch_tokens: int | None = None       # None: by device (batching.batch_budget)
-    trust_remote_code: bool = False
-    device: str | None = None             # default: cuda when available
-    backend: str = "auto"                 # auto | torch | onnx | onnx-int8 (an index records the one it used)
+    model: str = setting(DEFAULT_DENSE, "--dense", enables=True, cli_default="auto",
+                         help="Dense model: a packaged name, a Hugging Face name or a local folder; `none` for no dense "
+                              "index; auto: all-MiniLM-L6-v2 for English, e5-small-multilingual (ldr[multilingual]) "
+                              "otherwise.")
+    strategy: str = setting("maxp", "--doc-strategy", choices=STRATEGIES, help="How long documents are encoded.")
+    max_length: int | None = setting(None, "--max-length", help="Tokens per pass (default: the model's).")
+    stride: int | None = setting(None, "--stride", help="maxp: tokens between passage starts (default: max length).")
+    target_length: int | None = setting(None, "--target-length", help="Extension strategies: tokens encoded in one "
+                                                                       "pass (default: 4x the model's trained window).")
+    ntk_lambda: float | None = setting(None, "--ntk-lambda", help="ntk: rotary base scale λ (default by scale factor).")
+    group: int | None = setting(None, "--group", help="selfextend: group size g.")
+    window: int | None = setting(None, "--window", help="selfextend: neighbour window w.")
+    attn_scaling: bool = setting(False, "--attn-scaling",
+                                 help="Scale attention logits by log(n)/log(L_o) beyond the trained length.")
+    dim: int | None = setting(None, "--dim", help="Matryoshka: keep the first DIM dimensions.")
+    query_prefix: str | None = setting(None, "--query-prefix", help="Text put before queries (default: the model's "
+                                                                    "prompt).")
+    doc_prefix: str | None = setting(None, "--doc-prefix", help="Text put before documents (default: the model's "
+                                                                "prompt).")
+    batch_tokens: int | None = setting(None, "--batch-tokens", help="Token budget per forward pass (default: 4096 on "
+                                                                    "a CPU, 16384 on a GPU).")
+    trust_remote_code: bool = setting(False, "--trust-remote-code", shared=True,
+                                      help="Allow models that ship their own code.")
+    device: str | None = setting(None, "--device", shared=True, help="cpu, cuda, cuda:1 (default: cuda when "
+                                                                      "available).")
+    # auto | torch | onnx | onnx-int8 (an index records the one it used)
+    backend: str = setting("auto", "--backend", shared=True, choices=BACKENDS,
+                           help="Engine for the dense and sparse models: auto is ONNX Runtime fp32 on a CPU (same "
+                                "vectors as PyTorch), bf16 for the dense model on CPUs with AMX (vectors at cosine "
+                                "0.9999 to fp32), PyTorch on a GPU; onnx-int8 is faster with slightly different "
+                                "vectors (first layer in fp32). Recorded in the index; queries use the same (bf16 "
+                                "indexes: fp32 queries).")
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:

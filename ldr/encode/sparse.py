@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+
+from ..schema import setting
 from pathlib import Path
 
 import numpy as np
@@ -26,19 +28,26 @@ KINDS = ("splade", "head")
 
 @dataclass
 class SparseSettings:
-    model: str = DEFAULT_SPARSE
-    kind: str = "splade"
-    head: str | None = None          # kind=head: file with the linear head (default <model>/sparse_linear.pt)
+    model: str = setting(DEFAULT_SPARSE, "--sparse", enables=True, cli_default="auto",
+                         help="Learned-sparse model (packaged name, HF name or folder); `none` for no sparse index; "
+                              "auto: splade-tiny for English, none otherwise (an English vocabulary).")
+    kind: str = setting("splade", "--sparse-kind", choices=("splade", "head"),
+                        help="splade: MLM head; head: linear term-weight head (mGTE/BGE-M3 style).")
+    head: str | None = setting(None, "--sparse-head",
+                               help="kind=head: the head weights (default MODEL/sparse_linear.pt).")
     max_length: int | None = None    # window; default the model's position count
-    top_k: int | None = 256          # keep the k heaviest terms of a document (None: all) ...
-    # ... per "document", or per "window" (the cap grows with length). Measured on qmsum-train:
-    # per window lifts the sparse stage 63.1 -> 68.1 nDCG@10 but lowers the default fusion
-    # 88.4 -> 85.8 (it becomes more like BM25), so per document stays the default
-    top_k_per: str = "document"
-    threshold: float = 0.0           # drop weights at or below this
+    # keep the k heaviest terms of a document (None: all) per "document", or per "window" (the cap
+    # grows with length). On qmsum-train per window lifts the sparse stage but lowers the default
+    # fusion (it becomes more like BM25), so per document stays the default (bench/README.md)
+    top_k: int | None = setting(256, "--sparse-top-k", zero_none=True,
+                                help="Keep the k heaviest terms of a document (0: all), see --sparse-top-k-per.")
+    top_k_per: str = setting("document", "--sparse-top-k-per", choices=("document", "window"),
+                             help="Apply --sparse-top-k per document, or per window of it (the cap grows with length).")
+    threshold: float = setting(0.0, "--sparse-threshold", help="Drop term weights at or below this.")
     batch_tokens: int = 4096
-    device: str | None = None
-    backend: str = "auto"            # auto | torch | onnx | onnx-int8 (an index records the one it used)
+    device: str | None = setting(None, "--device", shared=True, help="cpu, cuda, cuda:1.")
+    # auto | torch | onnx | onnx-int8 (an index records the one it used)
+    backend: str = setting("auto", "--backend", shared=True, help="The models' engine.")
 
     def __post_init__(self):
         if self.top_k_per not in ("document", "window"):

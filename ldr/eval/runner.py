@@ -48,27 +48,27 @@ def _config_key(config: BuildConfig) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def task_index(task: Task, config: BuildConfig, cache: Path, progress: bool):
-    """Open the cached index of (task data, build settings), building it on a miss."""
-    import ldr
+def task_index(task: Task, config: BuildConfig, cache: Path, progress: bool, indexes):
+    """Open the cached index of (task data, build settings), building it on a miss. `indexes`:
+    the Index class (ldr.Index: `indexes(path)` opens, `indexes.build(...)` builds)."""
     from ..errors import IndexFormatError
 
     safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
     path = cache / f"{safe}-{task.fingerprint}-{_config_key(config)}"
     if path.is_dir():
         try:
-            return ldr.open(path, verify=False), True
+            return indexes(path, verify=False), True
         except IndexFormatError:
             log.warning("cached index %s is damaged; rebuilding", path)
             import shutil
             shutil.rmtree(path)   # ldr's own cache folder: nothing else lives there
-    return ldr.Index.build(task.corpus(), path, config=config, progress=progress), False
+    return indexes.build(task.corpus(), path, config=config, progress=progress), False
 
 
-def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path) -> dict:
+def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path, indexes) -> dict:
     """Metrics per stage for one task; writes one TREC run per stage."""
     t0 = time.perf_counter()
-    index, cached = task_index(task, config, opts.cache or out / "cache", opts.progress)
+    index, cached = task_index(task, config, opts.cache or out / "cache", opts.progress, indexes)
     build_s = time.perf_counter() - t0
     qids = sorted(task.queries)
     if opts.max_queries:
@@ -106,7 +106,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
         d["mode"] if d["mode"] != HYBRID else Stage.FUSED.value if d.get("window_weight") == 0 else Stage.WINDOWS.value)
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {},
-              "analyzer": (index.components.get("bm25") or {}).get("analyzer"),
+              "analyzer": index_analyzer(index.components),
               "language": index.manifest["settings"]["build"].get("language")}
     result["significance"] = stage_significance(qrels, runs)
     tdir = out / "runs"
@@ -119,6 +119,13 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path)
             write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")
             result["stages"][stage] = {m: round(100 * v, 2) for m, v in evaluate(qrels, runs[stage], METRICS).items()}
     return result
+
+
+def index_analyzer(components: dict) -> dict | None:
+    """The analyzer the index's lexical kind analyses text with (None without one)."""
+    from .. import components as registry
+
+    return next((a for n, kind in registry.kinds(components) if (a := kind.passage_analyzer(components[n]))), None)
 
 
 def below(scores: dict, base: dict, ids) -> dict:
@@ -165,7 +172,9 @@ def task_config(task: Task, config: BuildConfig) -> BuildConfig:
 
 
 def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: EvalOptions, out: Path,
-                  settings: dict) -> dict:
+                  settings: dict, indexes) -> dict:
+    """Every task of a benchmark, its metrics aggregated and reported in `out`; `indexes`: the
+    Index class the caller searches with (ldr.Index)."""
     from .report import aggregate, write_report
 
     out.mkdir(parents=True, exist_ok=True)
@@ -174,7 +183,7 @@ def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: Eval
     for task in tasks:
         log.info("task %s: %d queries", task.name, len(task.queries))
         cfg = task_config(task, config)
-        per_task[task.name] = evaluate_task(task, cfg, opts, out)
+        per_task[task.name] = evaluate_task(task, cfg, opts, out, indexes)
         per_task[task.name].update({"group": task.group, "length": task.length})
     metrics = aggregate(bench, per_task)
     metrics["settings"] = settings

@@ -19,6 +19,7 @@ from ..components.bm25_store.analysis import Analyzer
 from ..components.faiss_store import FaissSettings
 from ..encode.dense import DenseSettings
 from ..encode.sparse import SparseSettings
+from ..schema import setting
 from .target import check_target
 
 log = logging.getLogger(__name__)
@@ -33,16 +34,26 @@ MULTILINGUAL_DENSE = "e5-small-multilingual"
 
 @dataclass
 class BuildConfig:
-    bm25: str | None = "tantivy"          # tantivy | lucene | None
+    """What `ldr index` builds. Fields made with `setting` are `ldr index` / `ldr add` / `ldr eval`
+    flags (ldr/cli/build_options.py generates them); each kind's own settings (DenseSettings,
+    SparseSettings, ColbertSettings, FaissSettings) declare theirs the same way."""
+
+    bm25: str | None = setting("tantivy", "--bm25", choices=("tantivy", "lucene", "native", "none"), enables=True,
+                               help="BM25 backend: tantivy; lucene (pyserini); native (ldr's own index, any k1/b).")
     # an ISO 639-1 code (the BM25 analyzer's language, and the models' when they are `auto`), or
     # `auto`: detected from the first documents (ldr/corpus/language.py)
-    language: str = AUTO
-    stemming: bool = True
-    stopwords: bool = True
-    k1: float | None = None               # None: the backend's default
-    b: float | None = None
-    threads: int = 0                      # 0: all cores
-    max_doc_mb: float = 64.0              # larger documents are skipped and counted (memory bound)
+    language: str = setting(AUTO, "--language",
+                            help="The corpus language (ISO code such as en, de, fr, ru, zh; cjk for CJK bigrams; none "
+                                 "for no stemming): the BM25 analyzer's, and for any language but English the `auto` "
+                                 "models are multilingual. auto: detected from the first documents.")
+    stemming: bool = setting(True, "--no-stem", invert=True, help="Do not stem terms.")
+    stopwords: bool = setting(True, "--keep-stopwords", invert=True, help="Do not remove stop words.")
+    k1: float | None = setting(None, "--k1", help="BM25 k1 (default: the backend's).")
+    b: float | None = setting(None, "--b", help="BM25 b (default: the backend's).")
+    threads: int = setting(0, "--threads", help="Threads (0: all cores).")
+    # larger documents are skipped and counted (memory bound)
+    max_doc_mb: float = setting(64.0, "--max-doc-mb", help="Skip (and count) documents larger than this; raise it to "
+                                                           "index them (memory grows with it).")
     # `auto` by default: the packaged MiniLM with MaxP for English, multilingual-e5 for other
     # languages (see for_language); None: no dense component
     dense: DenseSettings | None = field(default_factory=lambda: DenseSettings(model=AUTO))

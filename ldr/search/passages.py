@@ -67,7 +67,7 @@ class WindowTerms:
         from collections import OrderedDict
 
         from ..components.bm25_store.analysis import cjk_pretokenize
-        from ..components.bm25_store.tantivy_backend import _analyzer
+        from ..components.bm25_store.tantivy_backend import text_analyzer as _analyzer
 
         self._an = _analyzer(analyzer)
         self._pre = cjk_pretokenize if analyzer.is_cjk else (lambda t: t)

@@ -113,7 +113,8 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     k = min(request.k, n_docs)            # more hits than documents cannot be returned
     opts.depth, opts.rerank_depth = min(opts.depth, n_docs), min(opts.rerank_depth, n_docs)
     kinds = registry.in_order(components) if opts.mode == HYBRID else [opts.mode]
-    if len(kinds) > 1:
+    fused = len(kinds) > 1          # a hybrid search fuses, even the one leg its weights leave
+    if fused:
         # a leg weighted 0 adds nothing to the fusion: not searched (it may still rescore, --rerank KIND)
         kinds = [n for n in kinds if opts.weights[n] != 0] or kinds
     second = reranker(opts, kinds) if reranker is not None and (opts.rerank or opts.rerank_model) else None
@@ -129,7 +130,7 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     for name, values in (request.stages or {}).items():
         later.insert(_position(later, stage_type(name).after), stage_type(name).build(values))
     keep = max([k] + [s.needs() for s in later])
-    fuse = Fuse(tuple(kinds), opts.fusion, tuple((n, opts.weights[n]) for n in kinds), opts.rrf_k, keep)
+    fuse = Fuse(tuple(kinds), opts.fusion, tuple((n, opts.weights[n]) for n in kinds), opts.rrf_k, keep, fused)
     rest = (fuse, *later) + ((Passages(request.passages, k),) if request.passages else ())
     return Plan(query, k, opts, sources, first, rest)
 

@@ -29,19 +29,18 @@ def check_output(out: Path) -> None:
 
 
 @contextmanager
-def index_for(data: Path, index_path: str | None, progress: bool):
-    """The index to mine from: the one given, or a temporary BM25 + dense index of DATA/corpus.jsonl."""
-    import ldr
-
+def index_for(data: Path, index_path: str | None, progress: bool, indexes):
+    """The index to mine from: the one given, or a temporary BM25 + dense index of DATA/corpus.jsonl
+    (`indexes`: the Index class, ldr.Index)."""
     if index_path:
-        yield ldr.open(index_path)
+        yield indexes(index_path)
         return
     corpus = data / "corpus.jsonl"
     if not corpus.is_file():
         raise ConfigError(f"no index given (-i) and no {corpus} to build one from")
     with tempfile.TemporaryDirectory(prefix="ldr-train-index-") as tmp:
         log.info("building a temporary index of %s to mine passages from (give -i IDX to reuse one)", corpus)
-        idx = ldr.Index.build(corpus, Path(tmp) / "idx", sparse=None, progress=progress)
+        idx = indexes.build(corpus, Path(tmp) / "idx", sparse=None, progress=progress)
         yield idx
         idx.close()
 
@@ -111,9 +110,11 @@ def write_card(folder: Path, info: dict) -> None:
 
 def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path: str | None = None,
           qids: list[str] | None = None, settings=None, base_model: str | None = None, dev_fraction: float = 0.1,
-          depth: int = 30, device: str | None = None, progress: bool = True, mined: dict | None = None) -> dict:
+          depth: int = 30, device: str | None = None, progress: bool = True, mined: dict | None = None,
+          indexes=None) -> dict:
     """Train a dense encoder (`kind="dense"`) or a reranker on the qrels of a BEIR folder; `qids`
-    restricts the queries (cross-validation). `mined` ({qid: Example} from `mine` on the same
+    restricts the queries (cross-validation); `indexes`: the Index class to open or build the
+    index to mine from (ldr.Index). `mined` ({qid: Example} from `mine` on the same
     index, with at least as many negatives): examples already mined, used instead of mining those
     queries again (a query's examples depend only on its own judgements). Returns the card's
     figures."""
@@ -132,7 +133,9 @@ def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path:
     pool = sorted(q for q in (qids if qids is not None else qrels) if q in qrels and q in queries)
     train_q, dev_q = split_queries(pool, dev_fraction, seed=getattr(settings, "seed", 0))
     t0 = time.perf_counter()
-    with index_for(data, index_path, progress) as index:
+    if indexes is None:
+        raise ConfigError("train needs the Index class to open its index with (indexes=ldr.Index)")
+    with index_for(data, index_path, progress, indexes) as index:
         if kind == "dense":
             if "dense" not in index.components:
                 raise ConfigError(f"{index.path} has no dense component to start from")

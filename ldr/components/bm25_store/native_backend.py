@@ -20,7 +20,7 @@ from ...errors import IndexFormatError
 
 
 def _analyzer(a: Analyzer):
-    from .tantivy_backend import _analyzer as tantivy_analyzer
+    from .tantivy_backend import text_analyzer as tantivy_analyzer
     return tantivy_analyzer(a)
 
 

@@ -17,7 +17,7 @@ FIELD = "body"
 log = logging.getLogger(__name__)
 
 
-def _analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
+def text_analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
     if a.is_cjk:
         # Text is pre-tokenised in Python (cjk_pretokenize); tantivy only splits on spaces.
         return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
@@ -50,7 +50,7 @@ class TantivyWriter:
         path.mkdir(parents=True, exist_ok=True)
         self._cjk = analyzer.is_cjk
         self._index = tantivy.Index(_schema(), path=str(path), reuse=append)
-        self._index.register_tokenizer(TOKENIZER, _analyzer(analyzer))
+        self._index.register_tokenizer(TOKENIZER, text_analyzer(analyzer))
         self._writer = self._index.writer(heap_size=heap_mb * 1_000_000 * max(threads, 1), num_threads=max(threads, 1))
 
     def delete(self, uids) -> None:
@@ -110,7 +110,7 @@ class TantivySearcher:
     def __init__(self, path: Path, analyzer: Analyzer, key: str = KEY):
         self._index = _open_readonly(Path(path))
         self.key = key
-        self._analyzer = _analyzer(analyzer)
+        self._analyzer = text_analyzer(analyzer)
         self._index.register_tokenizer(TOKENIZER, self._analyzer)
         self._cjk = analyzer.is_cjk
         self._schema = self._index.schema

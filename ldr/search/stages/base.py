@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -90,8 +91,9 @@ class StageType:
         if unknown:
             raise QueryError(f"stage {self.name!r} has no setting {', '.join(unknown)}; it has: "
                              f"{', '.join(known) or 'none'}")
+        hints = typing.get_type_hints(self.settings)
         for k, v in list(values.items()):
-            want = known[k].type if isinstance(known[k].type, type) else None
+            want = hints.get(k)
             if want in (int, float) and isinstance(v, str):
                 try:
                     values[k] = want(v)

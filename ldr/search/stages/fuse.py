@@ -19,15 +19,12 @@ class Fuse:
     weights: tuple[tuple[str, float], ...]     # (kind, weight) of every kind fused
     rrf_k: int
     keep: int                                  # rows the later stages need
+    fused: bool = True                         # False: one kind asked for alone (its own ranking)
     side = "coordinator"
     name = Stage.FUSED.value
 
     def needs(self) -> int:
         return 0
-
-    @property
-    def fused(self) -> bool:
-        return len(self.kinds) > 1
 
     def describe(self) -> str:
         if not self.fused:
