@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "ldr"
 
 # bottom to top; a package may import its own modules and every package of a lower layer
 LAYERS: list[tuple[str, ...]] = [
-    ("ldr.errors", "ldr._version", "ldr.stages", "ldr.paths"),   # foundations: import nothing of ldr's
+    ("ldr.errors", "ldr._version", "ldr.stages", "ldr.schema", "ldr.paths"),   # foundations
     ("ldr.corpus",),                 # documents in
     ("ldr.encode",),                 # models and engines
     ("ldr.components",),             # retriever kinds as codecs (and the registry)
@@ -191,7 +191,8 @@ def kind_branches(mods: dict[str, Path], names: tuple[str, ...] | None = None) -
         for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             code = line.split("#", 1)[0]
             if branch.search(code):
-                out.append(f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}")
+                where = path.relative_to(ROOT.parent) if path.is_relative_to(ROOT.parent) else path
+                out.append(f"{where}:{i}: {line.strip()}")
     return out
 
 

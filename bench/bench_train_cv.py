@@ -53,7 +53,7 @@ def retriever_runs(index, queries, qids, names) -> dict:
 
 
 def fused(runs: dict, qids, setting: dict) -> dict:
-    from ldr.search.tune import fuse_runs
+    from ldr.eval.tune import fuse_runs
     return fuse_runs({n: runs[n] for n in NAMES}, setting, qids)
 
 
@@ -115,7 +115,7 @@ def main():
     import ldr
     from ldr.encode.dense import DenseSettings
     from ldr.eval.beir import load_qrels, load_queries
-    from ldr.search.tune import TuneOptions, _reweighted, as_search_defaults, describe, tune
+    from ldr.eval.tune import TuneOptions, _reweighted, as_search_defaults, describe, tune
     from ldr.train.dense import DenseTrainSettings
     from ldr.train.mining import mine
     from ldr.train.reranker import RerankerTrainSettings

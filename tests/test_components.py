@@ -16,7 +16,7 @@ from ldr import components as registry
 from ldr.components.base import Component, Part
 from ldr.schema import setting
 from ldr.index.check import check_index
-from ldr.index.paths import inside
+from ldr.paths import inside
 
 BUCKETS = 64
 

@@ -104,7 +104,7 @@ def test_the_rag_adapters_pass_options_through(idx):
 
 def test_tune_settings_and_index_defaults_speak_the_schema():
     from ldr.search.options import SearchOptions
-    from ldr.search.tune import _grid, as_search_defaults
+    from ldr.eval.tune import _grid, as_search_defaults
 
     known = set(names())
     assert {f.name for f in fields(SearchOptions)} <= known

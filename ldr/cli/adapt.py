@@ -44,7 +44,7 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
     from .. import api
     from ..eval.beir import load_qrels, load_queries
     from ..errors import ConfigError
-    from ..search.tune import TuneOptions, as_search_defaults, describe, tune
+    from ..eval.tune import TuneOptions, as_search_defaults, describe, tune
 
     qrels_file = Path(data) / "qrels" / f"{split}.tsv"
     if not qrels_file.is_file():   # most BEIR folders have no dev split: say what to do

@@ -70,7 +70,7 @@ def build_config(**values) -> BuildConfig:
     (unset flags keep the class's defaults), None where its `enables` flag says `none`."""
     top, parts = {}, {}
     for target, cls in sources():
-        given, off = {}, False
+        given, off = {}, None
         for f in declared(cls):
             m = f.metadata
             dest = f.name if m["shared"] else _dest(target, f.name)
@@ -84,13 +84,13 @@ def build_config(**values) -> BuildConfig:
             if v is None:
                 continue
             if m["enables"] and v == "none":
-                off = True
+                off = f.name
                 continue
             given[f.name] = None if m["zero_none"] and v == 0 else v
         if not target:
             top.update(given)
             if off:
-                top["bm25"] = None
+                top[off] = None           # BuildConfig's own part turned off (its BM25 backend `none`)
         else:
             parts[target] = None if off else cls(**{**_cli_defaults(cls), **given})
     components = {t.split(".", 1)[1]: s for t, s in parts.items() if t.startswith("components.") and s is not None}

@@ -7,6 +7,7 @@ import sys  # noqa: F401
 import click
 
 from .app import main
+
 from ..encode.chunking import STRATEGIES
 from .build_options import BuildCommand, build_config, given, models as build_models
 from .search import parse_stages
@@ -96,7 +97,6 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
                                               for s, r in g["vs_baseline"].items()))
     click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
 
-
 def _compare_runs(qrels, run_files, as_json, per_query, plot) -> None:
     import json as _json
     from pathlib import Path
@@ -123,11 +123,9 @@ def _compare_runs(qrels, run_files, as_json, per_query, plot) -> None:
     else:
         click.echo(format_table(result))
 
-
 @main.group("probe")
 def probe_group():
     """Diagnostics of encoders on long documents."""
-
 
 @probe_group.command("position")
 @click.argument("corpus", type=click.Path(exists=True))
@@ -157,5 +155,4 @@ def probe_position(corpus, out_dir, model, strategies, target_length, max_docs, 
                        needle_docs, device)
     click.echo(table(result))
     click.echo(f"written to {out_dir}/probe.json and {out_dir}/probe.png")
-
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..index.paths import inside
+from ..paths import inside
 from .base import Component, Part
 from .bm25_store.analysis import Analyzer
 from .bm25_store.base import open_searcher, open_writer, resolve_params

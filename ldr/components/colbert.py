@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..index.paths import inside
+from ..paths import inside
 from .topk import top_k_dense
 from .base import EncodedPart, ModelComponent, model_lines
 from .colbert_store import ColbertPart, ColbertWriter, check_part

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..index.paths import inside
+from ..paths import inside
 from .topk import top_k
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, one_thread, save_dense

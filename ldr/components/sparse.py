@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..index.paths import inside
+from ..paths import inside
 from .topk import top_k_dense
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .sparse_store import FILES, SparseIndex, SparseWriter, gather_rows, save_inverted, structure_problems

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .._version import __version__
 from ..errors import IndexFormatError
-from .paths import MANIFEST, REBUILD as _REBUILD, inside  # noqa: F401  (re-exported)
+from ..paths import MANIFEST, REBUILD as _REBUILD, inside  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 

@@ -110,7 +110,7 @@ class SegmentWriter:
 
 def read_deletes(root: Path, entry: dict) -> np.ndarray:
     """The deleted-rows mask a generation gives a segment (all False when none)."""
-    from .paths import inside
+    from ..paths import inside
     from ..errors import IndexFormatError
 
     if not entry.get("deletes"):
@@ -144,7 +144,7 @@ def delete_rows(root: Path, segments: list[dict], masks: list[np.ndarray], found
 
 def rows_of(root: Path, segments: list[dict], masks: list[np.ndarray], ids) -> dict[str, tuple[int, int, int]]:
     """{id: (segment index, row, uid)} for the live documents among `ids`."""
-    from .paths import inside
+    from ..paths import inside
 
     wanted = set(ids)
     found = {}
@@ -162,7 +162,7 @@ def merge(root: Path, sources: list[tuple[dict, np.ndarray]], number: int, compo
     Every component copies its part as it is (a document's scores do not change); rows keep
     their uid, so the index stores (tantivy, Lucene) need no change."""
     from .. import components as registry
-    from .paths import inside
+    from ..paths import inside
 
     rel = segment_rel(number)
     out = Path(root) / rel

@@ -15,7 +15,7 @@ import numpy as np
 from ..corpus import Doc
 from ..errors import IndexFormatError
 from .docstore import Docstore
-from .paths import inside
+from ..paths import inside
 from .segment import read_deletes
 
 

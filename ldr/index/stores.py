@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from .. import components as registry
-from .paths import inside
+from ..paths import inside
 
 log = logging.getLogger(__name__)
 # lock files the backends leave in their folder: never linked into the next generation

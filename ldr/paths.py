@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import IndexFormatError
+from .errors import IndexFormatError
 
 MANIFEST = "manifest.json"  # format 2's single manifest
 REBUILD = "rebuild it with `ldr index` (or restore it from a backup)"
