@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from ldr.search.fusion import fuse, fuse_runs, parse_weights, ranks
+from ldr.search.fusion import fuse, fuse_runs, parse_weights
 from ldr.search.normalise import minmax, normalise_dict, zscore
 
 A = {"x": 3.0, "y": 2.0}
@@ -44,7 +44,8 @@ def test_one_policy_for_constant_input():
     assert normalise_dict({"a": 2.0}, "zscore") == {"a": 0.0}
     assert normalise_dict({}, "minmax") == {}
     assert list(minmax([3.0])) == [1.0] and list(zscore([3.0, 3.0])) == [0.0, 0.0]
-    assert ranks({"b": 1.0, "a": 1.0, "c": 2.0}) == {"c": 1, "a": 2, "b": 3}
+    # rrf ranks equal scores by the tie-break (here: the id as a string), not by arrival order
+    assert fuse({"r": {"b": 1.0, "a": 1.0, "c": 2.0}}, "rrf", k=0) == {"b": 1 / 3, "a": 1 / 2, "c": 1.0}
 
 
 def test_fuse_runs_and_weights_parsing():

@@ -95,8 +95,8 @@ def with_specials(head: list[int], piece, tail: list[int]) -> np.ndarray:
 
 
 # tokens per forward pass when a model's settings leave it open: on a CPU a bigger batch is no
-# faster and its activations set the build's peak (MiniLM, 512-token windows, 2 cores: 4,096 →
-# 0.42 GB, 16,384 → 1.29 GB, no slower; bench/README.md "Speed and footprint"); a GPU wants big ones
+# faster and its activations set the build's peak (bench/README.md, "Speed and footprint"); a GPU
+# wants big ones
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 4096, 16384
 
 

@@ -101,7 +101,7 @@ def with_fallback(settings, backend: str, onnx_cls, torch_cls):
     asked = settings.backend
     if backend == "bf16":
         # oneDNN keeps a compiled kernel per matrix shape (1,024 by default): a build's ragged last
-        # windows grew RSS by ~150 MB (qmsum-train, bf16 SPLADE: 1.41 → 1.26 GB peak, same speed).
+        # windows grow RSS with each new shape (bench/README.md).
         # Read when oneDNN first runs, so before torch's first bf16 product; a user's value wins.
         os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
         return torch_cls(settings, bf16=True)
@@ -261,9 +261,8 @@ class OrtModel:
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads()
         so.inter_op_num_threads = 1
-        # no spinning after a run: ORT's idle threads spun on the 2 cores the next stage needed
-        # (a query's SPLADE encoding, numpy, tantivy): warm search at 100k documents 57.6 → 31.4 ms
-        # p50, sparse document encoding 6.0 → 4.9 s on 6 transcripts (bench/README.md)
+        # no spinning after a run: ORT's idle threads spun on the cores the next stage needed (a
+        # query's SPLADE encoding, numpy, tantivy; figures in bench/README.md)
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.log_severity_level = 3
         if OrtModel._loader is None:

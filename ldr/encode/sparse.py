@@ -84,9 +84,8 @@ def load_sparse(settings: SparseSettings | None = None):
     """The sparse encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
     s = settings or SparseSettings()
     local = os.path.isdir(resolve(s.model)[0])
-    # auto: bf16 on CPUs with AMX, as the dense model. Measured against ONNX fp32 (bench/README.md
-    # "SPLADE in bf16"): the default build of qmsum-train 1.40x faster; sparse nDCG@10 -0.23 (p 0.22),
-    # fused and window stages within 0.04; every passkey and every final-stage needle unchanged
+    # auto: bf16 on CPUs with AMX, as the dense model: faster, with quality held on qmsum-train and
+    # passkey/needle (bench/README.md, "SPLADE in bf16")
     backend = choose(s.backend, s.device, s.kind == "splade" and local,
                      "a sparse model with a separate head (kind=head)" if local else
                      f"{s.model!r}, which is not a local folder (download it first)", bf16=True, auto_bf16=True)

@@ -23,10 +23,6 @@ def stage_order() -> tuple[str, ...]:
 
 
 
-def main_metric(task_group: str | None) -> str:
-    """LongEmbed scores passkey/needle by Acc@1 (averaged over lengths), everything else by nDCG@10."""
-    return "acc@1" if task_group in ("passkey", "needle") else "ndcg@10"
-
 
 def aggregate(bench: str, per_task: dict) -> dict:
     tasks: dict = {}
@@ -44,7 +40,7 @@ def aggregate(bench: str, per_task: dict) -> dict:
                 vals = {m: float(np.mean([pl[st][m] for pl in t["per_length"].values() if st in pl]))
                         for m in ("acc@1", "ndcg@10", "recall@100", "mrr@10")}
                 t["stages"][st] = {m: round(v, 2) for m, v in vals.items()}
-            t["main_metric"] = "acc@1"
+            t["main_metric"] = "acc@1"       # LongEmbed scores passkey/needle by Acc@1 over lengths
         else:
             t["main_metric"] = "ndcg@10"
     stages = [s for s in stage_order() if any(s in t["stages"] for t in tasks.values())]

@@ -82,7 +82,6 @@ class _Offline:
             order = np.argsort(keys, kind="stable") if keys else np.zeros(0, np.int64)
             docs = [keys[i] for i in order]          # sorted by id: the search's tie-break among equal scores
             self.q[q] = (docs, s[order] if len(keys) else s)
-        self._normed: dict = {}
 
     def runs(self, method: str, k: int, weights: np.ndarray, depth: int) -> list[dict[str, dict[str, float]]]:
         """For each row of `weights` (settings × retrievers), the fused top-`depth` of every query

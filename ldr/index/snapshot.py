@@ -96,17 +96,12 @@ class Segments:
         return self._by_store(list(dict.fromkeys(docnos)), lambda st, rows: st.texts(rows))
 
     def doc_metas(self, docnos: list[int]) -> dict[int, Doc]:
-        """{docno: doc_meta(docno)}, one docstore read per segment."""
+        """{docno: its metadata, source and path (a Doc without its text)}, one docstore read per segment."""
         return self._by_store(list(dict.fromkeys(docnos)), lambda st, rows: st.meta_docs(rows))
 
     def meta(self, docno: int) -> dict:
         s, r = self.locate(docno)
         return self.stores[s].meta(r)
-
-    def doc_meta(self, docno: int) -> Doc:
-        """The document's metadata, source and path (a Doc without its text)."""
-        s, r = self.locate(docno)
-        return self.stores[s].meta_doc(r)
 
     def doc(self, docno: int) -> Doc:
         s, r = self.locate(docno)

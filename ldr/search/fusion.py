@@ -96,11 +96,6 @@ def fuse(runs: Mapping[str, Scores], method: str = "rrf", weights: Mapping[str, 
     return dict(zip(keys, fused.tolist()))
 
 
-def ranks(scores: Scores) -> dict:
-    """1-based ranks, ties broken by id for determinism."""
-    return {d: r for r, (d, _) in enumerate(sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0]))), 1)}
-
-
 def fuse_runs(runs: Mapping[str, Mapping[str, Scores]], method: str = "rrf",
               weights: Mapping[str, float] | None = None, k: int = 60) -> dict:
     """Fuse whole runs {stage: {qid: {docid: score}}} query by query."""
