@@ -193,7 +193,9 @@ class Index:
             have = ", ".join(registry.in_order(view.manifest["components"])) or "none"
             raise ConfigError(f"this index has no {name!r} component (it has: {have})")
         try:
-            return registry.get(name).open(self.path, comp, view.segments, self._encoder(name, comp))
+            from .components.states import ReadState
+
+            return registry.get(name).open(ReadState(self.path, name, comp, view.segments, self._encoder(name, comp)))
         except LdrError:
             raise
         except BaseException as e:  # a damaged file surfaces as whatever its reader raises (tantivy: a panic)

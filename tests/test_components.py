@@ -16,7 +16,6 @@ from ldr import components as registry
 from ldr.components.base import Component, Part
 from ldr.schema import setting
 from ldr.index.check import check_index
-from ldr.paths import inside
 
 BUCKETS = 64
 
@@ -33,7 +32,7 @@ def trigrams(text: str) -> np.ndarray:
 
 class _Writer:
     def __init__(self, folder: Path):
-        self.folder, self.rows = folder / "ngram", []
+        self.folder, self.rows = folder, []
 
     def add(self, row, doc):
         self.rows.append(trigrams(f"{doc.title} {doc.text}"))
@@ -85,24 +84,23 @@ class Ngram(Component):
             return None
         return {"settings": asdict(wanted) if isinstance(wanted, NgramSettings) else dict(wanted)}, None
 
-    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
-        return _Writer(Path(folder))
+    def part_writer(self, state):
+        return _Writer(state.folder)
 
-    def merge_parts(self, root, sources, row_maps, out, comp):
-        vecs = [np.load(inside(root, f"{e['path']}/ngram/vectors.npy"))[rows >= 0] for (e, _), rows in
-                zip(sources, row_maps)]
-        (Path(out) / "ngram").mkdir()
+    def merge_parts(self, state):
+        vecs = [np.load(p.folder / "vectors.npy")[rows >= 0] for p, rows in zip(state.sources, state.row_maps)]
+        state.folder.mkdir()
         merged = np.concatenate(vecs) if vecs else np.zeros((0, BUCKETS), np.float32)
-        np.save(Path(out) / "ngram" / "vectors.npy", merged)
+        np.save(state.folder / "vectors.npy", merged)
         return {"path": "ngram", "rows": len(merged)}
 
-    def open(self, root, comp, segments, encoder):
-        vecs = [np.load(inside(root, f"{e['path']}/ngram/vectors.npy"), allow_pickle=False) for e in segments.entries]
-        return _Retriever(np.concatenate(vecs) if vecs else np.zeros((0, BUCKETS), np.float32), segments.live)
+    def open(self, state):
+        vecs = [np.load(p.folder / "vectors.npy", allow_pickle=False) for p in state.parts()]
+        return _Retriever(np.concatenate(vecs) if vecs else np.zeros((0, BUCKETS), np.float32), state.segments.live)
 
-    def check_part(self, seg, comp, entry):
-        v = np.load(inside(seg, "ngram/vectors.npy"), allow_pickle=False)
-        out = [] if v.shape == (entry["docs"], BUCKETS) else [f"ngram vectors have shape {v.shape}"]
+    def check_part(self, part, comp):
+        v = np.load(part.folder / "vectors.npy", allow_pickle=False)
+        out = [] if v.shape == (part.docs, BUCKETS) else [f"ngram vectors have shape {v.shape}"]
         if len(v) and not np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-3):
             out.append("ngram vectors are not unit length")
         return out

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..corpus import Doc
+from .states import MergeState, ReadState, SegmentPart, WriteState
 
 
 @runtime_checkable
@@ -115,21 +116,19 @@ class Component:
         """A writer of the index store in `work`: add(uid, doc), delete(uids), close(), abort()."""
         raise NotImplementedError
 
-    def part_writer(self, folder: Path, comp: dict, encoder: Callable[[], Any] | None, pipeline,
-                    allow_small: bool):
-        """A writer of this kind's part of a segment (`folder`: the segment folder), or None when
-        the kind stores nothing per segment. `encoder()` loads the model on first use."""
+    def part_writer(self, state: WriteState):
+        """A writer of this kind's part of a new segment (in `state.folder`), or None when the kind
+        stores nothing per segment. `state.encoder()` loads the model on first use."""
         return None
 
-    def merge_parts(self, root: Path, sources: list[tuple[dict, Any]], row_maps: list, out: Path,
-                    comp: dict) -> dict | None:
-        """Copy the live rows of `sources` [(segment entry, deleted mask)] into segment folder
-        `out`; `row_maps[i][old row]` is the new row (-1: dropped). Returns the part entry."""
+    def merge_parts(self, state: MergeState) -> dict | None:
+        """Copy the live rows of `state.sources` into `state.folder`; returns the part's entry
+        (states.part_entry), None when the kind stores nothing per segment."""
         return None
 
     # -- reading ----------------------------------------------------------------------------
-    def open(self, root: Path, comp: dict, segments, encoder: Callable[[], Any] | None):
-        """The kind's retriever over every segment of a snapshot (ldr/index/snapshot.Segments)."""
+    def open(self, state: ReadState):
+        """The kind's retriever over every segment of a pinned generation."""
         raise NotImplementedError
 
     # -- passages a hit shows (ldr/search/passages.py) -----------------------------------------
@@ -142,8 +141,9 @@ class Component:
         return False
 
     # -- verification and description ---------------------------------------------------------
-    def check_part(self, seg: Path, comp: dict, entry: dict) -> list[str]:
-        """Full verification of one segment's part (`ldr check`); problems, empty when sound."""
+    def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:
+        """Full verification of one segment's part (`ldr check`; None: the segment has none of this
+        kind); problems, empty when sound."""
         return []
 
     def check_store(self, root: Path, comp: dict, manifest: dict, segments) -> list[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..paths import inside
+from .states import MergeState, ReadState, SegmentPart, WriteState, part_entry
 from .base import Component, Part
 from .bm25_store.analysis import Analyzer
 from .bm25_store.base import open_searcher, open_writer, resolve_params
@@ -76,28 +77,30 @@ class BM25(Component):
     def store_writer(self, work: Path, comp: dict, threads: int, append: bool):
         return open_writer(comp["backend"], work, Analyzer.from_dict(comp["analyzer"]), threads, append=append)
 
-    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
-        if comp["backend"] != "native":
+    def part_writer(self, state: WriteState):
+        if state.comp["backend"] != "native":
             return None
         from .bm25_store.native_backend import NativeWriter
 
-        return _NativePart(NativeWriter(Path(folder) / "bm25", Analyzer.from_dict(comp["analyzer"])))
+        return _NativePart(NativeWriter(state.folder, Analyzer.from_dict(state.comp["analyzer"])), state.kind)
 
-    def merge_parts(self, root, sources, row_maps, out, comp):
-        if comp["backend"] != "native":
+    def merge_parts(self, state: MergeState):
+        if state.comp["backend"] != "native":
             return None
-        _merge_native(root, sources, row_maps, Path(out) / "bm25")
-        return {"path": "bm25"}
+        _merge_native(state.sources, state.row_maps, state.folder)
+        return part_entry(state.kind)
 
     # -- reading ----------------------------------------------------------------------------
-    def open(self, root, comp, segments, encoder):
+    def open(self, state: ReadState):
+        comp, segments = state.comp, state.segments
         analyzer = Analyzer.from_dict(comp["analyzer"])
         if comp["backend"] == "native":
             from .bm25_store.native_backend import NativeSearcher
 
-            parts = [(inside(root, f"{e['path']}/{e['bm25']['path']}", "segment"), off,
-                      segments.deleted[off:off + e["docs"]]) for e, off in zip(segments.entries, segments.offsets)]
+            parts = [(p.folder, off, segments.deleted[off:off + p.docs])
+                     for p, off in zip(state.parts(), segments.offsets)]
             return NativeSearcher(parts, analyzer, comp["k1"], comp["b"])
+        root = state.root
         where = inside(root, comp["path"], "components.bm25.path")
         inner = open_searcher(comp["backend"], where, analyzer, comp["k1"], comp["b"], len(segments),
                               key=comp.get("key", "uid"))
@@ -107,16 +110,18 @@ class BM25(Component):
         return comp["analyzer"]
 
     # -- verification -----------------------------------------------------------------------
-    def check_part(self, seg: Path, comp: dict, entry: dict) -> list[str]:
+    def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:
         if comp["backend"] != "native":
             return []
+        if part is None:
+            return ["has no native BM25 postings"]
         from .bm25_store.native_backend import NativeSegment
 
-        s = NativeSegment(inside(seg, entry["bm25"]["path"]))
+        s = NativeSegment(part.folder)
         out = []
-        if len(s.lengths) != entry["docs"]:
-            out.append(f"native BM25 covers {len(s.lengths)} documents, the segment {entry['docs']}")
-        if len(s.docs) and (s.docs.min() < 0 or s.docs.max() >= entry["docs"]):
+        if len(s.lengths) != part.docs:
+            out.append(f"native BM25 covers {len(s.lengths)} documents, the segment {part.docs}")
+        if len(s.docs) and (s.docs.min() < 0 or s.docs.max() >= part.docs):
             out.append("native BM25 postings name document numbers out of range")
         if len(s.tfs) and s.tfs.min() < 1:
             out.append("native BM25 postings hold term frequencies below 1")
@@ -144,21 +149,21 @@ class BM25(Component):
 
 
 class _NativePart:
-    def __init__(self, writer):
-        self.writer = writer
+    def __init__(self, writer, kind: str):
+        self.writer, self.kind = writer, kind
 
     def add(self, row, doc):
         self.writer.add(row, doc)
 
     def close(self) -> Part:
         self.writer.close()
-        return Part({"path": "bm25"})
+        return Part(part_entry(self.kind))
 
     def abort(self):
         self.writer.abort()
 
 
-def _merge_native(root, sources, row_maps, out: Path) -> None:
+def _merge_native(sources: list, row_maps, out: Path) -> None:
     """Native BM25 postings: each segment has its own vocabulary, mapped onto a merged one."""
     import scipy.sparse as sp
 
@@ -166,8 +171,8 @@ def _merge_native(root, sources, row_maps, out: Path) -> None:
 
     vocab: dict[str, int] = {}
     terms, tfs, counts, lengths = [], [], [], []
-    for (entry, _), rows in zip(sources, row_maps):
-        p = inside(root, f"{entry['path']}/bm25", "segment")
+    for part, rows in zip(sources, row_maps):
+        p = part.folder
         seg_vocab = json.loads((p / "vocab.json").read_text(encoding="utf-8"))
         remap = np.empty(len(seg_vocab), dtype=np.int32)
         for term, t in seg_vocab.items():
@@ -176,7 +181,7 @@ def _merge_native(root, sources, row_maps, out: Path) -> None:
         docs = np.load(p / "term_docs.npy", allow_pickle=False)
         tf = np.load(p / "term_tfs.npy", allow_pickle=False)
         seg_lengths = np.load(p / "doc_lengths.npy", allow_pickle=False)
-        csr = sp.csc_matrix((tf, docs, ip), shape=(entry["docs"], max(len(seg_vocab), 1))).tocsr()
+        csr = sp.csc_matrix((tf, docs, ip), shape=(part.docs, max(len(seg_vocab), 1))).tocsr()
         csr.sort_indices()
         kept = np.flatnonzero(rows >= 0)
         t, v, c = gather_rows(csr.indptr, csr.indices, csr.data, kept)

@@ -11,12 +11,11 @@ that stops being cheap); `exact_scores` gives the passage rescorer its MaxSim fe
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
-from ..paths import inside
 from .topk import top_k_dense
+from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, model_lines
 from .colbert_store import ColbertPart, ColbertWriter, check_part
 
@@ -86,16 +85,16 @@ class Colbert(ModelComponent):
         return {}, wanted
 
     # -- writing ----------------------------------------------------------------------------
-    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
-        return EncodedPart(ColbertWriter(Path(folder) / "colbert", encoder, comp.get("dim"), pipeline=pipeline),
+    def part_writer(self, state: WriteState):
+        return EncodedPart(ColbertWriter(state.folder, state.encoder, state.comp.get("dim"), pipeline=state.pipeline),
                            ("path", "vectors", "windows"), ("dim", "model"))
 
-    def merge_parts(self, root, sources, row_maps, out, comp):
-        writer = ColbertWriter(Path(out) / "colbert", None, comp["dim"])
+    def merge_parts(self, state: MergeState):
+        dim = state.comp["dim"]
+        writer = ColbertWriter(state.folder, None, dim)
         try:
-            for (entry, _), rows in zip(sources, row_maps):
-                part = ColbertPart(inside(root, f"{entry['path']}/{entry['colbert']['path']}", "segment"),
-                                   entry["docs"], comp["dim"])
+            for source, rows in zip(state.sources, state.row_maps):
+                part = ColbertPart(source.folder, source.docs, dim)
                 for r in np.flatnonzero(rows >= 0):        # live rows, in order (the new rows are in order too)
                     a, b = int(part.indptr[r]), int(part.indptr[r + 1])
                     writer.write_rows(part.codes[a:b], part.scales[a:b], [b - a], [part.doc_windows(r)])
@@ -106,20 +105,19 @@ class Colbert(ModelComponent):
         return {"path": info["path"], "vectors": info["vectors"], "windows": info["windows"]}
 
     # -- reading ----------------------------------------------------------------------------
-    def open(self, root, comp, segments, encoder):
-        parts = [ColbertPart(inside(root, f"{e['path']}/{e['colbert']['path']}", "segment"), e["docs"], comp["dim"])
-                 if e.get("colbert") else None for e in segments.entries]
-        return MultiColbert(parts, segments, encoder())
+    def open(self, state: ReadState):
+        parts = [ColbertPart(p.folder, p.docs, state.comp["dim"]) if p else None for p in state.parts()]
+        return MultiColbert(parts, state.segments, state.encoder())
 
     def passage_vectors(self, comp: dict) -> bool:
         return True     # each window's MaxSim, with its characters (segments that kept them)
 
     # -- verification and description ---------------------------------------------------------
-    def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
-        if "colbert" not in e:
+    def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:
+        if part is None:
             return ["has no colbert vectors"]
-        return check_part(inside(seg, e["colbert"]["path"]), e["docs"], comp["dim"], e["colbert"]["vectors"],
-                          e["colbert"].get("windows"))    # segments from before windows were kept have none
+        return check_part(part.folder, part.docs, comp["dim"], part.entry["vectors"],
+                          part.entry.get("windows"))    # segments from before windows were kept have none
 
     def describe(self, comp: dict, segments: list[dict]) -> dict:
         return dict(comp, vectors=sum(s.get("colbert", {}).get("vectors", 0) for s in segments))

@@ -3,12 +3,11 @@ a document scores by its best passage (MaxP). The encoder is any sentence-transf
 with ldr's long-document strategies (ldr/encode/dense.py)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
-from ..paths import inside
 from .topk import top_k
+from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, one_thread, save_dense
 
@@ -97,6 +96,11 @@ class MultiDense:
 
 
 
+def _part_settings(comp: dict, entry: dict) -> dict:
+    """A segment's FAISS settings: the index's, with what the segment recorded over them."""
+    return {**comp, **entry, "faiss": {**comp["faiss"], **entry.get("faiss", {})}}
+
+
 class Dense(ModelComponent):
     name = "dense"
     encoder_module, settings_class, loader = "ldr.encode.dense", "DenseSettings", "load_dense"
@@ -119,16 +123,18 @@ class Dense(ModelComponent):
                         "multi_vector": comp.pop("multi_vector", False), "faiss": comp["faiss"]}
 
     # -- writing ----------------------------------------------------------------------------
-    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
-        return EncodedPart(DenseWriter(Path(folder) / "dense", encoder, FaissSettings(**comp["faiss"]),
-                                      allow_small=allow_small, pipeline=pipeline, dim=comp.get("dim")),
+    def part_writer(self, state: WriteState):
+        comp = state.comp
+        return EncodedPart(DenseWriter(state.folder, state.encoder, FaissSettings(**comp["faiss"]),
+                                      allow_small=state.allow_small, pipeline=state.pipeline, dim=comp.get("dim")),
                            ("path", "vectors", "multi_vector", "faiss"), ("dim", "model"))
 
-    def merge_parts(self, root, sources, row_maps, out, comp):
+    def merge_parts(self, state: MergeState):
+        import faiss
+
         vecs, owners, spans = [], [], []
-        for (entry, _), rows in zip(sources, row_maps):
-            p = inside(root, f"{entry['path']}/dense", "segment")
-            import faiss
+        for part, rows in zip(state.sources, state.row_maps):
+            p = part.folder
 
             index = faiss.read_index(str(p / "faiss.index"))
             owner = np.load(p / "owner.npy", allow_pickle=False)
@@ -139,34 +145,31 @@ class Dense(ModelComponent):
             sp = np.load(p / "spans.npy", allow_pickle=False) if (p / "spans.npy").is_file() \
                 else np.full((len(owner), 2), -1, np.int64)
             spans.append(sp[keep])
-        out = Path(out) / "dense"
+        out = state.folder
         out.mkdir()
         dim = vecs[0].shape[1] if vecs else 0
         vectors = np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32)
         owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
-        return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, FaissSettings(**comp["faiss"]),
-                          allow_small=True, spans=spans)
+        return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner,
+                          FaissSettings(**state.comp["faiss"]), allow_small=True, spans=spans)
 
     # -- reading ----------------------------------------------------------------------------
-    def open(self, root, comp, segments, encoder):
-        parts = []
-        for e in segments.entries:
-            d = e.get("dense")
-            sub = {**comp, **d, "faiss": {**comp["faiss"], **d.get("faiss", {})}} if d else None
-            parts.append(DenseSearcher(inside(root, f"{e['path']}/{d['path']}", "segment"), sub, None, e["docs"])
-                         if d else None)   # index files first: cheap checks before a model loads
-        return MultiDense(parts, segments, encoder())
+    def open(self, state: ReadState):
+        # index files first: cheap checks before a model loads
+        parts = [DenseSearcher(p.folder, _part_settings(state.comp, p.entry), None, p.docs) if p else None
+                 for p in state.parts()]
+        return MultiDense(parts, state.segments, state.encoder())
 
     def passage_vectors(self, comp: dict) -> bool:
         return comp.get("model", {}).get("settings", {}).get("strategy") == "maxp"
 
     # -- verification and description ---------------------------------------------------------
-    def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
-        if "dense" not in e:
+    def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:
+        if part is None:
             return ["has no dense vectors"]
-        sub = {**comp, **e["dense"], "faiss": {**comp["faiss"], **e["dense"].get("faiss", {})}}
-        s = DenseSearcher(inside(seg, e["dense"]["path"]), sub, None, e["docs"])
+        sub = _part_settings(comp, part.entry)
+        s = DenseSearcher(part.folder, sub, None, part.docs)
         out = []
         if s.index.ntotal and sub["faiss"]["index"] in ("flat", "hnsw"):     # both hold exact vectors
             for start in range(0, s.index.ntotal, 65536):
@@ -178,7 +181,7 @@ class Dense(ModelComponent):
                 if np.abs(norms - 1).max() > 1e-3:
                     out.append(f"dense vectors {start}+ are not unit length (max deviation {np.abs(norms - 1).max():.3g})")
                     break
-        missing = e["docs"] - len(np.unique(s.owner))
+        missing = part.docs - len(np.unique(s.owner))
         if missing:
             out.append(f"{missing} documents have no dense vector")
         return out

@@ -3,12 +3,11 @@
 statistics, so segments score independently."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 
-from ..paths import inside
 from .topk import top_k_dense
+from .states import MergeState, ReadState, SegmentPart, WriteState, part_entry
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
 from .sparse_store import FILES, SparseIndex, SparseWriter, gather_rows, save_inverted, structure_problems
 
@@ -84,44 +83,42 @@ class Sparse(ModelComponent):
         comp.setdefault("vocab_size", 0)
 
     # -- writing ----------------------------------------------------------------------------
-    def part_writer(self, folder, comp, encoder, pipeline, allow_small):
-        return EncodedPart(SparseWriter(Path(folder) / "sparse", encoder, pipeline=pipeline,
-                                        vocab_size=comp.get("vocab_size")),
+    def part_writer(self, state: WriteState):
+        return EncodedPart(SparseWriter(state.folder, state.encoder, pipeline=state.pipeline,
+                                        vocab_size=state.comp.get("vocab_size")),
                            ("path", "postings"), ("vocab_size", "model"))
 
-    def merge_parts(self, root, sources, row_maps, out, comp):
+    def merge_parts(self, state: MergeState):
         terms, weights, counts = [], [], []
-        for (entry, _), rows in zip(sources, row_maps):
-            p = inside(root, f"{entry['path']}/sparse", "segment")
+        for part, rows in zip(state.sources, state.row_maps):
+            p = part.folder
             a = {f: np.load(p / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
             kept = np.flatnonzero(rows >= 0)
             t, w, c = gather_rows(np.asarray(a["doc_indptr"]), np.asarray(a["doc_terms"]),
                                   np.asarray(a["doc_weights"]), kept)
             terms.append(t), weights.append(w), counts.append(c)
-        out = Path(out) / "sparse"
+        out = state.folder
         out.mkdir()
         terms = np.concatenate(terms).astype(np.int32)
         weights = np.concatenate(weights).astype(np.float32)
         counts = np.concatenate(counts)
-        indptr = save_inverted(out, terms, weights, counts.tolist(), comp["vocab_size"], "weights")
+        indptr = save_inverted(out, terms, weights, counts.tolist(), state.comp["vocab_size"], "weights")
         np.save(out / "doc_indptr.npy", indptr)
         np.save(out / "doc_terms.npy", terms)
         np.save(out / "doc_weights.npy", weights)
-        return {"path": "sparse", "postings": int(len(terms))}
+        return part_entry(state.kind, postings=int(len(terms)))
 
     # -- reading ----------------------------------------------------------------------------
-    def open(self, root, comp, segments, encoder):
-        parts = [SparseIndex(inside(root, f"{e['path']}/{e['sparse']['path']}", "segment"), e["docs"])
-                 if e.get("sparse") else None for e in segments.entries]
-        return MultiSparse(MultiSparseIndex(parts, segments), encoder())
+    def open(self, state: ReadState):
+        parts = [SparseIndex(p.folder, p.docs) if p else None for p in state.parts()]
+        return MultiSparse(MultiSparseIndex(parts, state.segments), state.encoder())
 
     # -- verification and description ---------------------------------------------------------
-    def check_part(self, seg: Path, comp: dict, e: dict) -> list[str]:
-        if "sparse" not in e:
+    def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:
+        if part is None:
             return ["has no sparse postings"]
-        p = inside(seg, e["sparse"]["path"])
-        arrays = {f: np.load(p / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
-        out = structure_problems(arrays, e["docs"], full=True)
+        arrays = {f: np.load(part.folder / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
+        out = structure_problems(arrays, part.docs, full=True)
         if not out and comp.get("vocab_size") and len(arrays["term_indptr"]) - 1 != comp["vocab_size"]:
             out.append("the sparse vocabulary size differs from the manifest's")
         return out

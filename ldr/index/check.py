@@ -42,6 +42,7 @@ def _segments(root: Path, manifest: dict, progress) -> list[str]:
     """Every segment: docstore pages, deletes, and each component's part."""
     from .. import components as registry
     from .docstore import Docstore
+    from ..components.states import segment_part
     from .segment import read_deletes
 
     out = []
@@ -59,7 +60,7 @@ def _segments(root: Path, manifest: dict, progress) -> list[str]:
         _step(out, f"{name} docstore", docstore)
         for kind_name, kind in registry.kinds(comps):
             _step(out, f"{name} {kind_name}",
-                  lambda: [f"{name}: {p}" for p in kind.check_part(seg, comps[kind_name], e)])
+                  lambda: [f"{name}: {p}" for p in kind.check_part(segment_part(root, e, kind_name), comps[kind_name])])
         progress(name)
     return out
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..corpus import Doc
+from ..components.states import MergeState, WriteState, segment_part
 from ..encode.pipeline import Pipeline
 from .docstore import Docstore, DocstoreWriter
 
@@ -41,7 +42,8 @@ class SegmentWriter:
         self.pipeline = Pipeline() if encoders else None
         self.parts: dict = {}
         for name, kind in registry.kinds(components):
-            part = kind.part_writer(self.path, components[name], encoders.get(name), self.pipeline, allow_small)
+            part = kind.part_writer(WriteState(self.path, name, components[name], encoders.get(name), self.pipeline,
+                                               allow_small))
             if part is not None:
                 self.parts[name] = part
         self.uids: list[int] = []
@@ -179,7 +181,8 @@ def merge(root: Path, sources: list[tuple[dict, np.ndarray]], number: int, compo
     store.close()
     seg = {"name": out.name, "path": rel, "docs": store.count, "live": store.count, "deletes": None}
     for name, kind in registry.kinds(components):
-        part = kind.merge_parts(root, sources, row_maps, out, components[name])
+        parts = [segment_part(root, entry, name) for entry, _ in sources]
+        part = kind.merge_parts(MergeState(Path(root), name, components[name], parts, row_maps, out))
         if part is not None:
             seg[name] = part
     return seg
