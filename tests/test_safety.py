@@ -128,6 +128,11 @@ def test_trust_remote_code_is_never_taken_from_the_manifest(tmp_path):
     (lambda m: m["segments"][0].update(deletes="/etc/passwd"), "outside the index"),
     (lambda m: m["segments"][0].update(live=99), "live"),
     (lambda m: m["components"]["bm25"].update(backend=7), "wrong type"),
+    # issue 42 item 6: a clear index-format error, never KeyError / TypeError
+    (lambda m: m.pop("next_uid"), "'next_uid' is missing"),
+    (lambda m: m.pop("next_segment"), "'next_segment' is missing"),
+    (lambda m: m.update(history={"op": "x"}), "'history' is not a list"),
+    (lambda m: m["segments"].append(dict(m["segments"][0])), "listed twice"),
 ])
 def test_manifest_paths_and_keys_are_checked(tmp_path, edit, match):
     idx = tmp_path / "idx"
@@ -244,3 +249,34 @@ def test_unknown_model_settings_are_ignored_with_a_note(tmp_path, caplog):
     rewrite_manifest(idx, lambda m: m["components"]["sparse"]["model"]["settings"].update(future_option=3))
     assert ldr.open(idx).search("zebra2", k=1, mode="sparse")[0].id == "doc2"
     assert "ignoring unknown model settings ['future_option']" in caplog.text
+
+
+def test_a_segment_listed_twice_or_a_next_uid_set_back_stops_writers_too(tmp_path):
+    """Issue 42 item 6: search refused a twice-listed segment while `ldr add` committed on top; a
+    next_uid set back made an acknowledged add unreachable while `ldr check` said OK."""
+    idx = tmp_path / "idx"
+    build(docs(), idx)
+    rewrite_manifest(idx, lambda m: m["segments"].append(dict(m["segments"][0])), rehash=False)
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "new.txt").write_text("a new document about zebra99")
+    out = CliRunner().invoke(main, ["add", str(tmp_path / "more"), "-i", str(idx), "-q"])
+    assert out.exit_code == 2 and "listed twice" in out.output
+
+    idx2 = tmp_path / "idx2"
+    build(docs(), idx2)
+    rewrite_manifest(idx2, lambda m: m.update(next_uid=3), rehash=False)
+    with pytest.raises(IndexFormatError, match="next_uid"):
+        ldr.open(idx2)
+    check = CliRunner().invoke(main, ["check", str(idx2)])
+    assert check.exit_code == 1 and "next_uid" in check.output
+    out = CliRunner().invoke(main, ["add", str(tmp_path / "more"), "-i", str(idx2), "-q"])
+    assert out.exit_code == 2 and "next_uid" in out.output
+
+
+def test_a_stray_manifest_name_does_not_make_the_index_unopenable(tmp_path):
+    """Issue 42 item 6: `manifest-0000010.json` (seven digits) is not a generation ldr wrote."""
+    idx = tmp_path / "idx"
+    build(docs(), idx)
+    (idx / "manifest-0000010.json").write_text(newest_manifest(idx).read_text())
+    assert ldr.open(idx).search("zebra1", k=1)[0].id == "doc1"
+    assert CliRunner().invoke(main, ["check", str(idx)]).exit_code == 0

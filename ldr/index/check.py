@@ -57,6 +57,9 @@ def _segments(root: Path, manifest: dict, progress) -> list[str]:
                 store._column(g, "text")
                 store._column(g, "meta")
             read_deletes(root, e)
+            if "next_uid" in manifest and len(store.uids) and int(store.uids.max()) >= manifest["next_uid"]:
+                return [f"{name}: a document has uid {int(store.uids.max())}, at or above the manifest's next_uid "
+                        f"{manifest['next_uid']} (a later add would reuse it)"]
         _step(out, f"{name} docstore", docstore)
         for kind_name, kind in registry.kinds(comps):
             _step(out, f"{name} {kind_name}",

@@ -44,7 +44,7 @@ def generations(root: Path) -> list[int]:
         return []
     for name in names:
         m = _NAME.match(name)
-        if m:
+        if m and name == manifest_name(int(m.group(1))):   # only ldr's own spelling (a stray copy is not one)
             gens.append(int(m.group(1)))
         elif name == LEGACY:
             gens.append(0)

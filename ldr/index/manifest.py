@@ -177,8 +177,17 @@ def validate(root: Path, manifest: dict, path: Path | None = None) -> None:
         for name, comp in comps.items():
             if registry.get(name).uses_store(comp):
                 _need(isinstance(comp.get("path"), str), path, f"components.{name}.path is missing")
+        for key, low in (("next_uid", 0), ("next_segment", 1)):
+            v = manifest.get(key)
+            _need(isinstance(v, int) and not isinstance(v, bool) and v >= low, path,
+                  f"'{key}' is missing or not a whole number from {low}")
+        if "history" in manifest:
+            _need(isinstance(manifest["history"], list), path, "'history' is not a list")
         segs = manifest.get("segments")
         _need(isinstance(segs, list), path, "'segments' is missing")
+        for key in ("name", "path"):
+            seen = [s.get(key) for s in segs if isinstance(s, dict)]
+            _need(len(seen) == len(set(map(str, seen))), path, f"a segment {key} is listed twice")
         for i, seg in enumerate(segs):
             _check_keys(path, f"segments[{i}]", seg, _SEGMENT_KEYS)
             _need(0 <= seg["live"] <= seg["docs"], path, f"segments[{i}] has {seg['live']} live of {seg['docs']} rows")
@@ -275,6 +284,14 @@ def verify_files(root: Path, manifest: dict, full: bool = True, small: int = SMA
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise IndexFormatError(f"index {root} is damaged: {shown}. {_REBUILD[0].upper() + _REBUILD[1:]}.")
     return problems
+
+
+def check_uids(root: Path, manifest: dict, uids) -> None:
+    """Every row's uid is below the manifest's `next_uid` (a uid handed out again would make a
+    document added later collide with one already there). Raises IndexFormatError."""
+    if "next_uid" in manifest and len(uids) and int(max(uids)) >= manifest["next_uid"]:
+        raise IndexFormatError(f"{root}: a document has uid {int(max(uids))} but the manifest's next_uid is "
+                               f"{manifest['next_uid']}: the manifest is damaged; {_REBUILD}")
 
 
 def describe(m: dict) -> dict:

@@ -158,6 +158,13 @@ def rows_of(root: Path, segments: list[dict], masks: list[np.ndarray], ids) -> d
     return found
 
 
+def highest_uids(root: Path, segments: list[dict]) -> list[int]:
+    """Each non-empty segment's highest uid."""
+    from ..paths import inside
+
+    return [int(u.max()) for s in segments if len(u := Docstore(inside(root, s["path"], "segment"), s["docs"]).uids)]
+
+
 def merge(root: Path, sources: list[tuple[dict, np.ndarray]], number: int, components: dict) -> dict:
     """Copy the live rows of `sources` [(segment entry, deleted mask)] into segment `number`.
 

@@ -15,6 +15,7 @@ import numpy as np
 from ..corpus import Doc
 from ..errors import IndexFormatError
 from .docstore import Docstore
+from .manifest import check_uids
 from ..paths import inside
 from .segment import read_deletes
 
@@ -40,6 +41,7 @@ class Segments:
         self.ids: list[str] = [i for s in self.stores for i in s.ids]
         self.titles: list[str] = [t for s in self.stores for t in s.titles]
         self.uids = np.concatenate([s.uids for s in self.stores]) if self.stores else np.zeros(0, np.int64)
+        check_uids(root, manifest, self.uids)
         self.count = int(self.live.sum())
         if self.count != manifest["doc_count"]:
             raise IndexFormatError(f"{root}: the segments hold {self.count} live documents, the manifest says "

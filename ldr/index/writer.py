@@ -28,9 +28,9 @@ from .. import components as registry
 from . import generations as gens
 from .faults import abort_all as _abort, crash_point, no_space as _no_space
 from .lock import WriteLock
-from .manifest import file_entries, new_manifest, read_manifest, seal, verify_listed
+from .manifest import check_uids, file_entries, new_manifest, read_manifest, seal, verify_listed
 from .progress import BuildBar
-from .segment import SegmentWriter, delete_rows, merge as merge_segments, read_deletes, rows_of
+from .segment import SegmentWriter, delete_rows, highest_uids, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, collect
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,8 @@ class IndexWriter:
                 f"{self.root} is a format {self.current['format_version']} index (ldr 0.1): it can be searched but "
                 f"not changed. Rebuild it with `ldr index CORPUS -o {self.root}` (that commits a new generation "
                 "in the same directory), then add, delete and merge")
+        # a write never commits on top of a manifest whose next uid is already taken
+        check_uids(self.root, self.current, highest_uids(self.root, self.current["segments"]))
         return self.current
 
     def _encoder_settings(self, components: dict) -> dict:
