@@ -109,7 +109,13 @@ def _compare_runs(qrels, run_files, as_json, per_query, plot) -> None:
     names = [Path(f).name for f in run_files]
     if len(set(names)) != len(names):
         names = [str(f) for f in run_files]
-    result = compare(read_qrels(qrels), {n: read_run(Path(f)) for n, f in zip(names, run_files)})
+    judged = read_qrels(qrels)
+    runs = {n: read_run(Path(f)) for n, f in zip(names, run_files)}
+    for n, run in runs.items():
+        if not set(run) & set(judged):
+            click.echo(f"warning: no query of {n} is in {qrels} (its {len(run)} queries score 0): are they the "
+                       "same queries, with the same ids?", err=True)
+    result = compare(judged, runs)
     if per_query:
         with open(per_query, "w", encoding="utf-8") as fh:
             fh.write("run\tquery\tmetric\tvalue\n")

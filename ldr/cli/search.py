@@ -207,6 +207,8 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
 
     from tqdm.auto import tqdm
 
+    from ..eval.runs import run_line
+
     queries = _read_queries(queries_file)
     tag = "".join(run_tag.split()) or "ldr"
     out = Path(output) if output else None
@@ -219,9 +221,8 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
                 if isinstance(res, Exception):
                     skipped.append(f"{qid} ({res})")
                     continue
-                for h in res:
-                    qid_col = "".join(qid.split()) or "_"
-                    fh.write(f"{qid_col} Q0 {h.id} {h.rank} {h.score:.6f} {tag}\n")
+                for h in res:      # ids with whitespace escaped (ldr/eval/runs.py): read back exactly
+                    fh.write(run_line(qid, h.id, h.rank, h.score, tag))
                     lines += 1
         if tmp:
             fh.close()

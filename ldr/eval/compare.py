@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .metrics import evaluate_per_query
+from .runs import unescape_id
 
 METRICS = ("ndcg@10", "recall@100", "mrr@10", "map", "acc@1")
 
@@ -29,23 +30,39 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
         lines = p.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read qrels {p}: {e}") from None
+    seen: dict = {}
     for n, line in enumerate(lines, 1):
-        parts = line.split("\t") if "\t" in line else line.split()   # a BEIR TSV id may hold spaces
-        if not parts or (n == 1 and not parts[-1].lstrip("-").isdigit()):
-            continue                                  # blank, or a header
+        tsv = "\t" in line
+        parts = line.split("\t") if tsv else line.split()   # a BEIR TSV id may hold spaces
+        if not parts or not line.strip():
+            continue
+        if n == 1 and not _number(parts[-1]):
+            continue                                  # a header (`query-id corpus-id score`)
         if len(parts) == 4:
             q, _, d, r = parts
         elif len(parts) == 3:
             q, d, r = parts
         else:
             raise ConfigError(f"{p} line {n}: expected `qid 0 docid relevance` or `qid docid relevance`")
-        try:
-            out.setdefault(q, {})[d] = int(float(r))
-        except ValueError:
-            raise ConfigError(f"{p} line {n}: relevance {r!r} is not a number") from None
+        if not tsv:                                   # TREC columns: ids as ldr's runs escape them
+            q, d = unescape_id(q), unescape_id(d)
+        if not _number(r):
+            raise ConfigError(f"{p} line {n}: relevance {r!r} is not a number")
+        if (q, d) in seen:
+            raise ConfigError(f"{p} line {n}: query {q!r} judges document {d!r} again (first on line "
+                              f"{seen[(q, d)]}); keep one judgement per pair")
+        seen[(q, d)] = n
+        out.setdefault(q, {})[d] = int(float(r))
     if not out:
         raise ConfigError(f"{p} holds no judgements")
     return out
+
+
+def _number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def randomisation_p(diff: np.ndarray, n: int = 10000, seed: int = 0) -> float:

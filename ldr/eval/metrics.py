@@ -9,9 +9,11 @@ _MEASURES = {"ndcg@10": "ndcg_cut_10", "ndcg@1": "ndcg_cut_1", "recall@100": "re
 
 
 def _cut(run: dict[str, dict[str, float]], k: int) -> dict[str, dict[str, float]]:
+    """The first k of each query in trec_eval's order: score descending, equal scores by
+    document id descending (so a cut keeps the documents trec_eval itself ranks first)."""
     out = {}
     for qid, docs in run.items():
-        top = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+        top = sorted(docs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:k]
         out[qid] = dict(top)
     return out
 

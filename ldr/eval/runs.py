@@ -1,5 +1,14 @@
-"""TREC run files: `qid Q0 docid rank score tag`, best first."""
+"""TREC run files: `qid Q0 docid rank score tag`, best first.
+
+TREC columns are separated by whitespace, so an id holding whitespace (a file named
+`my notes.txt`) cannot be written as it is. ldr writes such ids escaped: every whitespace
+character and `%` as `%XX` (its UTF-8 bytes in hex, as in URLs: `my%20notes.txt`, `100%25`), and
+reads every run and TREC qrels file back the same way, so ids round-trip exactly. Ids without
+whitespace or `%` are written unchanged."""
 from __future__ import annotations
+
+import math
+import re
 
 from pathlib import Path
 
@@ -9,7 +18,28 @@ def write_run(path: Path, run: dict[str, dict[str, float]], tag: str) -> None:
         for qid in sorted(run):
             ranked = sorted(run[qid].items(), key=lambda kv: (-kv[1], kv[0]))
             for rank, (doc, score) in enumerate(ranked, 1):
-                fh.write(f"{qid} Q0 {doc} {rank} {score:.6f} {tag}\n")
+                fh.write(run_line(qid, doc, rank, score, tag))
+
+
+def escape_id(s: str) -> str:
+    """An id as a TREC column: whitespace and `%` as `%XX`."""
+    if not any(c.isspace() or c == "%" for c in s):
+        return s
+    return "".join("".join(f"%{b:02X}" for b in c.encode("utf-8")) if c.isspace() or c == "%" else c for c in s)
+
+
+_ESCAPE = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def unescape_id(s: str) -> str:
+    """escape_id undone (a `%` not followed by two hex digits is kept as it is)."""
+    if "%" not in s:
+        return s
+    return _ESCAPE.sub(lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode("utf-8", "replace"), s)
+
+
+def run_line(qid: str, doc: str, rank: int, score: float, tag: str) -> str:
+    return f"{escape_id(qid)} Q0 {escape_id(doc)} {rank} {score:.6f} {tag}\n"
 
 
 def read_run(path: Path) -> dict[str, dict[str, float]]:
@@ -27,9 +57,16 @@ def read_run(path: Path) -> dict[str, dict[str, float]]:
                 try:
                     if len(parts) < 6:
                         raise ValueError
-                    run.setdefault(parts[0], {})[parts[2]] = float(parts[4])
+                    score = float(parts[4])
                 except ValueError:
                     raise ConfigError(f"{path} line {n}: not a TREC run line (qid Q0 docid rank score tag)") from None
+                if not math.isfinite(score):
+                    raise ConfigError(f"{path} line {n}: the score {parts[4]!r} is not a finite number")
+                qid, doc = unescape_id(parts[0]), unescape_id(parts[2])
+                docs = run.setdefault(qid, {})
+                if doc in docs:
+                    raise ConfigError(f"{path} line {n}: document {doc!r} is listed twice for query {qid!r}")
+                docs[doc] = score
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read the run {path}: {e}") from None
     return run
