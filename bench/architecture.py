@@ -24,7 +24,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ldr.encode",),                 # models and engines
     ("ldr.components",),             # retriever kinds as codecs (and the registry)
     ("ldr.index",),                  # storage: segments, generations, the writer, check
-    ("ldr.rerank", "ldr.search"),    # the query side: second stages, the plan and its stages
+    ("ldr.search",),                 # the query side: options, the plan and its stages, fusion
+    ("ldr.rerank",),                 # second stages (cross-encoder, passage rescorer) behind the rerank stage's protocol
     ("ldr.eval", "ldr.train"),       # measuring and training, given an Index
     ("ldr.api",),                    # the composition root a RAG application imports
     ("ldr.serve", "ldr.integrations"),

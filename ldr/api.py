@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from .corpus import Doc, IngestReport, corpus_docs
+from .corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport, corpus_docs
 from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
@@ -116,7 +116,7 @@ class Index:
         return IndexWriter(self.path, wait=wait, trust_remote_code=self.trust_remote_code, device=self.device)
 
     def add(self, docs: str | os.PathLike | Iterable, *, wait: bool | float = False, progress: bool = False,
-            report: IngestReport | None = None, max_doc_mb: float = 64.0, auto_merge: bool = True,
+            report: IngestReport | None = None, max_doc_mb: float = DEFAULT_MAX_DOC_MB, auto_merge: bool = True,
             ray: "RayOptions | bool | None" = None) -> dict:
         """Encode only these documents (a corpus path or Docs/dicts) into a new segment and commit;
         an id already in the index replaces its old copy. Returns {added, replaced (ids), skipped,

@@ -6,7 +6,10 @@ import sys  # noqa: F401
 
 import click
 
+from ..serve.limits import ServerSettings as _Limits
 from .app import main
+
+_LIMITS = _Limits()     # the server's limits, written once (ldr/serve/limits.py)
 
 
 @main.command("serve")
@@ -16,8 +19,9 @@ from .app import main
 @click.option("--api-key", default=None, envvar="LDR_API_KEY", show_envvar=True,
               help="Key the write endpoints require (X-API-Key or Authorization: Bearer).")
 @click.option("--read-only", is_flag=True, help="Turn the write endpoints off.")
-@click.option("--max-body-mb", type=float, default=32, show_default=True, help="Largest request body.")
-@click.option("--max-query-chars", type=int, default=8192, show_default=True)
+@click.option("--max-body-mb", type=float, default=_LIMITS.max_body_bytes / (1 << 20), show_default=True,
+              help="Largest request body.")
+@click.option("--max-query-chars", type=int, default=_LIMITS.max_query_chars, show_default=True)
 @click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")

@@ -6,6 +6,7 @@ import sys  # noqa: F401
 
 import click
 
+from ..corpus import DEFAULT_MAX_DOC_MB
 from .app import main
 from .build_options import BuildCommand, build_config
 from .common import _echo_ray, make_ray_options, ray_options, write_options
@@ -25,14 +26,24 @@ def _echo_language(info: dict | None) -> None:
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Index directory to write.")
 @ray_options
 @click.option("--wait", is_flag=True, help="Wait for another writer of OUTPUT to finish instead of failing.")
+@click.option("--overwrite", is_flag=True, help="OUTPUT is an index already: replace its documents with CORPUS's.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def index_cmd(corpus, out, wait, quiet, ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs, **options):
+def index_cmd(corpus, out, wait, overwrite, quiet, ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs,
+              **options):
     """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT.
 
-    On an existing index this commits a new generation holding only CORPUS: readers keep the
-    previous one until they refresh."""
+    OUTPUT must be new, unless --overwrite: then a new generation holds only CORPUS (readers keep
+    the previous one until they refresh). `ldr add CORPUS -i OUTPUT` adds to an index instead."""
+    from pathlib import Path
+
     from ..api import Index
     from ..corpus import IngestReport
+    from ..errors import ConfigError
+    from ..index import generations as gens
+
+    if not overwrite and Path(out).is_dir() and gens.generations(Path(out)):
+        raise ConfigError(f"{out} is an index already: `ldr add {corpus} -i {out}` adds these documents to it "
+                          f"(replacing those with the same ids); `--overwrite` replaces the whole index with them")
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
@@ -51,7 +62,7 @@ def index_cmd(corpus, out, wait, quiet, ray_address, ray_workers, ray_cpus_per_w
 @main.command("add")
 @click.argument("corpus", type=click.Path(exists=True))
 @write_options
-@click.option("--max-doc-mb", type=float, default=64.0, show_default=True,
+@click.option("--max-doc-mb", type=float, default=DEFAULT_MAX_DOC_MB, show_default=True,
               help="Skip (and count) documents larger than this.")
 @click.option("--no-merge", is_flag=True, help="Do not merge small segments after adding.")
 @ray_options

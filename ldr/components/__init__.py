@@ -62,12 +62,18 @@ def in_order(components) -> list[str]:
 
 class EncoderCache:
     """Loaded encoders keyed by (kind, settings): a writer and the readers of one process share a
-    model instead of loading it twice. Loading happens once, under a per-key lock."""
+    model instead of loading it twice. Loading happens once, under a per-key lock. At most
+    `max_models` distinct models are kept (the least recently asked for dropped first: a reader
+    that holds one keeps using it), so a long-running process that meets many settings does not
+    keep every model it ever loaded."""
 
-    def __init__(self):
-        self._items: dict = {}
+    def __init__(self, max_models: int = 8):
+        from collections import OrderedDict
+
+        self._items: OrderedDict = OrderedDict()
         self._locks: dict = {}
         self._lock = threading.Lock()
+        self.max_models = max_models
 
     @staticmethod
     def key(kind: str, settings) -> tuple[str, str]:
@@ -78,19 +84,30 @@ class EncoderCache:
         k = self.key(kind, settings)
         with self._lock:
             if k in self._items:
+                self._items.move_to_end(k)
                 return self._items[k]
             lock = self._locks.setdefault(k, threading.Lock())
         with lock:
-            if k not in self._items:
-                enc = get(kind).load_encoder(settings)
-                with self._lock:
-                    self._items[k] = enc
-                    # loading resolves settings (backend "auto" → the engine chosen, a package name →
-                    # its folder) as the manifest records them: readers of that index ask by those
-                    resolved = getattr(enc, "settings", None)
-                    if resolved is not None and hasattr(resolved, "__dataclass_fields__"):
-                        self._items.setdefault(self.key(kind, resolved), enc)
-        return self._items[k]
+            with self._lock:
+                if k in self._items:
+                    return self._items[k]
+            enc = get(kind).load_encoder(settings)
+            with self._lock:
+                self._items[k] = enc
+                # loading resolves settings (backend "auto" → the engine chosen, a package name →
+                # its folder) as the manifest records them: readers of that index ask by those
+                resolved = getattr(enc, "settings", None)
+                if resolved is not None and hasattr(resolved, "__dataclass_fields__"):
+                    self._items.setdefault(self.key(kind, resolved), enc)
+                self._evict()
+        return enc
+
+    def _evict(self) -> None:
+        while len({id(e) for e in self._items.values()}) > self.max_models:
+            old_key, old = self._items.popitem(last=False)
+            for k in [k for k, e in self._items.items() if e is old]:   # its other keys go with it
+                del self._items[k]
+            self._locks.pop(old_key, None)
 
     def loaded(self) -> list:
         """The distinct encoders loaded."""

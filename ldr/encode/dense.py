@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..errors import ConfigError, ModelError
+from ..errors import ConfigError
 from .batching import SerialEncoder, fixed_shapes, pad
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
-from .models import DEFAULT_DENSE, model_revision, offline_hint, pick_device, resolve
+from .models import DEFAULT_DENSE, load_error, model_revision, pick_device, resolve
 from .dense_core import _DenseCore
 from ..schema import setting
 from .runtime import BACKENDS, bf16_context, choose, with_fallback
@@ -117,12 +117,12 @@ class DenseEncoder(_DenseCore):
         try:
             st = SentenceTransformer(path, device=self.device, trust_remote_code=s.trust_remote_code,
                                      local_files_only=os.environ.get("HF_HUB_OFFLINE") == "1" or None)
-        except OSError as e:
-            raise ModelError(offline_hint(s.model) + f" [{e.__class__.__name__}: {str(e)[:200]}]") from None
-        except ValueError as e:
-            if "trust_remote_code" in str(e):
-                raise ModelError(f"{s.model} ships its own model code: pass --trust-remote-code to allow it") from None
-            raise
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise load_error(s.model, path, e) from None
+        except Exception as e:                   # a tokenizers parse error is a bare Exception
+            if type(e) is not Exception:
+                raise
+            raise load_error(s.model, path, e) from None
         self.st = st
         self.hf = st[0].auto_model
         self.tokenizer = st.tokenizer

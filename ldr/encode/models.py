@@ -116,6 +116,21 @@ def offline_hint(name: str) -> str:
             f"{', '.join(have) or 'none installed'}")
 
 
+def load_error(name: str, path: str, e: BaseException) -> ModelError:
+    """What a failed model load means to the user: a local folder's own files are at fault (a
+    malformed config.json or tokenizer is not a bug of ldr's, nor a network problem); a name the
+    hub would resolve is an offline problem; anything else says what failed."""
+    what = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    if "trust_remote_code" in str(e):
+        return ModelError(f"{name} ships its own model code: pass --trust-remote-code to allow it")
+    if os.path.isdir(path):
+        return ModelError(f"the model folder {path} cannot be loaded ({what}): a config.json, tokenizer or weights "
+                          "file in it is malformed or missing; fix or replace the folder, or use a packaged model")
+    if isinstance(e, OSError):
+        return ModelError(offline_hint(name) + f" [{what}]")
+    return ModelError(f"model {name!r} cannot be loaded ({what})")
+
+
 def pick_device(device: str | None) -> str:
     """The device to run a model on: the one asked for, else CUDA when torch sees one."""
     if device:

@@ -288,8 +288,15 @@ class OrtModel:
         try:
             return self._session.result()
         except Exception as e:
-            raise ModelError(f"the exported model {self.folder / 'model.onnx'} cannot be loaded "
-                             f"({type(e).__name__}: {str(e)[:200]}); delete that folder to export it again") from None
+            from .cache import cache_root
+
+            why = f"({type(e).__name__}: {str(e)[:200]})"
+            if Path(self.folder).resolve().is_relative_to(cache_root().resolve()):   # ldr's own export
+                raise ModelError(f"the exported model {self.folder / 'model.onnx'} cannot be loaded {why}; delete "
+                                 "that folder to export it again") from None
+            raise ModelError(f"the ONNX model folder {self.folder} cannot be loaded {why}: its model.onnx is "
+                             "damaged or not an ONNX graph; export it again, or give the model's PyTorch folder") \
+                from None
 
     @property
     def per_row(self) -> bool:

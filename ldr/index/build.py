@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..corpus import Doc, IngestReport
+from ..corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport
 from ..errors import ConfigError
 from ..components.bm25_store.analysis import Analyzer
 from ..components.faiss_store import FaissSettings
@@ -52,7 +52,7 @@ class BuildConfig:
     b: float | None = setting(None, "--b", help="BM25 b (default: the backend's).")
     threads: int = setting(0, "--threads", help="Threads (0: all cores).")
     # larger documents are skipped and counted (memory bound)
-    max_doc_mb: float = setting(64.0, "--max-doc-mb", help="Skip (and count) documents larger than this; raise it to "
+    max_doc_mb: float = setting(DEFAULT_MAX_DOC_MB, "--max-doc-mb", help="Skip (and count) documents larger than this; raise it to "
                                                            "index them (memory grows with it).")
     # `auto` by default: the packaged MiniLM with MaxP for English, multilingual-e5 for other
     # languages (see for_language); None: no dense component

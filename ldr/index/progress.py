@@ -2,9 +2,11 @@
 
 A long document is one item of many seconds of encoding, and a batch holds up to 32 documents,
 so a bar counting documents read sits still for minutes while the model works. When a model
-encodes, the bar counts model tokens encoded out of those read so far (each encoder reports
-after every model call), and a ticker thread redraws it while the feeder waits and while the
-last batches finish. A BM25-only build counts documents."""
+encodes, the bar counts model tokens encoded (each encoder reports after every model call), and a
+ticker thread redraws it while the feeder waits and while the last batches finish. Its total is
+shown only once every document has been read: a total that grew as documents streamed in made
+the percentage run backwards (76% → 54%); until then it shows tokens, their rate and the
+documents read. A BM25-only build counts documents."""
 from __future__ import annotations
 
 import threading
@@ -20,6 +22,7 @@ class BuildBar:
                         unit_scale=self.tokens, total=None if self.tokens else total_docs,
                         disable=not enabled, leave=False)
         self._stop = threading.Event()
+        self.read_all = False     # the corpus is read: the tokens to encode are known
         # only the ticker draws the bar (tqdm is not drawn from two threads); the feeder counts
         self._ticker = threading.Thread(target=self._tick, name="ldr-progress", daemon=True) \
             if enabled and self.tokens else None
@@ -35,13 +38,18 @@ class BuildBar:
         if not self.tokens:
             self.bar.update(1)
 
+    def all_read(self) -> None:
+        """Every document was read: from now on the bar has a total (and never runs backwards)."""
+        self.read_all = True
+
     def _tick(self) -> None:
         while not self._stop.wait(self.every):
             self._draw()
 
     def _draw(self) -> None:
         encoded, read = self.segment.progress()
-        self.bar.total = max(read, 1)
+        if self.read_all:
+            self.bar.total = max(read, 1)
         self.bar.update(encoded - self.bar.n)
         self.bar.set_postfix_str(f"{self.docs}{f'/{self.total}' if self.total else ''} docs read", refresh=True)
 

@@ -231,6 +231,7 @@ class IndexWriter:
                         uid += 1
                         n_bytes += utf8_len(doc.text)
                         bar.fed()
+                    bar.all_read()
                     t_fed = time.perf_counter()
                     entry, about = seg_writer.close()
                 t_closed = time.perf_counter()

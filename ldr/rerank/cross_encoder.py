@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, ModelError
-from ..encode.models import offline_hint, pick_device, resolve
-from .protocol import Candidate, Query
+from ..errors import ConfigError
+from ..encode.models import load_error, pick_device, resolve
+from ..search.stages.rerank import Candidate, Query
 
 AGGREGATES = ("max", "firstk")
 
@@ -101,8 +101,12 @@ class CrossEncoderReranker:
                     path, trust_remote_code=s.trust_remote_code).to(self.device).eval()
                 limit = int(getattr(self.model.config, "max_position_embeddings", 512))
                 model_type = self.model.config.model_type
-        except OSError as e:
-            raise ModelError(offline_hint(s.model) + f" [{str(e)[:200]}]") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise load_error(s.model, path, e) from None
+        except Exception as e:                   # a tokenizers parse error is a bare Exception
+            if type(e) is not Exception:
+                raise
+            raise load_error(s.model, path, e) from None
         if model_type in ("roberta", "xlm-roberta", "camembert"):
             limit -= 2
         self.max_length = min(s.max_length or limit, limit, 8192)

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import components as registry
 from ..errors import ConfigError
-from .protocol import Candidate, Query
+from ..search.stages.rerank import Candidate, Query
 
 
 class KindRescorer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..search.normalise import zscore
-from .protocol import Candidate, Query
+from ..search.stages.rerank import Candidate, Query
 
 
 class PassageRescorer:

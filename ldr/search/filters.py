@@ -20,12 +20,16 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
 from ..errors import QueryError
 
 OPS = ("=", "!=", "<", "<=", ">", ">=")
+MAX_CHARS = 1024        # a filter's field name or value (a glob is compiled: its size is its cost)
+MAX_VALUES = 256        # values of one field's `=` list
 BUILTIN = ("id", "title", "path", "ldr.path", "ldr.source")
 _EXPR = re.compile(r"^\s*([^=!<>\s][^=!<>]*?)\s*(!=|<=|>=|=|<|>)\s*(.*)$", re.S)
 _GLOB = re.compile(r"[*?\[]")
@@ -66,12 +70,19 @@ def normalise(filters) -> dict[str, dict]:
             c = dict(cond)
         else:
             c = {"=": cond}
+        if len(key) > MAX_CHARS:
+            raise QueryError(f"a filter field has {len(key)} characters; at most {MAX_CHARS}")
         for op, v in c.items():
             vals = v if isinstance(v, list) else [v]
             if op != "=" and isinstance(v, list):
                 raise QueryError(f"filter {key}{op} takes one value (got a list)")
             if not vals or any(not isinstance(x, (str, int, float, bool)) for x in vals):
                 raise QueryError(f"filter {key}{op}: values must be strings, numbers or booleans (got {v!r})")
+            if len(vals) > MAX_VALUES:
+                raise QueryError(f"filter {key}{op} lists {len(vals)} values; at most {MAX_VALUES}")
+            long = [x for x in vals if len(str(x)) > MAX_CHARS]
+            if long:
+                raise QueryError(f"filter {key}{op}: a value has {len(str(long[0]))} characters; at most {MAX_CHARS}")
         if "=" in c and not isinstance(c["="], list):
             c["="] = [c["="]]
         out[key] = c
@@ -87,13 +98,19 @@ def _text(v) -> str:
 
 
 def _number(v):
+    """A number to compare by, or None. Integers stay integers: Python compares an int with a
+    float exactly, so a value beyond a float's range (10**400) still compares, never overflows."""
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float)):
-        return float(v)
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        pass
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -131,11 +148,32 @@ def matches(value, cond: dict) -> bool:
 
 def _equal(value, want) -> bool:
     if isinstance(want, str) and _GLOB.search(want):
-        return fnmatch.fnmatchcase(_text(value), want)
+        return _glob(want).match(_text(value)) is not None
     x, y = _number(value), _number(want)
     if x is not None and y is not None and not isinstance(value, str) and not isinstance(want, str):
         return x == y
     return _text(value) == _text(want)
+
+
+# compiled globs, least recently used dropped first: the standard library's own cache keeps
+# 32,768 patterns of any size, so distinct patterns from clients grew a server without bound
+_GLOBS: OrderedDict = OrderedDict()
+_GLOBS_MAX = 256
+_GLOBS_LOCK = threading.Lock()
+
+
+def _glob(pattern: str) -> re.Pattern:
+    with _GLOBS_LOCK:
+        got = _GLOBS.get(pattern)
+        if got is not None:
+            _GLOBS.move_to_end(pattern)
+            return got
+    compiled = re.compile(fnmatch.translate(pattern), re.S)
+    with _GLOBS_LOCK:
+        _GLOBS[pattern] = compiled
+        while len(_GLOBS) > _GLOBS_MAX:
+            _GLOBS.popitem(last=False)
+    return compiled
 
 
 def key(filters: dict) -> str:

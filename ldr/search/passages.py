@@ -14,6 +14,7 @@ combined with the index's fusion weights, so passage scores compare across hits.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -61,27 +62,32 @@ class WindowTerms:
     only counts its terms (numpy), instead of analysing megabytes of text per search. Bounded by
     `max_tokens` (int32 term ids, least recently used dropped first); thread-safe."""
 
-    def __init__(self, analyzer, max_tokens: int = 16_000_000):
-        """`analyzer`: the index's BM25 Analyzer settings (built once here, used by every search)."""
+    def __init__(self, analyzer, max_tokens: int = 16_000_000, max_terms: int = 1_000_000):
+        """`analyzer`: the index's BM25 Analyzer settings (built once here, used by every search).
+        `max_tokens` bounds the analysed windows kept (int32 term ids: 4 bytes each), `max_terms`
+        the vocabulary and the text lengths: past it they start afresh (documents come and go on
+        a living index, and their terms would otherwise stay for ever)."""
         import threading
-        from collections import OrderedDict
 
         from ..components.bm25_store.analysis import cjk_pretokenize
-        from ..components.bm25_store.tantivy_backend import text_analyzer as _analyzer
+        from ..components.bm25_store.tantivy_backend import text_analyzer
 
-        self._an = _analyzer(analyzer)
+        self._an = text_analyzer(analyzer)
         self._pre = cjk_pretokenize if analyzer.is_cjk else (lambda t: t)
+        # swapped for new objects, never cleared in place: a search holding the old ones finishes
+        # consistently (each entry keeps the vocabulary its term ids index)
         self.vocab: dict[str, int] = {}
         self._docs: OrderedDict = OrderedDict()
         self.lengths: dict = {}    # uid → its text's length: a cached document's text is never read again
-        self._tokens, self.max_tokens = 0, max_tokens
+        self._tokens, self.max_tokens, self.max_terms = 0, max_tokens, max_terms
         self._lock = threading.Lock()
 
     def terms(self, text: str) -> list[str]:
         return self._an.analyze(self._pre(text))
 
-    def get(self, key, text, spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(spans (m, 2), indptr (m + 1), term ids) of a document's windows: `spans` when given
+    def get(self, key, text, spans) -> tuple:
+        """(spans (m, 2), indptr (m + 1), term ids, the vocabulary they index) of a document's
+        windows: `spans` when given
         (the dense passages), else word windows. `text`: the text, or a function returning it
         (called only on a miss: reading a long text from the docstore costs more than scoring it)."""
         with self._lock:
@@ -94,6 +100,8 @@ class WindowTerms:
         per = [self.terms(text[a:e]) for a, e in win.tolist()]
         flat = [t for toks in per for t in toks]
         with self._lock:
+            if len(self.vocab) > self.max_terms or len(self.lengths) > self.max_terms:
+                self.vocab, self._docs, self.lengths, self._tokens = {}, OrderedDict(), {}, 0
             # new terms first (dict.fromkeys: the distinct ones, in C), then one C-level lookup per
             # token: faster than numpy's unique over strings (bench/README.md)
             vocab = self.vocab
@@ -103,12 +111,12 @@ class WindowTerms:
             ids = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int32, count=len(flat))
             indptr = np.zeros(len(per) + 1, dtype=np.int64)
             np.cumsum([len(t) for t in per], out=indptr[1:])
-            entry = (win, indptr, ids)
+            entry = (win, indptr, ids, vocab)
             if key is not None:
                 self._docs[key] = entry
                 self._tokens += len(ids)
                 while self._tokens > self.max_tokens and len(self._docs) > 1:
-                    _, (_, _, old) = self._docs.popitem(last=False)
+                    _, (_, _, old, _) = self._docs.popitem(last=False)
                     self._tokens -= len(old)
         return entry
 
@@ -174,7 +182,7 @@ class PassageFinder:
             found = self._vector_windows(reps, d, len(text) if text is not None else lengths[uid])
             spans = np.concatenate([sp for _, sp in found.values()]) if found else None
             key = (uid, tuple(found)) if uid is not None else None
-            win, indptr, ids = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)), spans)
+            win, indptr, ids, vocab = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)), spans)
             m = len(win)
             cols, at = {k: np.full(m, np.nan) for k in kinds}, 0
             for k, (sims, sp) in found.items():       # the windows are the kinds' spans, in this order
@@ -184,7 +192,7 @@ class PassageFinder:
                 vec_all[k].append(cols[k])
             owners.append(np.full(m, d, dtype=np.int64))
             spans_all.append(win)
-            parts.append((indptr, ids))
+            parts.append((indptr, ids, vocab))
         if not sum(len(o) for o in owners):
             return np.zeros(0, np.int64), np.zeros((0, 2), np.int64), {}, parts
         return (np.concatenate(owners), np.concatenate(spans_all),
@@ -236,21 +244,33 @@ class PassageFinder:
                 break
         return out
 
-    def _bm25(self, parts: list[tuple[np.ndarray, np.ndarray]], qterms: set[str]) -> np.ndarray:
-        """BM25 of each window among these windows (Lucene's idf and length normalisation)."""
-        lengths = np.concatenate([np.diff(ip) for ip, _ in parts]).astype(np.float64)
-        qids = np.array(sorted(self.cache.vocab[t] for t in qterms if t in self.cache.vocab), dtype=np.int32)
-        if not len(qids) or not len(lengths):
+    def _bm25(self, parts: list[tuple], qterms: set[str]) -> np.ndarray:
+        """BM25 of each window among these windows (Lucene's idf and length normalisation). A
+        query term is a column when some window's vocabulary knows it, columns in the order of the
+        newest vocabulary's ids (the parts of one search share one vocabulary but for a reset)."""
+        lengths = np.concatenate([np.diff(ip) for ip, _, _ in parts]).astype(np.float64)
+        newest = self.cache.vocab
+        known = {t for t in qterms if any(t in v for v in {id(v): v for _, _, v in parts}.values())}
+        terms = sorted(known, key=lambda t: (newest.get(t, len(newest)), t))
+        if not terms or not len(lengths):
             return np.zeros(len(lengths))
-        tf = np.zeros((len(lengths), len(qids)))
-        wanted = np.zeros(len(self.cache.vocab) + 1, dtype=bool)   # a lookup table: one gather per term
-        wanted[qids] = True
+        tf = np.zeros((len(lengths), len(terms)))
+        tables: dict = {}
         row0 = 0
-        for indptr, ids in parts:
-            hit = np.flatnonzero(wanted[ids])
+        for indptr, ids, vocab in parts:
+            table = tables.get(id(vocab))
+            if table is None:      # this vocabulary's ids of the query terms → their columns
+                pairs = sorted((vocab[t], j) for j, t in enumerate(terms) if t in vocab)
+                qids = np.array([q for q, _ in pairs], dtype=np.int32)
+                cols = np.array([j for _, j in pairs], dtype=np.int64)
+                wanted = np.zeros(len(vocab) + 1, dtype=bool)   # a lookup table: one gather per term
+                wanted[qids] = True
+                table = tables[id(vocab)] = (qids, cols, wanted)
+            qids, cols, wanted = table
+            hit = np.flatnonzero(wanted[ids]) if len(qids) else ()
             if len(hit):
                 rows = np.searchsorted(indptr, hit, side="right") - 1 + row0
-                np.add.at(tf, (rows, np.searchsorted(qids, ids[hit])), 1)
+                np.add.at(tf, (rows, cols[np.searchsorted(qids, ids[hit])]), 1)
             row0 += len(indptr) - 1
         n, avg = len(lengths), max(lengths.mean(), 1.0)
         df = (tf > 0).sum(axis=0)

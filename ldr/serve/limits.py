@@ -1,0 +1,22 @@
+"""A server's limits, each written once (`ldr serve`'s flags take their defaults from here).
+Imports no server package, so the CLI can read them without the server extra."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+API_KEY_ENV = "LDR_API_KEY"
+
+
+@dataclass
+class ServerSettings:
+    api_key: str | None = None          # required by write endpoints when set
+    read_only: bool = False             # write endpoints answer 403
+    max_body_bytes: int = 32 << 20      # any request
+    max_query_chars: int = 8192
+    max_k: int = 1000
+    max_passages: int = 20
+    max_rerank_depth: int = 1000        # candidates a search may ask the reranker to score
+    max_documents: int = 1000           # per POST /documents
+    refresh_seconds: float = 1.0        # how often to look for generations committed elsewhere
+    write_wait_seconds: float = 30.0    # how long a write waits for another writer's lock
+    warm_up: bool = True

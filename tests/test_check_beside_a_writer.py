@@ -1,0 +1,44 @@
+"""`ldr check` beside a writer (issue 42 item 4): it checks the generation it pinned, so commits
+and the collection of old generations beside it are never reported as damage; a real flipped
+byte still is."""
+import subprocess
+import sys
+import textwrap
+
+import ldr
+from ldr.index.check import check_index
+
+from conftest import segment_dir
+
+WRITER = textwrap.dedent("""
+    import sys, ldr
+    ix = ldr.open(sys.argv[1])
+    for i in range(int(sys.argv[2])):
+        ix.add([{"id": f"w{i}", "text": f"a document written beside the check, number {i}"}], wait=30)
+        if i % 2:
+            ix.delete([f"w{i - 1}"], wait=30)
+    print("done")
+""")
+
+
+def test_check_reports_no_damage_while_a_writer_commits(tmp_path):
+    idx = tmp_path / "idx"
+    ldr.Index.build([{"id": f"d{i}", "text": f"document {i} about bridges"} for i in range(30)], idx,
+                    bm25="native", dense=None, sparse=None)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(idx), "40"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    checks, alarms = 0, []
+    while writer.poll() is None or checks < 5:
+        _, problems = check_index(idx)
+        checks += 1
+        alarms += problems
+    out, err = writer.communicate()
+    assert writer.returncode == 0 and "done" in out, err[-2000:]
+    assert checks >= 5 and alarms == []
+    # a real flipped byte is still found
+    doc = next(p for p in segment_dir(idx, 0).rglob("*") if p.is_file() and p.stat().st_size > 64)
+    data = bytearray(doc.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    doc.write_bytes(bytes(data))
+    _, problems = check_index(idx)
+    assert problems

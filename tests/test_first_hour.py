@@ -1,0 +1,87 @@
+"""A newcomer's first hour (issue 42 items 9 and 10), tried the way it was found."""
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+from ldr.index.progress import BuildBar
+
+
+def test_ldr_index_onto_an_existing_index_refuses_without_overwrite(tmp_path):
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the lighthouse keeper relit the lamp")
+    r = CliRunner()
+    args = ["index", str(corpus), "-o", str(tmp_path / "idx"), "--dense", "none", "--sparse", "none", "-q"]
+    assert r.invoke(main, args).exit_code == 0
+    (corpus / "b.txt").write_text("apples ripen in the orchard")
+    again = r.invoke(main, args)
+    assert again.exit_code == 2 and "is an index already" in again.output and "ldr add" in again.output
+    assert len(ldr.open(tmp_path / "idx")) == 1                       # untouched
+    assert r.invoke(main, args + ["--overwrite"]).exit_code == 0
+    assert len(ldr.open(tmp_path / "idx")) == 2
+
+
+class _Segment:
+    encodes = True
+
+    def __init__(self):
+        self.encoded, self.read = 0, 0
+
+    def progress(self):
+        return self.encoded, self.read
+
+
+def test_the_encoding_bar_never_runs_backwards():
+    seg = _Segment()
+    bar = BuildBar(seg, None, enabled=True, every=60)
+    shown = []
+    for step in range(10):                 # documents stream in faster than they are encoded
+        seg.read += 1000
+        seg.encoded += 600
+        bar._draw()
+        shown.append(bar.bar.n / bar.bar.total if bar.bar.total else None)
+    bar.all_read()
+    while seg.encoded < seg.read:
+        seg.encoded = min(seg.read, seg.encoded + 700)
+        bar._draw()
+        shown.append(bar.bar.n / bar.bar.total)
+    bar.bar.close()
+    fractions = [f for f in shown if f is not None]
+    assert shown[:10] == [None] * 10                                   # no percentage until the total is known
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+def _copy_model(tmp_path, name):
+    import shutil
+
+    from ldr.encode.models import packaged_path
+
+    src = packaged_path(name)
+    if src is None:
+        import pytest
+        pytest.skip(f"{name} is not installed")
+    dst = tmp_path / f"my-{name}"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_users_malformed_model_folder_is_a_clear_error(tmp_path):
+    """Issue 42 item 8: a malformed tokenizer or config was "unexpected ... please report it" (exit
+    1) or "not a local folder ... the hub cannot be reached"; a user's own ONNX folder that fails
+    to load was told to delete itself."""
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the lighthouse keeper relit the lamp")
+    r = CliRunner()
+    for broken, content in (("tokenizer.json", '{"version": "1.0", "model": {'), ("config.json", '{"model_type": ')):
+        model = _copy_model(tmp_path / broken, "all-minilm-l6-v2")
+        (model / broken).write_text(content)
+        out = r.invoke(main, ["index", str(corpus), "-o", str(tmp_path / broken / "idx"), "--dense", str(model),
+                              "--sparse", "none", "--backend", "torch", "-q"])
+        assert out.exit_code == 2, out.output
+        assert f"the model folder {model} cannot be loaded" in out.output and "please report" not in out.output
+    onnx = _copy_model(tmp_path, "bge-small")
+    (onnx / "model.onnx").write_bytes(b"not an onnx graph")
+    out = r.invoke(main, ["index", str(corpus), "-o", str(tmp_path / "o-idx"), "--dense", str(onnx),
+                          "--sparse", "none", "-q"])
+    assert out.exit_code == 2 and "cannot be loaded" in out.output and "delete" not in out.output, out.output
