@@ -226,6 +226,8 @@ def run(tmp: Path) -> None:
     assert r.returncode == 0, r.stderr
 
     run_round3(tmp, corpus, idx)
+    from attack_round4 import run_round4
+    run_round4(tmp, corpus, idx, ldr, record, clean, resign)
 
     # 1. user files
     web = tmp / "webapp"
@@ -237,10 +239,10 @@ def run(tmp: Path) -> None:
            r.stderr.decode().strip()[:90])
     shutil.copytree(idx, tmp / "idx-foreign")
     (tmp / "idx-foreign" / "mine.txt").write_text("x")
-    r = ldr("index", corpus, "-o", tmp / "idx-foreign", "-q", *BM25)
+    r = ldr("index", corpus, "-o", tmp / "idx-foreign", "-q", "--overwrite", *BM25)
     record("1 foreign file inside an index", r.returncode == 2 and (tmp / "idx-foreign" / "mine.txt").exists(),
            "refused, names mine.txt" if b"mine.txt" in r.stderr else r.stderr.decode()[:90])
-    ok = all(ldr("index", corpus, "-o", corpus / "idx", "-q", *BM25).returncode == 0 for _ in range(2))
+    ok = all(ldr("index", corpus, "-o", corpus / "idx", "-q", "--overwrite", *BM25).returncode == 0 for _ in range(2))
     record("1 output inside the corpus, built twice", ok, "not ingested")
     shutil.rmtree(corpus / "idx")
 

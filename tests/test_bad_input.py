@@ -193,7 +193,7 @@ def test_disk_full_is_a_clear_error_and_keeps_the_old_index(tmp_path, write_json
         set -u
         mount -t tmpfs -o size=3m none {mnt}
         {ldr_cmd} index {small} -o {mnt}/idx -q --dense none --sparse none > /dev/null || exit 90
-        {ldr_cmd} index {big} -o {mnt}/idx -q --dense none --sparse none
+        {ldr_cmd} index {big} -o {mnt}/idx -q --dense none --sparse none --overwrite
         echo "rc=$?"
         ls -A {mnt}
         {ldr_cmd} search godwits -i {mnt}/idx -k 1
@@ -221,7 +221,8 @@ def test_sigterm_cleans_up_like_sigint(tmp_path):
                 yield ldr.Doc(f"n{{i}}", f"new text {{i}}")
         ldr.corpus.iter_corpus = slow
         from ldr.cli import main
-        sys.argv = ["ldr", "index", {str(tmp_path)!r}, "-o", {str(target)!r}, "-q", "--dense", "none", "--sparse", "none"]
+        sys.argv = ["ldr", "index", {str(tmp_path)!r}, "-o", {str(target)!r}, "-q", "--dense", "none", "--sparse", "none",
+                    "--overwrite"]
         main()
     """)
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -85,7 +85,7 @@ def test_output_inside_the_corpus_is_not_ingested(tmp_path):
     r = CliRunner()
     for _ in range(2):  # the second build used to fail on "duplicate id ... from idx/docstore"
         out = r.invoke(main, ["index", str(corpus), "-o", str(corpus / "idx"), "-q", "--dense", "none",
-                              "--sparse", "none"])
+                              "--sparse", "none", "--overwrite"])
         assert out.exit_code == 0, out.output
         assert "4 documents indexed, 0 skipped" in out.output
     # another ldr index lying in the corpus is skipped and counted, not read as documents
