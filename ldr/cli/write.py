@@ -38,10 +38,16 @@ def index_cmd(corpus, out, wait, overwrite, quiet, ray_address, ray_workers, ray
 
     from ..api import Index
     from ..corpus import IngestReport
-    from ..errors import ConfigError
-    from ..index import generations as gens
+    from ..errors import ConfigError, IndexFormatError
+    from ..index.manifest import read_manifest
 
-    if not overwrite and Path(out).is_dir() and gens.generations(Path(out)):
+    def is_index(path: Path) -> bool:
+        try:
+            return path.is_dir() and bool(read_manifest(path))
+        except IndexFormatError:      # not an index (a foreign manifest.json: refused below, naming it)
+            return False
+
+    if not overwrite and is_index(Path(out)):
         raise ConfigError(f"{out} is an index already: `ldr add {corpus} -i {out}` adds these documents to it "
                           f"(replacing those with the same ids); `--overwrite` replaces the whole index with them")
 
