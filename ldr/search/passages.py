@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -34,6 +34,7 @@ class Passage:
     score: float
     stage: str           # which source ranks this window highest: the vector kind ("dense") or the lexical one
     scores: dict
+    highlights: list = field(default_factory=list)   # [start, end] of each word matching a query term (document offsets)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -239,7 +240,8 @@ class PassageFinder:
             scores.update({k: float(v[i]) for k, v in vec.items() if not np.isnan(v[i])})
             # the source that adds the most to this window's score; vector kinds first on a tie
             stage = max([k for k in kinds if k in scores] + [self.term_kind], key=lambda k: contrib[k][i])
-            chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores))
+            marks = [[a + s, a + t] for s, t in self.marks(docs[d][a:e], qterms)]
+            chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores, marks))
             if all(len(c) >= n for c in out.values()):
                 break
         return out

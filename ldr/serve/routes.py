@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import HTMLResponse, Response
 from starlette.exceptions import HTTPException
 
 from ..search.hits import finite
 from .state import DocumentsIn, IdsIn, SearchRequest, Served, query_params
 from .metrics import CONTENT_TYPE
+
+
+PAGE = (Path(__file__).parent / "static" / "index.html").read_text(encoding="utf-8")
 
 
 def add_read_routes(app: FastAPI, served: Served) -> None:
@@ -60,6 +64,20 @@ def add_read_routes(app: FastAPI, served: Served) -> None:
         from ..search.hits import origin
         return {"id": doc.id, "title": doc.title, "text": doc.text, "meta": finite(doc.meta),
                 **({"ldr": origin(doc)} if origin(doc) else {}), "generation": ix.generation}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page():
+        """A search page (plain HTML and a little JavaScript; no build step, nothing from a CDN)."""
+        return HTMLResponse(PAGE, headers={"content-security-policy": "default-src 'self'; script-src 'unsafe-inline'; "
+                                                                     "style-src 'unsafe-inline'"})
+
+    @app.post("/plan")
+    def plan(req: SearchRequest):
+        """The plan a search with this request runs: its stages and where each setting came from."""
+        from ..search.query import prepare
+
+        p = served.index().plan(prepare(req.query), **req.model_dump(exclude={"query"}))
+        return {**p.to_dict(), "explain": p.explain()}
 
     @app.get("/info")
     def info():

@@ -1,0 +1,97 @@
+"""The search page at `/` (issue 42), driven by a real headless browser (Debian's chromium through
+chromedriver) against a real `ldr serve`: type a query and see hits with their passages and
+marked terms, change the retrievers, apply a filter, see a hostile title rendered as text."""
+import shutil
+
+import pytest
+
+import ldr
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[dev]')")
+
+CHROMIUM, DRIVER = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no headless browser: apt-get install chromium "
+                                                                  "chromium-driver (.ci/run installs them)")
+
+HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+DOCS = [{"id": "bridge-1", "title": HOSTILE, "text": "The bearing plates of the bridge show section loss from "
+         "corrosion; the inspector requires a weight restriction.", "team": "red"},
+        {"id": "bridge-2", "title": "Second bridge", "text": "Corrosion of the bearing plates was found on the "
+         "north span; repainting is planned.", "team": "blue"},
+        {"id": "lamp", "title": "Lighthouse log", "text": "The keeper relit the lamp at midnight.", "team": "blue"}]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from test_serve import Server
+
+    path = tmp_path_factory.mktemp("page") / "idx"
+    ldr.Index.build(DOCS, path, bm25="native", dense=None, sparse=None)
+    server = Server(path)
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    try:
+        driver.get(server.url + "/")
+        yield driver
+    finally:
+        driver.quit()
+        server.stop()
+
+
+def _search(driver, query, mode="", filters=""):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    WebDriverWait(driver, 30).until(lambda d: "documents" in d.find_element(By.ID, "info").text)
+    q = driver.find_element(By.ID, "q")
+    q.clear()
+    q.send_keys(query)
+    Select(driver.find_element(By.ID, "mode")).select_by_value(mode)
+    f = driver.find_element(By.ID, "filters")
+    f.clear()
+    f.send_keys(filters)
+    driver.execute_script("document.getElementById('status').textContent = ''")
+    driver.find_element(By.ID, "go").click()
+    WebDriverWait(driver, 30).until(lambda d: "hits in" in d.find_element(By.ID, "status").text
+                                    or d.find_element(By.ID, "error").text)
+    return driver.find_elements(By.CSS_SELECTOR, ".hit")
+
+
+def test_a_query_shows_hits_with_passages_and_marked_terms(page):
+    from selenium.webdriver.common.by import By
+
+    hits = _search(page, "corrosion of the bearing plates")
+    assert len(hits) == 2 and {"bridge-1", "bridge-2"} == {h.find_element(By.CLASS_NAME, "id").text for h in hits}
+    marks = [m.text.lower() for m in page.find_elements(By.CSS_SELECTOR, ".passage mark")]
+    assert "corrosion" in marks and "bearing" in marks
+    assert "fused" in hits[0].text or "bm25" in hits[0].text
+    assert "windows" in page.find_element(By.ID, "plan").get_attribute("textContent")
+    assert "3 documents" in page.find_element(By.ID, "info").text
+
+
+def test_a_hostile_title_is_text(page):
+    from selenium.webdriver.common.by import By
+
+    hits = _search(page, "bearing plates section loss")
+    titles = [h.find_element(By.CLASS_NAME, "title").text for h in hits]
+    assert HOSTILE in titles
+    assert page.execute_script("return window.pwned") is None
+    assert not page.find_elements(By.CSS_SELECTOR, ".hit img, .hit script")
+
+
+def test_the_mode_and_a_filter_change_the_hits(page):
+    from selenium.webdriver.common.by import By
+
+    hits = _search(page, "corrosion bearing", mode="bm25")
+    assert hits and all("fused" not in h.find_element(By.CLASS_NAME, "scores").text for h in hits)
+    hits = _search(page, "corrosion bearing", filters="team=blue")
+    assert [h.find_element(By.CLASS_NAME, "id").text for h in hits] == ["bridge-2"]
+    _search(page, "corrosion", filters="team")
+    assert "bad filter" in page.find_element(By.ID, "error").text
