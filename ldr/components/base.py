@@ -90,7 +90,7 @@ class Component:
     def entry(self, settings) -> dict:
         return {"settings": asdict(settings) if hasattr(settings, "__dataclass_fields__") else dict(settings)}
 
-    manifest_keys: dict = {}           # required keys of components[kind] and their types
+    manifest_keys: dict = {}           # required keys of `components[kind]` and their types
 
     def from_legacy(self, comp: dict, seg: dict) -> None:
         """Format 2 manifests (one segment at the top level): move per-segment keys into `seg`."""

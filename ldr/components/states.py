@@ -19,7 +19,7 @@ def part_folder(segment: Path, kind: str) -> Path:
 
 
 def part_entry(kind: str, **about) -> dict:
-    """A kind's part entry in the manifest (segments[i][kind]): its folder and what it records."""
+    """A kind's part entry in the manifest (`segments[i][kind]`): its folder and what it records."""
     return {"path": kind, **about}
 
 
