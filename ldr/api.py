@@ -376,6 +376,25 @@ class Index:
                 "search_recorded": dict(self.manifest.get("search", {}))}
 
 
+def _search_signature():
+    """Index.search's signature with every search option listed (help(), editors), from the
+    options schema: the method itself takes them as **options, checked once by QueryOptions."""
+    import inspect
+    from dataclasses import MISSING, fields
+
+    P = inspect.Parameter
+    params = [P("self", P.POSITIONAL_OR_KEYWORD), P("query", P.POSITIONAL_OR_KEYWORD, annotation="str"),
+              P("k", P.POSITIONAL_OR_KEYWORD, default=10, annotation="int")]
+    for f in fields(QueryOptions):
+        if f.name != "k":
+            default = f.default if f.default is not MISSING else f.default_factory()
+            params.append(P(f.name, P.KEYWORD_ONLY, default=default, annotation=f.type))
+    return inspect.Signature(params, return_annotation="SearchResult")
+
+
+Index.search.__signature__ = _search_signature()
+
+
 def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001
          trust_remote_code: bool = False, generation: int | None = None) -> Index:
     """Open an index directory at its newest generation (cheap checks; `verify=True` also hashes

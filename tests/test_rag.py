@@ -56,7 +56,9 @@ def test_the_best_passage_holds_the_needle_and_offsets_point_into_the_text(hybri
     # no full text unless asked; metadata comes with the hit
     assert hits[0].text is None and hits[0].meta["lang"] == "de"
     assert hybrid.search("orbital telescope", k=1, with_text=True)[0].text == hybrid.document("doc3").text
-    assert all(not h.passages for h in hybrid.search("orbital telescope", k=2))
+    # one default for every interface (issue 45 item 8): the API gives the passage the CLI and server give
+    assert all(len(h.passages) == 1 for h in hybrid.search("orbital telescope", k=2))
+    assert all(not h.passages for h in hybrid.search("orbital telescope", k=2, passages=0))
 
 
 @pytest.mark.slow

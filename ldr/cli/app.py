@@ -20,6 +20,11 @@ class _Group(click.Group):
     LdrError and OS errors (disk full, permissions) exit 2, anything unexpected 1 (its traceback
     with -vv), Ctrl-C 130 and SIGTERM 143, after the same cleanup."""
 
+    def parse_args(self, ctx, args):
+        """-v works after the subcommand and -q before it, as users put them (`ldr index ... -v`,
+        `ldr -q index ...`): -v is the group's, -q each command's."""
+        return super().parse_args(ctx, _place_flags(self, list(args)))
+
     def invoke(self, ctx):
         import errno
         import signal
@@ -67,6 +72,26 @@ class _Group(click.Group):
             click.echo(f"error: unexpected {type(e).__name__}: {str(e)[:500]} "
                        "(run with -vv for details; please report it)", err=True)
             ctx.exit(1)
+
+
+_VERBOSE = {"-v", "-vv", "-vvv", "--verbose"}
+_QUIET = {"-q", "--quiet"}
+
+
+def _place_flags(group: click.Group, args: list[str]) -> list[str]:
+    at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if at is None or args[at] not in group.commands:
+        return args
+    before, name, after = args[:at], args[at], args[at + 1:]
+    end = after.index("--") if "--" in after else len(after)
+    verbose = [a for a in after[:end] if a in _VERBOSE]
+    after = [a for a in after[:end] if a not in _VERBOSE] + after[end:]
+    quiet = [a for a in before if a in _QUIET]
+    takes_quiet = any(p.name == "quiet" for p in group.commands[name].params)
+    if quiet and takes_quiet:
+        before = [a for a in before if a not in _QUIET]
+        after = quiet[:1] + after
+    return verbose + before + [name] + after
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

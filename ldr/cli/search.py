@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json  # noqa: F401
+import logging
 import sys  # noqa: F401
+import time
 
 import click
 
@@ -13,7 +15,7 @@ from .app import main
 # the CLI's own words for a few options (the rest: the schema's help)
 _CLI_HELP = {"k": "Number of hits (per query).",
              "passages": "Best passages per hit (character offsets into the text); the table shows the best as "
-                         "snippet (default 1; --json lists them with offsets).",
+                         "snippet (--json lists them with offsets and the matched terms' highlights).",
              "with_text": "With --json: include each hit's full text.",
              "filters": "Only documents whose metadata matches (repeatable): lang=de, 'path=contracts/*', year>=2020."}
 # --rerank: the passage rescorer, none, or a kind's exact scores over the candidates (colbert: MaxSim)
@@ -114,6 +116,7 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
     from ..corpus.text import replace_surrogates
     from ..errors import ConfigError
     from ..search.hits import finite
+    from ..search.options import QueryOptions
 
     if (query is None) == (queries_file is None):
         raise ConfigError("give either a QUERY or --queries FILE")
@@ -125,24 +128,30 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
         _batch_search(index, queries_file, output, k, run_tag, options)
         return
     query = replace_surrogates(query)   # undecodable argv bytes arrive as lone surrogates
-    n_passages = passages if passages is not None else 1    # --json carries the passage the table shows
+    n_passages = passages if passages is not None else QueryOptions().passages   # the schema's default
     if explain:
         plan = index.plan(query, k=k, passages=n_passages, **options)
         click.echo(json.dumps(plan.to_dict(), ensure_ascii=False) if as_json else plan.explain())
         return
+    t0 = time.perf_counter()
     hits = index.search(query, k=k, passages=n_passages, with_text=as_json and with_text,
                         with_meta=as_json, **options)   # texts are read only when shown
+    took_ms = round(1e3 * (time.perf_counter() - t0), 2)
     stages = list(hits[0].scores) if hits else []
     if as_json:
         click.echo(json.dumps(finite({"query": query, "mode": mode or index.default_mode(), "stages": stages,
-                               "reranker": hits.reranker, "generation": hits.generation,
+                               "reranker": hits.reranker, "generation": hits.generation, "took_ms": took_ms,
                                "timings_ms": {n: round(1e3 * t, 2) for n, t in hits.timings.items()},
                                "hits": [h.to_dict(with_text=with_text) for h in hits]}), ensure_ascii=False))
         return
     if not hits:
         click.echo("no hits")
-        return
-    _print_hits(hits, stages)
+    else:
+        _print_hits(hits, stages)
+    # how long it took, as Elasticsearch and Meilisearch say it (stderr: the table stays clean); -v: per stage
+    per_stage = ", ".join(f"{n} {1e3 * t:.1f}" for n, t in hits.timings.items())
+    verbose = logging.getLogger("ldr").getEffectiveLevel() <= logging.INFO
+    click.echo(f"took {took_ms:.0f} ms" + (f" ({per_stage} ms)" if verbose and per_stage else ""), err=True)
 
 
 def _print_hits(hits, stages) -> None:
@@ -217,7 +226,8 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
     skipped, lines = [], 0
     try:
         with tqdm(total=len(queries), desc="searching", unit="q", disable=out is None, leave=False) as bar:
-            for qid, res in index.search_many(queries, k=k, progress=bar.update, with_meta=False, **options):
+            for qid, res in index.search_many(queries, k=k, progress=bar.update, with_meta=False,
+                                               **{"passages": 0, **options}):
                 if isinstance(res, Exception):
                     skipped.append(f"{qid} ({res})")
                     continue

@@ -82,7 +82,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
         # the index's own settings (ldr's defaults unless the build set others), every stage kept
         result = index.search(task.queries[qid], k=opts.depth or ldr_default("depth"), depth=opts.depth,
                               rerank_depth=opts.rerank_depth, rerank=opts.rerank, rerank_model=opts.rerank_model,
-                              stages=opts.stages, with_text=False)
+                              stages=opts.stages, with_text=False, passages=0)
         cands = result.candidates
         first = [s.kind for s in result.plan.first]
         for name in first:

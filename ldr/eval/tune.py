@@ -223,7 +223,7 @@ class _Tuning:
                 bar.update(len(self.qids))
                 continue
             runs[n] = {}
-            for qid, res in self.index.search_many({q: self.queries[q] for q in self.qids}, k=depth, mode=n,
+            for qid, res in self.index.search_many({q: self.queries[q] for q in self.qids}, k=depth, mode=n, passages=0,
                                                    rerank=False):
                 runs[n][qid] = {} if isinstance(res, Exception) else {h.id: h.score for h in res}
                 bar.update(1)
@@ -260,7 +260,7 @@ class _Tuning:
 
         kw = {"fusion": s["fusion"], "weights": s["weights"], "rerank": s.get("rerank") or False,
               "rerank_model": s.get("rerank_model"), "rerank_depth": s.get("rerank_depth"),
-              "rerank_weight": s.get("rerank_weight", 1.0), "stages": self.opts.stages}
+              "rerank_weight": s.get("rerank_weight", 1.0), "stages": self.opts.stages, "passages": 0}
         if s["fusion"] == "rrf":
             kw["rrf_k"] = s.get("rrf_k", 60)
         cut = max(self.cut, 10)

@@ -62,8 +62,8 @@ class QueryOptions:
     stages: dict[str, dict] | None = _opt(None, "Registered extra stages to run, with their settings: "
                                                 "{name: {setting: value}} (`--stage name:setting=value`).",
                                           cli=("--stage",))
-    passages: int = _opt(0, "Best passages per hit (character offsets into the text).", ge=0,
-                         cli=("-p", "--passages"), server_default=1)
+    passages: int = _opt(1, "Best passages per hit (character offsets into the text; 0: none).", ge=0,
+                         cli=("-p", "--passages"))
     with_text: bool = _opt(False, "Each hit's full text.", cli=("--text",))
     with_meta: bool = _opt(True, "Each hit's metadata.", cli="the table shows none; --json always includes it",
                            server="hits always carry their metadata")

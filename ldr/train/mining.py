@@ -58,7 +58,7 @@ def mine(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], qids:
             continue
         query = queries[qid]
         judged = {d for d in qrels.get(qid, {})}
-        hits = index.search(query, k=min(depth, len(index)), rerank=False, with_meta=False)
+        hits = index.search(query, k=min(depth, len(index)), rerank=False, with_meta=False, passages=0)
         negs = [h.id for h in hits if h.id not in judged][:negatives]
         # one passage search over the positives and the negatives: MaxP under the current model
         found = index.search(query, k=len(rel) + len(negs), filters={"id": rel + negs}, passages=passages,
