@@ -85,3 +85,19 @@ def test_a_users_malformed_model_folder_is_a_clear_error(tmp_path):
     out = r.invoke(main, ["index", str(corpus), "-o", str(tmp_path / "o-idx"), "--dense", str(onnx),
                           "--sparse", "none", "-q"])
     assert out.exit_code == 2 and "cannot be loaded" in out.output and "delete" not in out.output, out.output
+
+
+def test_the_snippet_shows_the_match_not_the_first_mention():
+    """Issue 45 item 3: the quick start's snippet showed "...requires an immediate weight
+    restriction..." while the passage holds the match 258 characters further on."""
+    from ldr.search.passages import snippet
+
+    text = ("No defect requires an immediate weight restriction, but the bearing condition must be monitored "
+            "and repairs should be programmed within two years. Detailed observations follow for each pier "
+            "and span of the structure as inspected. At Pier 2 the steel top and bottom bearing plates show "
+            "section loss from corrosion estimated at 15 to 20 percent.")
+    words = {"bearing", "plates", "corrosion"}
+    import re
+    marks = [(m.start(), m.end()) for m in re.finditer(r"\w+", text) if m.group(0).lower() in words]
+    shown = snippet(text, marks, 120)
+    assert "bearing plates show section loss from corrosion" in shown

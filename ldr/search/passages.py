@@ -322,10 +322,23 @@ def _tidy(text: str, a: int, e: int) -> tuple[int, int]:
     return a, e
 
 
+def best_span(text: str, marks: list[tuple[int, int]], width: int) -> int:
+    """Where the `width` characters of `text` that show the most distinct marked words begin (then
+    the most marks): the match a reader wants to see, not the first mention of one word."""
+    best, start = (-1, -1), marks[0][0] if marks else 0
+    for i, (s, _) in enumerate(marks):
+        inside = [(a, b) for a, b in marks[i:] if b <= s + width]
+        score = (len({text[a:b].lower() for a, b in inside}), len(inside))
+        if score > best:
+            best, start = score, s
+    return start
+
+
 def snippet(text: str, marks: list[tuple[int, int]], width: int = 160, style=None) -> str:
-    """A one-line excerpt of `text` of about `width` characters around its first marked word,
-    marked words passed through `style` (e.g. bold in a terminal)."""
-    centre = marks[0][0] if marks else 0
+    """A one-line excerpt of `text` of about `width` characters around the span with the most
+    distinct marked words (best_span), marked words passed through `style` (e.g. bold in a
+    terminal)."""
+    centre = best_span(text, marks, width * 2 // 3) if marks else 0
     a = max(0, centre - width // 3)
     if a:
         sp = text.find(" ", a)
