@@ -101,3 +101,49 @@ def test_the_snippet_shows_the_match_not_the_first_mention():
     marks = [(m.start(), m.end()) for m in re.finditer(r"\w+", text) if m.group(0).lower() in words]
     shown = snippet(text, marks, 120)
     assert "bearing plates show section loss from corrosion" in shown
+
+
+def test_a_server_open_to_the_network_makes_a_write_key_and_a_busy_port_is_one_clear_line(tmp_path):
+    """Issue 45 items 10 and 12."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    ldr.Index.build([{"id": "a", "text": "the lighthouse keeper"}], tmp_path / "idx", bm25="native", dense=None,
+                    sparse=None)
+    env = {**os.environ, "LDR_API_KEY": ""}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path / "idx"), "--port",
+                            str(port)], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 2 and "--port" in r.stderr and "serving" not in r.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path / "idx"), "--host", "0.0.0.0",
+                          "--port", str(port)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        lines = [p.stderr.readline() for _ in range(2)]
+        assert "no --api-key was given" in lines[0]
+        key = lines[1].strip()
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        doc = {"documents": [{"id": "b", "text": "an added document"}]}
+        assert httpx.post(url + "/documents", json=doc).status_code == 401
+        assert httpx.post(url + "/documents", json=doc, headers={"x-api-key": key}).status_code == 200
+    finally:
+        p.terminate()
+        p.wait(30)

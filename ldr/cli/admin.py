@@ -36,11 +36,38 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
     from .. import api
 
     api.open(index_path).close()   # a clear error before the server starts, not in its log
+    _check_port(host, port)
+    if not (api_key or read_only or host in LOCAL_HOSTS):
+        # open to the network: writes need a key; as Elasticsearch does on first start, make one
+        import secrets
+
+        api_key = secrets.token_urlsafe(24)
+        click.echo(f"{host} is reachable from other machines and no --api-key was given: writes need this key "
+                   f"(X-API-Key or Authorization: Bearer):\n  {api_key}", err=True)
     settings = ServerSettings(api_key=api_key or None, read_only=read_only, max_body_bytes=int(max_body_mb * (1 << 20)),
                               max_query_chars=max_query_chars)
-    click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs)"
+    click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs, a search page: /)"
                + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
     serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code)
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _check_port(host: str, port: int) -> None:
+    """A busy port is one clear line naming --port, before the server says it is serving."""
+    import socket
+
+    from ..errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ConfigError(f"cannot serve on {host}:{port} ({e.strerror or e}): another program uses that port? "
+                              "choose another with --port") from None
 
 
 @main.command("info")
