@@ -20,7 +20,7 @@ from .index.view import View, newest, open_view
 from .index.ray_build import RayOptions
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
 from . import components as registry
-from .search.options import QueryOptions
+from .search.options import QueryOptions, search_signature
 from .search.query import prepare
 
 log = logging.getLogger(__name__)
@@ -376,23 +376,7 @@ class Index:
                 "search_recorded": dict(self.manifest.get("search", {}))}
 
 
-def _search_signature():
-    """Index.search's signature with every search option listed (help(), editors), from the
-    options schema: the method itself takes them as **options, checked once by QueryOptions."""
-    import inspect
-    from dataclasses import MISSING, fields
-
-    P = inspect.Parameter
-    params = [P("self", P.POSITIONAL_OR_KEYWORD), P("query", P.POSITIONAL_OR_KEYWORD, annotation="str"),
-              P("k", P.POSITIONAL_OR_KEYWORD, default=10, annotation="int")]
-    for f in fields(QueryOptions):
-        if f.name != "k":
-            default = f.default if f.default is not MISSING else f.default_factory()
-            params.append(P(f.name, P.KEYWORD_ONLY, default=default, annotation=f.type))
-    return inspect.Signature(params, return_annotation="SearchResult")
-
-
-Index.search.__signature__ = _search_signature()
+Index.search.__signature__ = search_signature()   # help() and editors list every option
 
 
 def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001

@@ -114,6 +114,21 @@ class QueryOptions:
         return asdict(self)
 
 
+def search_signature():
+    """Index.search's signature with every search option listed (help(), editors), from this
+    schema: the method takes them as **options, checked once by QueryOptions."""
+    import inspect
+
+    P = inspect.Parameter
+    params = [P("self", P.POSITIONAL_OR_KEYWORD), P("query", P.POSITIONAL_OR_KEYWORD, annotation="str"),
+              P("k", P.POSITIONAL_OR_KEYWORD, default=10, annotation="int")]
+    for f in fields(QueryOptions):
+        if f.name != "k":
+            default = f.default if f.default is not MISSING else f.default_factory()
+            params.append(P(f.name, P.KEYWORD_ONLY, default=default, annotation=f.type))
+    return inspect.Signature(params, return_annotation="SearchResult")
+
+
 def names() -> list[str]:
     return [f.name for f in fields(QueryOptions)]
 
