@@ -18,7 +18,8 @@ from .source import open_source, passage_records
 
 
 class LdrRetriever(BaseRetriever):
-    """`k` documents, `passages` passages each (one LangChain Document per passage, best first;
+    """`k` documents, `passages` passages each (one LangChain Document per passage, in hit order,
+    each hit's passages best first;
     metadata: doc_id, title, score, doc_score, start/end offsets, stage, the document's metadata)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -15,7 +15,8 @@ from .source import open_source, passage_records
 
 class LdrRetriever(BaseRetriever):
     """`k` documents, `passages` passages each: one TextNode per passage (id "DOC#START-END",
-    its document as SOURCE relationship, offsets as start/end_char_idx), scored, best first."""
+    its document as SOURCE relationship, offsets as start/end_char_idx), in hit order, each hit's
+    passages best first; a node's score is its passage's."""
 
     def __init__(self, index=None, *, url: str | None = None, api_key: str | None = None, k: int = 4,
                  passages: int = 1, filters: dict | None = None, search_kwargs: dict | None = None, **kwargs):

@@ -25,7 +25,8 @@ def open_source(index=None, url: str | None = None, api_key: str | None = None):
 
 
 def passage_records(hits, with_text_fallback: bool = True) -> list[dict]:
-    """One record per passage of each hit, best hit first: the text, a score and what a citation
+    """One record per passage of each hit, in hit order (each hit's passages best first): the
+    text, the passage's score and what a citation
     needs (document id, title, character offsets, metadata)."""
     out = []
     for h in hits:
