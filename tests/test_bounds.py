@@ -99,3 +99,10 @@ def test_the_server_refuses_hostile_filters_and_takes_huge_integers(idx, tmp_pat
         assert r.status_code == 200 and {h["id"] for h in r.json()["hits"]} == {"d3", "big"}
     finally:
         server.stop()
+
+
+def test_filter_masks_are_kept_for_at_most_64_filters(idx):
+    """A mask is one byte per document: 64 of them bound what distinct filters keep."""
+    for i in range(150):
+        idx.search("bridge", k=1, filters={"n": {">": i}})
+    assert len(idx.docstore._masks) <= 64
