@@ -10,6 +10,9 @@ SAMPLE = ROOT / "corpora" / "sample"
 SHARED = ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# `ldr search`'s table fits COLUMNS when it is set: tests that read the table see it uncut unless
+# they set a width themselves
+os.environ.pop("COLUMNS", None)
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # ONNX exports go to the checkout's own cache (git-ignored), not the user's, and stay there between
 # runs: an export is keyed by the weights' hash, the export code's version and the int8 settings,

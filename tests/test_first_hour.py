@@ -149,3 +149,15 @@ def test_a_server_open_to_the_network_makes_a_write_key_and_a_busy_port_is_one_c
     finally:
         p.terminate()
         p.wait(30)
+
+
+def test_the_result_table_fits_the_terminal(tmp_path, monkeypatch):
+    """Issue 45 item 7: the table was 119-184 characters wide whatever COLUMNS said."""
+    docs = [{"id": f"a-very-long-document-identifier-number-{i}.txt", "title": "A title " * 20,
+             "text": f"the bearing plates show corrosion, report {i}"} for i in range(3)]
+    ldr.Index.build(docs, tmp_path / "idx", bm25="native", dense=None, sparse=None)
+    monkeypatch.setenv("COLUMNS", "80")
+    out = CliRunner().invoke(main, ["search", "bearing corrosion", "-i", str(tmp_path / "idx")])
+    assert out.exit_code == 0, out.output
+    lines = [line for line in out.output.splitlines() if not line.startswith("took ")]
+    assert len(lines) >= 4 and all(len(line) <= 80 for line in lines), [len(line) for line in lines]

@@ -127,7 +127,8 @@ def check_cmd(index_path, quiet):
 
     from ..index.check import check_index
 
-    with tqdm(desc="checking", unit="file", disable=quiet, leave=False) as bar:
+    # a bar only on a terminal: elsewhere its last frame ("checking: 0file") would stay in the log
+    with tqdm(desc="checking", unit=" files", disable=quiet or not sys.stderr.isatty(), leave=False) as bar:
         manifest, problems = check_index(index_path, progress=lambda _: bar.update(1))
     if problems:
         click.echo(f"{index_path}: {len(problems)} problem(s)", err=True)

@@ -154,22 +154,44 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
     click.echo(f"took {took_ms:.0f} ms" + (f" ({per_stage} ms)" if verbose and per_stage else ""), err=True)
 
 
+def _columns() -> int:
+    """The width to fit: COLUMNS, else the terminal's; piped output without COLUMNS is not cut."""
+    import os
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit():
+        return max(60, int(os.environ["COLUMNS"]))
+    return max(60, shutil.get_terminal_size().columns) if sys.stdout.isatty() else 10_000
+
+
 def _print_hits(hits, stages) -> None:
+    """The table, as wide as the terminal (COLUMNS): long ids and titles are cut, and stage
+    columns that do not fit are left out (--json has them all)."""
     from ..search.passages import snippet
 
-    width = max(len(h.id) for h in hits)
+    columns = _columns()
+    width = min(max(len(h.id) for h in hits), max(12, columns // 3))
     shown = [s for s in stages if "." not in s]
-    click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s:>9}  " for s in shown) + "title")
+    while shown and 4 + 2 + width + 2 + 9 + 2 + 11 * len(shown) + 12 > columns:
+        shown.pop()                    # the stage columns that do not fit (the final score stays)
+    room = max(10, columns - (4 + 2 + width + 2 + 9 + 2 + 11 * len(shown)))
+
+    def cut(text: str, n: int) -> str:
+        return text if len(text) <= n else text[:n - 1] + "…"
+
+    click.echo(f"{'rank':>4}  {'id':<{width}}  {'score':>9}  " + "".join(f"{s[:9]:>9}  " for s in shown) + "title")
     finder = hits.finder
     qterms = finder.query_terms(hits.query) if finder is not None else set()
     for h in hits:
         cols = "".join(f"{h.scores[s]:>9.4f}  " if s in h.scores else f"{'-':>9}  " for s in shown)
-        click.echo(f"{h.rank:>4}  {h.id:<{width}}  {h.score:>9.4f}  {cols}{h.title}")
+        click.echo(f"{h.rank:>4}  {cut(h.id, width):<{width}}  {h.score:>9.4f}  {cols}{cut(h.title or '', room)}")
         if h.passages:
             p = h.passages[0]
+            where = f"[{p.start}:{p.end}] "
             # query terms in bold (click drops the styling when output is not a terminal)
-            text = snippet(p.text, finder.marks(p.text, qterms), 160, lambda t: click.style(t, bold=True))
-            click.echo(f"{'':>6}[{p.start}:{p.end}] {text}")
+            text = snippet(p.text, finder.marks(p.text, qterms), max(40, min(160, columns - 8 - len(where))),
+                           lambda t: click.style(t, bold=True))
+            click.echo(f"{'':>6}{where}{text}")
 
 
 def _read_queries(path: str) -> list[tuple[str, str]]:
