@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import ConfigError
 from .batching import SerialEncoder, batch_budget, budget_batches, token_ids, with_specials
 from .chunking import char_span
-from .models import load_error, model_revision, pick_device, resolve
+from .models import loading, model_revision, pick_device, resolve
 
 DEFAULT_COLBERT = "colbert-small"
 
@@ -115,7 +115,7 @@ class ColbertEncoder(SerialEncoder):
         self.path, self.key = resolve(s.model)
         self.ort = self.model = self.proj = None
         self.device = "cpu"
-        try:
+        with loading(s.model, self.path):
             if onnx_folder(self.path):
                 self.ort = OrtModel(Path(self.path))
                 self.tokenizer = self.ort.tokenizer
@@ -132,12 +132,6 @@ class ColbertEncoder(SerialEncoder):
                 limit, self.backend = int(getattr(self.model.config, "max_position_embeddings", 512)), "torch"
                 if os.path.isdir(self.path):
                     self.proj = _projection(Path(self.path))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise load_error(s.model, self.path, e) from None
-        except Exception as e:                   # a tokenizers parse error is a bare Exception
-            if type(e) is not Exception:
-                raise
-            raise load_error(s.model, self.path, e) from None
         vocab = self.tokenizer.get_vocab()
         missing = [t for t in (s.query_marker, s.doc_marker, "[MASK]", "[CLS]", "[SEP]") if t not in vocab]
         if missing:

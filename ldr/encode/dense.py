@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ConfigError
 from .batching import SerialEncoder, fixed_shapes, pad
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
-from .models import DEFAULT_DENSE, load_error, model_revision, pick_device, resolve
+from .models import DEFAULT_DENSE, loading, model_revision, pick_device, resolve
 from .dense_core import _DenseCore
 from ..schema import setting
 from .runtime import BACKENDS, bf16_context, choose, with_fallback
@@ -114,15 +114,9 @@ class DenseEncoder(_DenseCore):
 
         hf_logging.disable_progress_bar()  # "Loading weights" bars would clutter ldr's own output
 
-        try:
+        with loading(s.model, path):
             st = SentenceTransformer(path, device=self.device, trust_remote_code=s.trust_remote_code,
                                      local_files_only=os.environ.get("HF_HUB_OFFLINE") == "1" or None)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise load_error(s.model, path, e) from None
-        except Exception as e:                   # a tokenizers parse error is a bare Exception
-            if type(e) is not Exception:
-                raise
-            raise load_error(s.model, path, e) from None
         self.st = st
         self.hf = st[0].auto_model
         self.tokenizer = st.tokenizer

@@ -6,6 +6,8 @@ authors configured them) and transformers.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import dataclasses
 import importlib.util
 import logging
@@ -129,6 +131,21 @@ def load_error(name: str, path: str, e: BaseException) -> ModelError:
     if isinstance(e, OSError):
         return ModelError(offline_hint(name) + f" [{what}]")
     return ModelError(f"model {name!r} cannot be loaded ({what})")
+
+
+@contextmanager
+def loading(name: str, path: str):
+    """Around a model's loading: what its libraries raise becomes load_error's ModelError. A
+    tokenizers parse error is a bare Exception; other Exception subclasses not listed pass
+    unchanged (they are ldr's own bugs, reported as such)."""
+    try:
+        yield
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise load_error(name, path, e) from None
+    except Exception as e:
+        if type(e) is not Exception:
+            raise
+        raise load_error(name, path, e) from None
 
 
 def pick_device(device: str | None) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, budget_batches, fixed_shapes, pad, special_tokens, token_ids, with_specials
 from .mlm_head import head_max, head_max_torch, split_mlm_head
-from .models import DEFAULT_SPARSE, load_error, model_revision, pick_device, resolve
+from .models import DEFAULT_SPARSE, loading, model_revision, pick_device, resolve
 from .runtime import bf16_context, choose, with_fallback
 
 KINDS = ("splade", "head")
@@ -188,16 +188,10 @@ class SparseEncoder(_SparseCore):
         self.device = pick_device(s.device)
         if os.path.isdir(s.model):
             s.model = path
-        try:
+        with loading(s.model, path):
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             cls = AutoModelForMaskedLM if s.kind == "splade" else AutoModel
             self.model = cls.from_pretrained(path).to(self.device).eval()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise load_error(s.model, path, e) from None
-        except Exception as e:                   # a tokenizers parse error is a bare Exception
-            if type(e) is not Exception:
-                raise
-            raise load_error(s.model, path, e) from None
         if s.kind == "splade":
             import torch
             self._head = [torch.from_numpy(a).to(self.device) for a in split_mlm_head(self.model)]

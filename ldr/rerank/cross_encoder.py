@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..encode.models import load_error, pick_device, resolve
+from ..encode.models import loading, pick_device, resolve
 from ..search.stages.rerank import Candidate, Query
 
 AGGREGATES = ("max", "firstk")
@@ -86,7 +86,7 @@ class CrossEncoderReranker:
                                                     "a cross-encoder that is not a local folder")
         self.device = "cpu" if s.backend.startswith("onnx") else pick_device(s.device)
         self.ort = self.model = None
-        try:
+        with loading(s.model, path):
             self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=s.trust_remote_code)
             if prebuilt:
                 self.ort = OrtModel(Path(path))
@@ -101,12 +101,6 @@ class CrossEncoderReranker:
                     path, trust_remote_code=s.trust_remote_code).to(self.device).eval()
                 limit = int(getattr(self.model.config, "max_position_embeddings", 512))
                 model_type = self.model.config.model_type
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise load_error(s.model, path, e) from None
-        except Exception as e:                   # a tokenizers parse error is a bare Exception
-            if type(e) is not Exception:
-                raise
-            raise load_error(s.model, path, e) from None
         if model_type in ("roberta", "xlm-roberta", "camembert"):
             limit -= 2
         self.max_length = min(s.max_length or limit, limit, 8192)

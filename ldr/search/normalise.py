@@ -13,28 +13,32 @@ import numpy as np
 METHODS = ("minmax", "zscore")
 
 
-def minmax(x, valid=None) -> np.ndarray:
+def _masked(x, valid, scale) -> np.ndarray:
+    """`scale(values)` applied to the valid entries of x; the others (and all, when none is valid) 0."""
     x = np.asarray(x, dtype=np.float64)
     out = np.zeros(len(x))
     mask = np.ones(len(x), bool) if valid is None else np.asarray(valid, bool)
-    if not mask.any():
-        return out
-    v = x[mask]
-    lo, hi = v.min(), v.max()
-    out[mask] = (v - lo) / (hi - lo) if hi > lo else 1.0
+    if mask.any():
+        out[mask] = scale(x[mask])
     return out
+
+
+def _minmax(v: np.ndarray):
+    lo, hi = v.min(), v.max()
+    return (v - lo) / (hi - lo) if hi > lo else 1.0
+
+
+def _zscore(v: np.ndarray):
+    sd = v.std()
+    return (v - v.mean()) / sd if sd > 0 else 0.0
+
+
+def minmax(x, valid=None) -> np.ndarray:
+    return _masked(x, valid, _minmax)
 
 
 def zscore(x, valid=None) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    out = np.zeros(len(x))
-    mask = np.ones(len(x), bool) if valid is None else np.asarray(valid, bool)
-    if not mask.any():
-        return out
-    v = x[mask]
-    sd = v.std()
-    out[mask] = (v - v.mean()) / sd if sd > 0 else 0.0
-    return out
+    return _masked(x, valid, _zscore)
 
 
 def normalise(x, method: str, valid=None) -> np.ndarray:
