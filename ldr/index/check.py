@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import LdrError
-from .manifest import file_digest, inside, read_manifest
+from .manifest import file_digest, inside
 
 
 def _step(problems: list[str], what: str, fn: Callable[[], list[str] | None]) -> None:
@@ -89,27 +89,19 @@ def check_index(path: str | Path, progress: Callable[[str], None] = lambda _: No
 
     The generation checked is pinned as a reader pins it, so a writer committing beside the
     check cannot collect its files mid-check (that was reported as damage)."""
-    from . import generations as gens
+    from .view import pin_manifest
 
     root = Path(path)
-    for _ in range(20):
-        found = gens.generations(root) if root.is_dir() else []
-        gen = found[-1] if found else None
-        pin = gens.Pin(root, gen) if gen is not None else None
-        try:
-            try:
-                manifest = read_manifest(root, gen)
-            except LdrError as e:
-                # collected between listing and pinning: a newer generation exists, check that one
-                if gen is not None and gens.generations(root)[-1:] != [gen]:
-                    continue
-                return None, [str(e)]
-            problems: list[str] = []
-            _step(problems, "files", lambda: _files(root, manifest, progress))
-            _step(problems, "segments", lambda: _segments(root, manifest, progress))
-            _step(problems, "stores", lambda: _stores(root, manifest, progress))
-            return manifest, problems
-        finally:
-            if pin is not None:
-                pin.close()
-    return None, [f"{root} changed too quickly to be checked; try again"]
+    try:
+        manifest, pin = pin_manifest(root)
+    except LdrError as e:
+        return None, [str(e)]
+    try:
+        problems: list[str] = []
+        _step(problems, "files", lambda: _files(root, manifest, progress))
+        _step(problems, "segments", lambda: _segments(root, manifest, progress))
+        _step(problems, "stores", lambda: _stores(root, manifest, progress))
+        return manifest, problems
+    finally:
+        if pin is not None:
+            pin.close()

@@ -36,30 +36,35 @@ class View:
             self.pin.__del__()      # quiet at interpreter exit
 
 
-def open_view(path: Path, generation: int | None = None, full: bool = False) -> View:
-    """The newest committed generation of `path` (or `generation`), pinned and checked."""
+def pin_manifest(path: Path, generation: int | None = None) -> tuple[dict, object]:
+    """(the manifest of the newest committed generation, or `generation`; a Pin on it): pinned
+    before it is read, so a writer's garbage collection keeps its files. A generation collected
+    between listing and pinning makes it take the newer one. Raises IndexFormatError."""
     for _ in range(20):
         found = gens.generations(path) if path.is_dir() else []
         gen = generation if generation is not None else (found[-1] if found else None)
         pin = gens.Pin(path, gen) if gen is not None else None
         try:
-            manifest = read_manifest(path, gen)
+            return read_manifest(path, gen), pin
         except IndexFormatError:
             if pin is not None:
                 pin.close()
-            # collected between listing and pinning: a newer generation exists, take it
             if generation is None and gen is not None and gens.generations(path)[-1:] != [gen]:
                 continue
             raise
-        try:
-            verify_files(path, manifest, full=full)
-            segments = Segments(path, manifest)
-        except BaseException:
-            if pin is not None:
-                pin.close()
-            raise
-        return View(manifest, segments, pin)
     raise IndexFormatError(f"{path} changed too quickly to be opened; try again")
+
+
+def open_view(path: Path, generation: int | None = None, full: bool = False) -> View:
+    """The newest committed generation of `path` (or `generation`), pinned and checked."""
+    manifest, pin = pin_manifest(path, generation)
+    try:
+        verify_files(path, manifest, full=full)
+        return View(manifest, Segments(path, manifest), pin)
+    except BaseException:
+        if pin is not None:
+            pin.close()
+        raise
 
 
 def newest(path: Path) -> int | None:
