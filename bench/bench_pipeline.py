@@ -58,8 +58,8 @@ def real_index(path: str, queries_file: str, n: int = 300) -> None:
             t = time.perf_counter()
             result = idx.search(q, k=10, rerank=rerank, with_text=False, window_weight=window)
             total = time.perf_counter() - t
-            for k, v in result.timings.items():
-                stages.setdefault(k, []).append(1e3 * v)
+            for k, v in result.timings_ms.items():
+                stages.setdefault(k, []).append(v)
             stages.setdefault("end to end", []).append(1e3 * total)
         print(f"{path} ({len(idx)} docs), {len(qs)} queries, k=10, rerank={rerank or 'none'}, "
               f"window_weight={'default' if window is None else window} "

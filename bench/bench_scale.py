@@ -154,8 +154,8 @@ def warm(path: Path, qs: list[str], warmup: list[str]) -> dict:
         t = time.perf_counter()
         r = idx.search(q, k=10, with_text=False)
         total = time.perf_counter() - t
-        for k, v in r.timings.items():
-            stages.setdefault(k, []).append(1e3 * v)
+        for k, v in r.timings_ms.items():
+            stages.setdefault(k, []).append(v)
         stages.setdefault("end to end", []).append(1e3 * total)
     idx.close()
     return {k: (statistics.median(v), pct(v, .95)) for k, v in stages.items()}

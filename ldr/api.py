@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -261,7 +262,7 @@ class Index:
         passages=N gives each hit its N best passages (character offsets into its text); a hit's
         full text is read only with with_text=True. `plan(query, ...)` shows what runs.
         """
-        return self._search(prepare(query), QueryOptions.of(k=k, **options))
+        return self._search(prepare(query), QueryOptions.of(k=k, **options), t0=time.perf_counter())
 
     def plan(self, query: str, k: int = 10, **options):
         """The plan `search(query, k, **options)` would run (ldr/search/plan.py): print it with
@@ -302,7 +303,8 @@ class Index:
                     yield qid, err
                 else:
                     try:
-                        yield qid, self._search(text, request, view=view, reps=reps[j], allow=allow)
+                        yield qid, self._search(text, request, t0=time.perf_counter(), view=view, reps=reps[j],
+                                                allow=allow)
                     except QueryError as e:
                         yield qid, e
                     j += 1
@@ -334,7 +336,7 @@ class Index:
         return finder_for(view.manifest["components"], weights, {n: self.retriever(n, view) for n in kinds},
                           self._window_terms, self._load_lock)
 
-    def _search(self, query: str, request: QueryOptions, *, view: View | None = None,
+    def _search(self, query: str, request: QueryOptions, *, t0: float | None = None, view: View | None = None,
                 reps: dict | None = None, allow=False) -> SearchResult:
         from .search.hits import to_hits
         from .search.source import IndexSource
@@ -363,7 +365,9 @@ class Index:
             h.meta, h.origin = (metas[h.docno].meta, origin(metas[h.docno])) if request.with_meta else (h.meta, h.origin)
         source.release()    # the result keeps its candidates' scores, not 50 candidates' texts
         second = plan.stage("reranked")
-        result = SearchResult(hits, query, cands.timings, second.reranker.name if second else None, cands, plan)
+        result = SearchResult(hits, query, {n: round(1e3 * t, 2) for n, t in cands.timings.items()},
+                              second.reranker.name if second else None, cands, plan,
+                              round(1e3 * (time.perf_counter() - t0), 2) if t0 is not None else None)
         result.finder = finder
         result.generation = view.generation
         return result

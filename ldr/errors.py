@@ -17,6 +17,10 @@ class IndexFormatError(LdrError):
     """An index directory is missing, incomplete, corrupted or from a newer ldr."""
 
 
+class NotAnIndex(IndexFormatError):
+    """The path is no ldr index at all (missing, empty, a folder of documents): nothing to repair."""
+
+
 class BackendUnavailable(LdrError):
     """An optional backend (e.g. Lucene via pyserini) is not installed or cannot start."""
 

@@ -173,7 +173,7 @@ def test_colbert_as_a_second_stage_reads_only_the_candidates(tiny, tmp_path):
                           components={"colbert": ColbertSettings(model=tiny)}, progress=False)
     w = {"bm25": 1.0, "sparse": 0.25, "colbert": 0.0}
     res = idx.search("heron marsh lamp", k=5, weights=w, rerank="colbert", rerank_depth=10, rerank_weight=1.0)
-    assert "colbert" not in res.timings and "reranked" in res.timings
+    assert "colbert" not in res.timings_ms and "reranked" in res.timings_ms
     exact = {h.id: h.score for h in idx.search("heron marsh lamp", k=20, mode="colbert")}
     first = [h.id for h in idx.search("heron marsh lamp", k=10, weights=w, rerank=False)]
     want = sorted(first, key=lambda d: -exact[d])[:5]

@@ -39,13 +39,13 @@ def test_every_hit_explains_its_rank(hybrid):
     plain = hybrid.search(QUERY, k=3)
     # default: the window stage's score (fused list and best window, both min-max), no rerank
     assert "reranked" not in plain[0].scores and plain[0].scores["windows"] == plain[0].score
-    assert {"fused", "windows.best"} <= set(plain[0].scores) and "windows" in plain.timings
+    assert {"fused", "windows.best"} <= set(plain[0].scores) and "windows" in plain.timings_ms
     off = hybrid.search(QUERY, k=3, window_weight=0)
     assert "windows.best" not in off[0].scores and off[0].scores["fused"] == off[0].score
     hits = hybrid.search(QUERY, k=3, rerank="passage", rerank_weight=1)
     assert hits[0].scores["reranked"] == hits[0].score
     assert {"fused", "reranked", "reranked.dense", "reranked.bm25"} <= set(hits[0].scores)
-    assert set(hits.timings) >= {"bm25", "dense", "fused", "reranked"} and hits.reranker
+    assert set(hits.timings_ms) >= {"bm25", "dense", "fused", "reranked"} and hits.reranker
     minmax = hybrid.search(QUERY, k=3, fusion="minmax", weights={"bm25": 1.0, "dense": 0.0}, rerank=False)
     assert minmax[0].id == "R1-lexical"
     with pytest.raises(ConfigError, match="no 'sparse' component"):

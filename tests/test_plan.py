@@ -122,7 +122,7 @@ def test_a_stage_defined_here_runs_in_the_api_and_the_cli(idx):
     plain = idx.search("gannets reef", k=12)
     boosted = idx.search("gannets reef", k=12, stages={"boost": {"weight": 10}})
     assert [s.name for s in boosted.plan.rest] == ["fused", "windows", "boost", "passages"]
-    assert "boost" in boosted.timings and all("boost" in h.scores for h in boosted)
+    assert "boost" in boosted.timings_ms and all("boost" in h.scores for h in boosted)
     assert [h.meta["priority"] for h in boosted[:3]] == [3, 3, 3] and [h.id for h in plain] != [h.id for h in boosted]
     assert boosted[0].scores["boost"] == pytest.approx(boosted[0].scores["windows"] + 30)
     out = CliRunner().invoke(main, ["search", "gannets reef", "-i", str(idx.path), "-k", "12", "--json",

@@ -36,7 +36,7 @@ def test_the_focused_document_wins_and_the_scores_are_the_stage_mix(idx):
     off = idx.search(QUERY, k=8, window_weight=0)
     assert {h.id for h in off[:2]} == {"thin", "focused"} and "windows.best" not in off[0].scores
     hits = idx.search(QUERY, k=8, window_depth=5, window_weight=0.5)
-    assert hits[0].id == "focused" and "windows" in hits.timings
+    assert hits[0].id == "focused" and "windows" in hits.timings_ms
     head = hits[:5]
     first = np.array([h.scores["bm25"] for h in head])
     window = np.array([h.scores["windows.best"] for h in head])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
@@ -78,6 +79,24 @@ _VERBOSE = {"-v", "-vv", "-vvv", "--verbose"}
 _QUIET = {"-q", "--quiet"}
 
 
+class _AboveTheBar(logging.Handler):
+    """Log lines go above a live progress bar (tqdm.write clears and redraws it), never glued onto it."""
+
+    def emit(self, record):
+        try:
+            from tqdm import tqdm
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:
+            self.handleError(record)
+
+
+class _Lines(logging.Formatter):
+    """`warning: ...` as a CLI says it."""
+
+    def format(self, record):
+        return super().format(record).replace(record.levelname, record.levelname.lower(), 1)
+
+
 def _place_flags(group: click.Group, args: list[str]) -> list[str]:
     at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
     if at is None or args[at] not in group.commands:
@@ -102,6 +121,8 @@ def main(verbose: int) -> None:
     from .plugins import load_plugins
 
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = _AboveTheBar()
+    handler.setFormatter(_Lines("%(levelname)s %(name)s: %(message)s" if verbose else "%(levelname)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     load_plugins()      # LDR_PLUGINS / `ldr.plugins` entry points: extra kinds and stages
 

@@ -141,7 +141,7 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
     if as_json:
         click.echo(json.dumps(finite({"query": query, "mode": mode or index.default_mode(), "stages": stages,
                                "reranker": hits.reranker, "generation": hits.generation, "took_ms": took_ms,
-                               "timings_ms": {n: round(1e3 * t, 2) for n, t in hits.timings.items()},
+                               "timings_ms": hits.timings_ms,
                                "hits": [h.to_dict(with_text=with_text) for h in hits]}), ensure_ascii=False))
         return
     if not hits:
@@ -149,7 +149,7 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
     else:
         _print_hits(hits, stages)
     # how long it took, as Elasticsearch and Meilisearch say it (stderr: the table stays clean); -v: per stage
-    per_stage = ", ".join(f"{n} {1e3 * t:.1f}" for n, t in hits.timings.items())
+    per_stage = ", ".join(f"{n} {t:.1f}" for n, t in hits.timings_ms.items())
     verbose = logging.getLogger("ldr").getEffectiveLevel() <= logging.INFO
     click.echo(f"took {took_ms:.0f} ms" + (f" ({per_stage} ms)" if verbose and per_stage else ""), err=True)
 

@@ -87,7 +87,8 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_
     for line in report.details():
         click.echo(line, err=True)
     _echo_ray(w.ray_info if ray else None)
-    click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {r['skipped']} skipped "
+    unchanged = f"{r['unchanged']} unchanged, " if r["unchanged"] else ""
+    click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {unchanged}{r['skipped']} skipped "
                f"(generation {r['generation']}, {w.current['doc_count']} documents in "
                f"{len(w.current['segments'])} segments)")
 

@@ -6,7 +6,7 @@ import os
 import stat
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..errors import CorpusError
 from .doc import Doc
@@ -48,8 +48,10 @@ def list_files(root: Path, report: IngestReport, exclude: Iterable[Path] = ()) -
         for d in sorted(dirnames):
             p = Path(dirpath, d)
             rel = p.relative_to(root).as_posix()
-            if p.resolve() in excluded or ".ldr-tmp-" in d or ".ldr-old-" in d:
-                log.info("not reading %s: it is the index being written (or ldr's temporary copy)", rel)
+            if ".ldr-tmp-" in d or ".ldr-old-" in d:
+                log.info("not reading %s: ldr's temporary copy of an index", rel)
+            elif p.resolve() in excluded:     # counted as any other index inside the corpus
+                report.skip("ldr index directory", rel + "/ (the index being written)")
             elif d.startswith("."):
                 report.skip("hidden directory", rel + "/")
             elif _is_index_dir(p):
@@ -155,11 +157,30 @@ def _clean_meta(doc: Doc, report: IngestReport) -> Doc:
     return replace(doc, meta={k: v for k, v in meta.items() if k not in bad})
 
 
-def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float = DEFAULT_MAX_DOC_MB) -> Iterator[Doc]:
+class CheckedDocs:
+    """What check_documents yields: checking it again passes it through (a writer checks before it
+    drops unchanged documents, its segment writer checks whatever it is given)."""
+
+    def __init__(self, it: Iterator[Doc]):
+        self._it = it
+
+    def __iter__(self):
+        return self._it
+
+
+def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float = DEFAULT_MAX_DOC_MB,
+                    unchanged: Callable[[Doc], bool] | None = None) -> Iterable[Doc]:
     """Enforce corpus-wide rules while streaming: unique non-empty ids, at least one document.
+    `unchanged(doc)` true: the index holds this document as it is (counted, not yielded).
 
     Counts `report.indexed`. Raises CorpusError naming the offending ids and where they came from.
     """
+    if isinstance(docs, CheckedDocs):
+        return docs
+    return CheckedDocs(_checked(docs, report, max_doc_mb, unchanged))
+
+
+def _checked(docs, report, max_doc_mb, unchanged) -> Iterator[Doc]:
     seen: dict[str, str] = {}
     limit = int(max_doc_mb * (1 << 20))
     for doc in docs:
@@ -183,9 +204,12 @@ def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float
                 f"duplicate document id {doc.id!r}: first from {seen[doc.id] or 'the input'}, again from "
                 f"{where or 'the input'}; ids must be unique (fix or drop one of them)")
         seen[doc.id] = where
+        if unchanged is not None and unchanged(doc):
+            report.unchanged += 1
+            continue
         report.indexed += 1
         yield doc
-    if report.indexed == 0:
+    if report.indexed == 0 and not report.unchanged:
         why = f" ({report.summary()})" if report.n_skipped else ""
         raise CorpusError(f"the corpus has no indexable documents{why}")
 

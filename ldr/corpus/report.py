@@ -14,6 +14,7 @@ _MAX_EXAMPLES = 5
 @dataclass
 class IngestReport:
     indexed: int = 0
+    unchanged: int = 0      # `ldr add`: already in the index as they are (neither indexed nor skipped)
     skipped: Counter = field(default_factory=Counter)
     # Not skips: documents kept, but with something worth telling (e.g. bytes replaced).
     warnings: Counter = field(default_factory=Counter)
@@ -23,7 +24,7 @@ class IngestReport:
         """Count `n` documents lost for `reason` (n > 1: e.g. the rows of a corrupt row group)."""
         self.skipped[reason] += n
         self._example(reason, where)
-        log.warning("skipped %s: %s", where, reason)
+        log.info("skipped %s: %s", where, reason)     # the caller reports the counts (CLI: at the end)
 
     def warn(self, reason: str, where: str) -> None:
         self.warnings[reason] += 1
@@ -41,7 +42,8 @@ class IngestReport:
 
     def summary(self) -> str:
         """`N documents indexed, M skipped (reason: n, ...)` plus warnings."""
-        s = f"{self.indexed} documents indexed, {self.n_skipped} skipped"
+        s = f"{self.indexed} documents indexed, " + (f"{self.unchanged} unchanged, " if self.unchanged else "") \
+            + f"{self.n_skipped} skipped"
         if self.skipped:
             s += " (" + ", ".join(f"{r}: {n}" for r, n in sorted(self.skipped.items())) + ")"
         if self.warnings:
@@ -57,4 +59,4 @@ class IngestReport:
         return lines
 
     def to_dict(self) -> dict:
-        return {"indexed": self.indexed, "skipped": dict(self.skipped), "warnings": dict(self.warnings)}
+        return {"indexed": self.indexed, "unchanged": self.unchanged, "skipped": dict(self.skipped), "warnings": dict(self.warnings)}

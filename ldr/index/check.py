@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..errors import LdrError
+from ..errors import LdrError, NotAnIndex
 from .manifest import file_digest, inside
 
 
@@ -86,6 +86,7 @@ def _stores(root: Path, manifest: dict, progress) -> list[str]:
 
 def check_index(path: str | Path, progress: Callable[[str], None] = lambda _: None) -> tuple[dict | None, list[str]]:
     """(manifest or None, problems) for the newest generation. No problems: the index is sound.
+    Raises NotAnIndex for a path that holds no index at all.
 
     The generation checked is pinned as a reader pins it, so a writer committing beside the
     check cannot collect its files mid-check (that was reported as damage)."""
@@ -94,6 +95,8 @@ def check_index(path: str | Path, progress: Callable[[str], None] = lambda _: No
     root = Path(path)
     try:
         manifest, pin = pin_manifest(root)
+    except NotAnIndex:
+        raise        # no index to repair: the caller's error, not a problem found in one
     except LdrError as e:
         return None, [str(e)]
     try:

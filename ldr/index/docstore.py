@@ -240,8 +240,14 @@ class Docstore:
             raise _damaged(self.path, e) from None
 
     def doc(self, row: int) -> Doc:
-        d = self.meta_doc(row)
-        return Doc(self.ids[row], self.text(row), self.titles[row], d.meta, d.source, d.path)
+        return self.docs([row])[0]
+
+    def docs(self, rows: list[int]) -> list[Doc]:
+        """The whole documents at `rows` (one read for all of them)."""
+        if not rows:
+            return []
+        cols = self._rows(rows, self._columns)
+        return [doc_of(cols, i) for i in range(len(rows))]
 
     def iter_docs(self, batch_size: int = 64):
         """Stream (row, uid, Doc) in row order, meta included (merges copy documents this way)."""

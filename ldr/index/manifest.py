@@ -21,10 +21,11 @@ import logging
 import math
 import os
 from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
 
 from .._version import __version__
-from ..errors import IndexFormatError
+from ..errors import IndexFormatError, NotAnIndex
 from ..paths import MANIFEST, REBUILD as _REBUILD, inside  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
@@ -225,17 +226,30 @@ def _from_legacy(manifest: dict) -> dict:
     return m
 
 
+def _not_an_index(root: Path) -> str:
+    """What a directory without a manifest is, and the command that makes an index of it."""
+    from ..corpus.readers import SUPPORTED
+
+    entries = list(islice(root.iterdir(), 1000))
+    if any(p.suffix.lower() in SUPPORTED and p.is_file() for p in entries):
+        return (f"{str(root)!r} holds documents, not an index: index them with `ldr index {root} -o IDX`, "
+                "then use `-i IDX`")
+    if not entries:
+        return f"{str(root)!r} is an empty directory, not an index (build one with `ldr index CORPUS -o {root}`)"
+    return (f"{str(root)!r} has no manifest: not an ldr index, or a build that did not finish "
+            f"(build it with `ldr index CORPUS -o {root}`)")
+
+
 def read_manifest(root: Path, generation: int | None = None) -> dict:
     """The manifest of `generation` (default: the newest committed one), checked."""
     from .generations import generations, manifest_path
 
     root = Path(root)
     if not root.is_dir():
-        raise IndexFormatError(f"no index at {str(root)!r} (build one with `ldr index CORPUS -o {root}`)")
+        raise NotAnIndex(f"no index at {str(root)!r} (build one with `ldr index CORPUS -o {root}`)")
     gens = generations(root)
     if not gens:
-        raise IndexFormatError(
-            f"{str(root)!r} has no manifest: not an ldr index, or a build that did not finish; rebuild it")
+        raise NotAnIndex(_not_an_index(root))
     gen = gens[-1] if generation is None else generation
     path = manifest_path(root, gen)
     try:

@@ -22,16 +22,16 @@ from typing import Iterable
 import numpy as np
 
 from ..corpus import Doc, IngestReport, check_documents
-from ..corpus.text import utf8_len
 from ..errors import ConfigError, IndexFormatError, IndexWriteError
 from .. import components as registry
 from . import generations as gens
-from .faults import abort_all as _abort, crash_point, no_space as _no_space
+from .faults import crash_point, no_space as _no_space
 from .lock import WriteLock
 from .manifest import check_uids, file_entries, new_manifest, read_manifest, seal, verify_listed
-from .progress import BuildBar
-from .segment import SegmentWriter, delete_rows, highest_uids, merge as merge_segments, read_deletes, rows_of
+from .feed import SegmentFeed
+from .segment import delete_rows, highest_uids, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, collect
+from .unchanged import Unchanged
 
 log = logging.getLogger(__name__)
 AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
@@ -113,8 +113,7 @@ class IndexWriter:
 
     @staticmethod
     def _loaders(settings: dict) -> dict:
-        """{kind: loader}: a model loads (once per process, shared with readers) only when a
-        document reaches its part."""
+        """{kind: loader}: a model loads (once per process) only when a document reaches its part."""
         return {name: registry.lazy_encoder(name, st) for name, st in settings.items()}
 
     def _commit(self, op: str, segments: list[dict], components: dict, search: dict, ingest: dict,
@@ -136,7 +135,8 @@ class IndexWriter:
         manifest["next_uid"] = max(prev.get("next_uid", 0), record.pop("next_uid", 0))
         manifest["next_segment"] = max(prev.get("next_segment", 1), record.pop("next_segment", 1))
         manifest["search"] = search
-        record = {"generation": gen, "op": op, "at": manifest["created"], **record}
+        record = {"generation": gen, "op": op, "at": manifest["created"],
+                  **dict.fromkeys(("added", "replaced", "deleted", "skipped"), 0), **record}
         manifest["history"] = (prev.get("history", []) + [record])[-HISTORY:]
         manifest["files"] = files
         for rel in rels:
@@ -211,42 +211,12 @@ class IndexWriter:
                        max_doc_mb, allow_small):
         """Stream documents into segment `number` (and the index stores' work folders); returns
         (segment entry, bytes, index-level component info)."""
-        seg_writer = None
         created: list[Path] = []
-
-        def run():
-            nonlocal seg_writer
-            stores.prepare()
-            created.extend(stores.folders)
-            seg_writer = SegmentWriter(self.root, number, components, encoders, allow_small)
-            created.append(seg_writer.path)
-            stores.open()
-            n_bytes, uid = 0, first_uid
-            t_start = time.perf_counter()
-            try:
-                with BuildBar(seg_writer, total, progress) as bar:   # moves while the last batches encode
-                    for doc in check_documents(docs, report, max_doc_mb):
-                        seg_writer.add(doc, uid)
-                        stores.add(uid, doc)
-                        uid += 1
-                        n_bytes += utf8_len(doc.text)
-                        bar.fed()
-                    bar.all_read()
-                    t_fed = time.perf_counter()
-                    entry, about = seg_writer.close()
-                t_closed = time.perf_counter()
-                stores.close()
-                # where the time went: the feeding loop (reading, docstore, index stores, tokenising;
-                # it waits only when the encoder is behind), then finishing the encoders and files
-                self.profile = {"feed": round(t_fed - t_start, 3), **seg_writer.profile,
-                                "finish_segment": round(t_closed - t_fed, 3),
-                                "commit_bm25": round(time.perf_counter() - t_closed, 3)}
-            except BaseException:
-                _abort(seg_writer, stores)
-                raise
-            return entry, n_bytes, about
-
-        return self._guard(run, created)
+        feed = SegmentFeed(self.root, number, components, encoders, stores, allow_small, created)
+        entry, n_bytes, about = self._guard(lambda: feed.run(docs, report, first_uid, progress, total, max_doc_mb),
+                                            created)
+        self.profile = feed.profile
+        return entry, n_bytes, about
 
     def _guard(self, fn, created: list):
         """Run a write step; on failure remove what it created (`created` may grow while it runs).
@@ -254,8 +224,7 @@ class IndexWriter:
         try:
             return fn()
         except BaseException as e:
-            for p in created:
-                shutil.rmtree(p, ignore_errors=True)
+            _remove(created)
             if _no_space(e):
                 raise IndexWriteError(f"no space left on device while writing {self.root}; nothing was committed "
                                       f"(generation {self.generation} is intact): free space and try again") from None
@@ -282,11 +251,16 @@ class IndexWriter:
         t0 = time.perf_counter()
         # documents are streamed once; the ids they replace are found after the segment is written
         stores = Stores(self.root, components, self.threads, append=True, files=current.get("files"))
+        docs = check_documents(docs, report, max_doc_mb, Unchanged(self.root, current["segments"],
+                                                                   self._deleted_masks()))
         segs, n_bytes, _, known = self._write_segments(
             docs, report, settings, components, stores, number, first_uid, progress, total, max_doc_mb, True, ray)
         created = [self.root / seg["path"] for seg in segs] + stores.folders
         n_new = sum(seg["docs"] for seg in segs)
-
+        if n_new == 0:     # every document unchanged (or skipped): nothing to commit
+            _remove(created)
+            return {"added": 0, "replaced": [], "unchanged": report.unchanged, "skipped": report.n_skipped,
+                    "generation": self.generation}
         crash_point("add:segment-written")
 
         def finish():
@@ -300,7 +274,7 @@ class IndexWriter:
                     stores.close()
                 stores.publish(self.generation + 1)
             seconds = time.perf_counter() - t0
-            record = {"added": n_new - len(old), "replaced": len(old), "deleted": 0,
+            record = {"added": n_new - len(old), "replaced": len(old), "unchanged": report.unchanged, "deleted": 0,
                       "skipped": report.n_skipped, "seconds": round(seconds, 3), "bytes": n_bytes,
                       "next_uid": first_uid + n_new, "next_segment": number + len(segs)}
             if ray is not None:
@@ -309,7 +283,7 @@ class IndexWriter:
                                 current.get("settings", {}), record, known), old
 
         manifest, old = self._guard(finish, created)
-        result = {"added": n_new - len(old), "replaced": sorted(old), "skipped": report.n_skipped,
+        result = {"added": n_new - len(old), "replaced": sorted(old), "unchanged": report.unchanged, "skipped": report.n_skipped,
                   "generation": manifest["generation"]}
         if auto_merge and len(manifest["segments"]) > AUTO_MERGE_ABOVE:
             self.merge(AUTO_MERGE_TO, exact_stores=False)
@@ -338,10 +312,8 @@ class IndexWriter:
                 stores.open().delete([uid for _, _, uid in found.values()])
                 stores.close()
                 stores.publish(self.generation + 1)
-            return self._commit("delete", segments, components, current.get("search", {}), current.get("ingest", {}),
-                                current.get("settings", {}),
-                                {"added": 0, "replaced": 0, "deleted": len(found), "skipped": 0,
-                                 "seconds": round(time.perf_counter() - t0, 3)})
+            return self._commit("delete", segments, components, *_unchanged_parts(current),
+                                {"deleted": len(found), "seconds": round(time.perf_counter() - t0, 3)})
 
         manifest = self._guard(run, created)
         return {"deleted": sorted(found), "missing": missing, "generation": manifest["generation"]}
@@ -350,9 +322,8 @@ class IndexWriter:
         """Commit new query-time defaults (e.g. chosen by `ldr tune`); nothing else changes."""
         current = self._writable()
         return self._commit("tune", [dict(s) for s in current["segments"]],
-                            {k: dict(v) for k, v in current["components"].items()}, search, current.get("ingest", {}),
-                            current.get("settings", {}), {"added": 0, "replaced": 0, "deleted": 0, "skipped": 0,
-                                                          **(record or {})})
+                            {k: dict(v) for k, v in current["components"].items()}, search,
+                            *_unchanged_parts(current)[1:], record or {})
 
     def merge(self, max_segments: int = 1, exact_stores: bool = True) -> dict:
         """Merge the smallest segments (dropping deleted rows) until at most `max_segments` remain;
@@ -391,10 +362,19 @@ class IndexWriter:
                 created.extend(stores.folders)
                 stores.rebuild(out)
                 stores.publish(self.generation + 1)
-            return self._commit("merge", out, components, current.get("search", {}),
-                                current.get("ingest", {}), current.get("settings", {}),
-                                {"added": 0, "replaced": 0, "deleted": 0, "skipped": 0, "merged": len(chosen),
-                                 "seconds": round(time.perf_counter() - t0, 3), "next_segment": number + 1})
+            return self._commit("merge", out, components, *_unchanged_parts(current),
+                                {"merged": len(chosen), "seconds": round(time.perf_counter() - t0, 3),
+                                 "next_segment": number + 1})
 
         manifest = self._guard(run, created)
         return {"merged": len(chosen), "segments": len(manifest["segments"]), "generation": manifest["generation"]}
+
+
+def _unchanged_parts(current: dict) -> tuple[dict, dict, dict]:
+    """(search defaults, ingest report, settings) a delete, merge or tune carries over."""
+    return current.get("search", {}), current.get("ingest", {}), current.get("settings", {})
+
+
+def _remove(paths) -> None:
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True)

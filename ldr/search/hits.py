@@ -44,11 +44,13 @@ class SearchResult(list):
     """The hits of one search, best first (a plain list of Hit), with what produced them: each
     search returns its own, so one Index can serve many threads."""
 
-    def __init__(self, hits, query: str = "", timings: dict | None = None, reranker: str | None = None,
-                 candidates=None, plan=None):
+    def __init__(self, hits, query: str = "", timings_ms: dict | None = None, reranker: str | None = None,
+                 candidates=None, plan=None, took_ms: float | None = None):
         super().__init__(hits)
         self.query = query
-        self.timings = timings or {}
+        # milliseconds everywhere (API, --json, the server): per stage, and the whole search
+        self.timings_ms = timings_ms or {}
+        self.took_ms = took_ms
         self.reranker = reranker
         self.candidates = candidates  # every stage's scores of every candidate (search/stages/base.py)
         self.plan = plan              # what ran (search/plan.py): `.explain()`

@@ -66,7 +66,8 @@ class Client:
         hits = [Hit(id=h["id"], score=h["score"], rank=h["rank"], title=h.get("title", ""), text=h.get("text"),
                     scores=h.get("scores", {}), meta=h.get("meta"), origin=h.get("ldr"),
                     passages=[Passage(**p) for p in h.get("passages", [])]) for h in data["hits"]]
-        result = SearchResult(hits, data["query"], {}, data.get("reranker"))
+        result = SearchResult(hits, data["query"], data.get("timings_ms"), data.get("reranker"),
+                              took_ms=data.get("took_ms"))
         result.generation = data.get("generation")
         return result
 

@@ -1,0 +1,93 @@
+"""Issue 45, items 6, 7, 9 and 10: `ldr add` as a folder sync, messages that name the command to
+run, log lines that do not glue onto progress bars, one unit for timings. Through the CLI and the
+API, where each was found."""
+import json
+import logging
+
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+
+BM25_ONLY = ["--dense", "none", "--sparse", "none", "-q"]
+
+
+def _corpus(tmp_path):
+    c = tmp_path / "c"
+    c.mkdir()
+    (c / "a.txt").write_text("the lighthouse keeper relit the lamp at dusk")
+    (c / "b.txt").write_text("apples ripen slowly in the orchard")
+    (c / "c.md").write_text("# Bridges\n\nbearing plates show section loss from corrosion")
+    return c
+
+
+def test_ldr_add_on_an_unchanged_folder_encodes_nothing_and_says_so(tmp_path):
+    c, idx, r = _corpus(tmp_path), tmp_path / "idx", CliRunner()
+    assert r.invoke(main, ["index", str(c), "-o", str(idx)] + BM25_ONLY).exit_code == 0
+    same = r.invoke(main, ["add", str(c), "-i", str(idx), "-q"])
+    assert same.exit_code == 0, same.output
+    assert "0 added, 0 replaced, 3 unchanged" in same.output and "generation 1" in same.output   # no commit
+    (c / "b.txt").write_text("apples and pears ripen slowly in the orchard")
+    (c / "d.txt").write_text("a new document about tides")
+    changed = r.invoke(main, ["add", str(c), "-i", str(idx), "-q"])
+    assert "1 added, 1 replaced, 2 unchanged" in changed.output and "generation 2" in changed.output
+    index = ldr.open(idx)
+    assert len(index) == 4 and index.search("pears", mode="bm25")[0].id == "b.txt"
+
+
+def test_the_api_counts_unchanged_documents_and_metadata_is_content(tmp_path):
+    docs = [ldr.Doc("x", "tidal flats and salt marsh", meta={"v": 1}), ldr.Doc("y", "granite quarry")]
+    index = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None)
+    r = index.add([ldr.Doc("x", "tidal flats and salt marsh", meta={"v": 1}), ldr.Doc("y", "granite quarry")])
+    assert (r["added"], r["replaced"], r["unchanged"]) == (0, [], 2) and r["report"].unchanged == 2
+    r = index.add([ldr.Doc("x", "tidal flats and salt marsh", meta={"v": 2})])    # only the metadata moved
+    assert r["replaced"] == ["x"] and r["unchanged"] == 0
+    assert index.search("marsh", mode="bm25", with_meta=True)[0].meta == {"v": 2}
+
+
+def test_an_index_inside_the_corpus_is_a_counted_skip(tmp_path):
+    c, r = _corpus(tmp_path), CliRunner()
+    idx = c / "idx"
+    out = r.invoke(main, ["index", str(c), "-o", str(idx)] + BM25_ONLY)
+    assert out.exit_code == 0 and len(ldr.open(idx)) == 3
+    again = r.invoke(main, ["add", str(c), "-i", str(idx), "-q"])
+    assert "3 unchanged, 1 skipped" in again.output and "the index being written" in again.output
+
+
+def test_a_folder_of_documents_given_as_an_index_names_the_command_that_indexes_it(tmp_path):
+    c, r = _corpus(tmp_path), CliRunner()
+    for args in (["search", "lamp", "-i", str(c)], ["info", str(c)], ["check", str(c)]):
+        out = r.invoke(main, args)
+        assert out.exit_code == 2, out.output
+        assert f"ldr index {c} -o IDX" in out.output and "rebuild" not in out.output
+
+
+def test_ldr_check_on_a_path_that_never_was_an_index_does_not_ask_for_a_rebuild(tmp_path):
+    out = CliRunner().invoke(main, ["check", str(tmp_path / "nosuch")])
+    assert out.exit_code == 2 and "no index at" in out.output and "rebuild" not in out.output
+    (tmp_path / "empty").mkdir()
+    out = CliRunner().invoke(main, ["check", str(tmp_path / "empty")])
+    assert out.exit_code == 2 and "empty directory, not an index" in out.output
+
+
+def test_log_lines_are_written_above_a_progress_bar_not_onto_it(tmp_path, monkeypatch):
+    from tqdm import tqdm
+
+    written = []
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])     # as in a fresh process: the CLI installs its own
+    monkeypatch.setattr(tqdm, "write", classmethod(lambda cls, s, file=None, **kw: written.append(s)))
+    c, r = _corpus(tmp_path), CliRunner()
+    (c / "notes.xyz").write_text("not a supported type")
+    out = r.invoke(main, ["-v", "index", str(c), "-o", str(tmp_path / "idx")] + BM25_ONLY)
+    assert out.exit_code == 0, out.output
+    assert any(line.startswith("info ldr.corpus.report: skipped notes.xyz") for line in written)
+
+
+def test_timings_are_milliseconds_under_one_name_in_the_api_json_and_server_shapes(tmp_path):
+    c, idx, r = _corpus(tmp_path), tmp_path / "idx", CliRunner()
+    assert r.invoke(main, ["index", str(c), "-o", str(idx)] + BM25_ONLY).exit_code == 0
+    hits = ldr.open(idx).search("corrosion of the bearing plates")
+    assert not hasattr(hits, "timings") and "bm25" in hits.timings_ms
+    assert hits.took_ms >= sum(hits.timings_ms.values()) * 0.99 and hits.took_ms < 60_000
+    out = json.loads(r.invoke(main, ["search", "corrosion", "-i", str(idx), "--json"]).output)
+    assert set(out["timings_ms"]) == set(hits.timings_ms) and out["took_ms"] > 0
