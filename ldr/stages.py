@@ -14,6 +14,7 @@ class Stage(str, Enum):
     FUSED = "fused"          # the first stages' lists fused (hybrid search)
     WINDOWS = "windows"      # the top candidates rescored by their best window
     RERANKED = "reranked"    # a second stage (cross-encoder, passage rescorer, a kind's exact scores)
+    RELEVANCE = "relevance"  # each hit's calibrated P(relevant): orders nothing, `min_score` cuts on it
     PASSAGES = "passages"    # each hit's best passages (no score of its own)
 
     def __str__(self) -> str:

@@ -91,6 +91,16 @@ def test_search_with_passages_filters_and_generation(server):
     assert r.json()["hits"][0]["text"].startswith("report") and "passages" not in r.json()["hits"][0]
 
 
+def test_min_score_is_honoured_by_the_server(server):
+    every = server.http.post("/search", json={"query": "secret word zebra", "k": 10}).json()["hits"]
+    rel = sorted(h["relevance"] for h in every)
+    cut = rel[len(rel) // 2]
+    kept = server.http.post("/search", json={"query": "secret word zebra", "k": 10, "min_score": cut}).json()["hits"]
+    assert [h["id"] for h in kept] == [h["id"] for h in every if h["relevance"] >= cut] and 0 < len(kept) < len(every)
+    r = _no_traceback(server.http.post("/search", json={"query": "zebra", "min_score": 2}))
+    assert r.status_code in (400, 422) and "min_score" in r.text
+
+
 @pytest.mark.parametrize("payload,status,words", [
     ({"query": ""}, 400, "empty"),
     ({"query": "x", "k": 0}, 422, "k"),

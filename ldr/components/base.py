@@ -49,6 +49,8 @@ class Retriever(Protocol):
     def encode(self, query: str) -> Any: ...
     def search_rep(self, rep: Any, k: int) -> list[tuple[int, float]]: ...   # (docno, score), best first
     def search(self, query: str, k: int) -> list[tuple[int, float]]: ...
+    # optional: `bound(query) -> float`, the highest score the query can reach (the calibrated
+    # relevance reads a score as a fraction of it: ldr/search/calibration.py)
 
 
 class Part:
@@ -153,6 +155,12 @@ class Component:
     def describe(self, comp: dict, segments: list[dict]) -> dict:
         """The component's entry for `ldr info`, with totals over the segments."""
         return dict(comp)
+
+    def model_name(self, comp: dict) -> str | None:
+        """The name of the model the kind's scores come from (None: no model). Scores read under
+        one model mean nothing under another (the calibrated relevance checks it)."""
+        model = comp.get("model")
+        return str(model["name"]) if isinstance(model, dict) and model.get("name") else None
 
     def summary(self, comp: dict) -> list[str]:
         """Lines for `ldr info`."""

@@ -106,6 +106,11 @@ class BM25(Component):
                               key=comp.get("key", "uid"))
         return UidRetriever(inner, segments)
 
+    def model_name(self, comp: dict) -> str | None:
+        """tantivy and native score alike (and say their highest score: `bound`); Lucene's scorer
+        differs and says none, so what was fitted on the others' scores does not apply to it."""
+        return None if comp.get("backend", "tantivy") in ("tantivy", "native") else str(comp["backend"])
+
     def passage_analyzer(self, comp: dict) -> dict | None:
         return comp["analyzer"]
 

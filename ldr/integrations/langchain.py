@@ -20,7 +20,7 @@ from .source import open_source, passage_records
 class LdrRetriever(BaseRetriever):
     """`k` documents, `passages` passages each (one LangChain Document per passage, in hit order,
     each hit's passages best first;
-    metadata: doc_id, title, score, doc_score, start/end offsets, stage, the document's metadata)."""
+    metadata: doc_id, title, score, doc_score, relevance, start/end offsets, stage, the document's metadata)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -30,6 +30,7 @@ class LdrRetriever(BaseRetriever):
     k: int = 4
     passages: int = 1
     filters: dict | None = None
+    min_score: float | None = None   # drop documents whose calibrated relevance is below (0-1)
     search_kwargs: dict = {}     # any search option: mode, fusion, weights, rerank, ... (they win over k etc.)
     _source: Any = PrivateAttr(default=None)
 
@@ -39,7 +40,8 @@ class LdrRetriever(BaseRetriever):
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         # search_kwargs are any search options (ldr.search.options.QueryOptions) and win over the
         # fields above: search_kwargs={"k": 2} is k=2, not a clash
-        options = {"k": self.k, "passages": self.passages, "filters": self.filters, **self.search_kwargs}
+        options = {"k": self.k, "passages": self.passages, "filters": self.filters, "min_score": self.min_score,
+                   **self.search_kwargs}
         hits = self._source.search(query, **options)
         generation = getattr(hits, "generation", None)
         return [Document(page_content=r["text"], id=r["id"],

@@ -19,15 +19,18 @@ class LdrRetriever(BaseRetriever):
     passages best first; a node's score is its passage's."""
 
     def __init__(self, index=None, *, url: str | None = None, api_key: str | None = None, k: int = 4,
-                 passages: int = 1, filters: dict | None = None, search_kwargs: dict | None = None, **kwargs):
+                 passages: int = 1, filters: dict | None = None, min_score: float | None = None,
+                 search_kwargs: dict | None = None, **kwargs):
+        """`min_score`: drop documents whose calibrated relevance (0-1) is below it."""
         super().__init__(**kwargs)
         self._source = open_source(index, url, api_key)
-        self.k, self.passages, self.filters = k, passages, filters
+        self.k, self.passages, self.filters, self.min_score = k, passages, filters, min_score
         self.search_kwargs = dict(search_kwargs or {})
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         # search_kwargs are any search options (ldr.search.options.QueryOptions), winning over k etc.
-        options = {"k": self.k, "passages": self.passages, "filters": self.filters, **self.search_kwargs}
+        options = {"k": self.k, "passages": self.passages, "filters": self.filters, "min_score": self.min_score,
+                   **self.search_kwargs}
         hits = self._source.search(query_bundle.query_str, **options)
         generation = getattr(hits, "generation", None)
         out = []
@@ -35,7 +38,7 @@ class LdrRetriever(BaseRetriever):
             md = {**r["metadata"], "generation": generation}
             node = TextNode(id_=r["id"], text=r["text"], metadata=md, start_char_idx=md["start"], end_char_idx=md["end"],
                             # the numbers stay out of what an LLM or embedder is shown of the node
-                            excluded_llm_metadata_keys=["doc_score", "doc_rank", "start", "end", "stage", "generation"],
+                            excluded_llm_metadata_keys=["doc_score", "doc_rank", "relevance", "start", "end", "stage", "generation"],
                             excluded_embed_metadata_keys=list(md))
             node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=md["doc_id"])
             out.append(NodeWithScore(node=node, score=r["score"]))

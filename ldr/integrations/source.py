@@ -31,6 +31,7 @@ def passage_records(hits, with_text_fallback: bool = True) -> list[dict]:
     out = []
     for h in hits:
         base = {"doc_id": h.id, "title": h.title, "doc_score": float(h.score), "doc_rank": h.rank,
+                "relevance": getattr(h, "relevance", None),
                 **{f"ldr_{k}": v for k, v in (h.origin or {}).items()},
                 **{f"meta_{k}" if k in ("doc_id", "title", "start", "end") else k: v for k, v in (h.meta or {}).items()}}
         if h.origin and "source" in h.origin:

@@ -23,8 +23,15 @@ class Hit:
     meta: dict | None = None            # metadata given at indexing (with passages or text)
     origin: dict | None = None          # ldr's own: {"source": "c.jsonl line 3", "path": "c.jsonl"}
 
+    @property
+    def relevance(self) -> float | None:
+        """The calibrated estimate of P(relevant) (search/calibration.py): unlike `score`, which
+        orders this list, it does not depend on the other candidates; None where none was fitted."""
+        return self.scores.get("relevance")
+
     def to_dict(self, with_text: bool = False) -> dict:
-        d = {"id": self.id, "score": self.score, "rank": self.rank, "title": self.title, "scores": self.scores}
+        d = {"id": self.id, "score": self.score, "rank": self.rank, "title": self.title,
+             "relevance": self.relevance, "scores": self.scores}
         if self.passages:
             d["passages"] = [p.to_dict() for p in self.passages]
         if self.meta is not None:

@@ -62,6 +62,9 @@ class QueryOptions:
     stages: dict[str, dict] | None = _opt(None, "Registered extra stages to run, with their settings: "
                                                 "{name: {setting: value}} (`--stage name:setting=value`).",
                                           cli=("--stage",))
+    min_score: float | None = _opt(None, "Drop hits whose relevance (an estimate of P(relevant), 0-1, the same "
+                                         "whatever the other candidates) is below this.", ge=0, le=1,
+                                   cli=("--min-score",))
     passages: int = _opt(1, "Best passages per hit (character offsets into the text; 0: none).", ge=0,
                          cli=("-p", "--passages"))
     with_text: bool = _opt(False, "Each hit's full text.", cli=("--text",))

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .. import components as registry
-from ..errors import ConfigError
+from ..errors import ConfigError, QueryError
 from ..stages import HYBRID, Stage
+from . import calibration
 from .options import QueryOptions, SearchOptions, resolve
 from .stages.base import Candidates, QuerySource, stage_type
 from .stages.fuse import Fuse
 from .stages.passages import Passages
+from .stages.relevance import Relevance
 from .stages.rerank import Rerank
 from .stages.retrieve import Retrieve
 from .stages.windows import Windows
@@ -82,7 +84,7 @@ class Plan:
             why = {Stage.FUSED.value: ["fusion", "rrf_k"] + [f"weights.{k}" for k in self.kinds],
                    Stage.WINDOWS.value: ["window_depth", "window_weight"],
                    Stage.RERANKED.value: ["rerank", "rerank_model", "rerank_depth", "rerank_weight"],
-                   Stage.PASSAGES.value: ["passages"]}
+                   Stage.RELEVANCE.value: ["min_score"], Stage.PASSAGES.value: ["passages"]}
             for s in self.rest:
                 lines.append(f"  {s.name:<10} {s.describe()}" + origin(*why.get(s.name, ["stages"])))
         off = [n for n, on in ((Stage.WINDOWS.value, self.stage(Stage.WINDOWS.value)),
@@ -110,6 +112,7 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
         have = ", ".join(registry.in_order(components)) or "none"
         raise ConfigError(f"this index has no {opts.mode!r} component (it has: {have}); pick another --mode")
     sources["passages"] = "request" if request.passages else "ldr"
+    sources["min_score"] = "request" if request.min_score is not None else "ldr"
     k = min(request.k, n_docs)            # more hits than documents cannot be returned
     opts.depth, opts.rerank_depth = min(opts.depth, n_docs), min(opts.rerank_depth, n_docs)
     kinds = registry.in_order(components) if opts.mode == HYBRID else [opts.mode]
@@ -131,8 +134,18 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
         later.insert(_position(later, stage_type(name).after), stage_type(name).build(values))
     keep = max([k] + [s.needs() for s in later])
     fuse = Fuse(tuple(kinds), opts.fusion, tuple((n, opts.weights[n]) for n in kinds), opts.rrf_k, keep, fused)
-    rest = (fuse, *later) + ((Passages(request.passages, k),) if request.passages else ())
+    rest = (fuse, *later) + _relevance(components, kinds, request.min_score) \
+        + ((Passages(request.passages, k),) if request.passages else ())
     return Plan(query, k, opts, sources, first, rest)
+
+
+def _relevance(components: dict, kinds: list[str], min_score: float | None) -> tuple:
+    """The relevance stage, where a calibration was fitted for these kinds (search/calibration.py)."""
+    fit = calibration.fit_for(components, kinds)
+    if fit is None and min_score is not None:
+        raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {', '.join(kinds)} "
+                         "with this index's models (bench/fit_calibration.py fits one): search without it")
+    return (Relevance(tuple(kinds), fit, min_score),)      # without a fit: its features, no estimate
 
 
 _ORDER = (Stage.FUSED.value, Stage.WINDOWS.value, Stage.RERANKED.value)

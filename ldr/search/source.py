@@ -33,6 +33,12 @@ class IndexSource:
         r = self.retriever(kind)
         return r.search_rep(rep, depth) if self.allow is None else r.search_rep(rep, depth, allow=self.allow)
 
+    def score_bound(self, kind: str) -> float | None:
+        """The highest score `kind` can give this query (BM25: every term saturated), None when it
+        has no such bound (a cosine is its own scale)."""
+        bound = getattr(self.retriever(kind), "bound", None)
+        return bound(self.query) if bound is not None else None
+
     def tiebreak(self):
         return self.store.id_rank
 

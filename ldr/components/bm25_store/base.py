@@ -56,7 +56,7 @@ def open_searcher(backend: str, path: Path, analyzer: Analyzer, k1: float, b: fl
     generation) must match what the index holds."""
     if backend == "tantivy":
         from .tantivy_backend import TantivySearcher
-        searcher = TantivySearcher(path, analyzer, key)
+        searcher = TantivySearcher(path, analyzer, key, k1=k1)
     elif backend == "lucene":
         from .lucene_backend import LuceneSearcher
         searcher = LuceneSearcher(path, analyzer, k1, b)

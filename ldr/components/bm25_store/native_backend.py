@@ -152,5 +152,13 @@ class NativeSearcher:
                 out[docs] += qtf * idf * tf / (tf + norm[docs])
         return out
 
+    def bound(self, query: str) -> float:
+        """The highest score `query` can reach here (this scorer leaves out the constant k1+1)."""
+        out = 0.0
+        for term, qtf in Counter(first_terms(self._an.analyze(cjk_pretokenize(query) if self._cjk else query))).items():
+            df = sum(int(live[p[0]].sum()) for seg, _, live in self.segments if (p := seg.postings(term)) is not None)
+            out += qtf * float(np.log1p((self.n - df + 0.5) / (df + 0.5)))
+        return out
+
     def search(self, query: str, k: int, k1: float | None = None, b: float | None = None) -> list[tuple[int, float]]:
         return top_k_dense(self.scores(query, k1, b), k)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -107,8 +108,10 @@ def _open_readonly(path: Path) -> "tantivy.Index":
 class TantivySearcher:
     name = "tantivy"
 
-    def __init__(self, path: Path, analyzer: Analyzer, key: str = KEY):
+    def __init__(self, path: Path, analyzer: Analyzer, key: str = KEY, k1: float = 1.2):
+        """`k1`: the constant of tantivy's built-in BM25 (bm25_store/base.py), for `bound`."""
         self._index = _open_readonly(Path(path))
+        self.k1 = k1
         self.key = key
         self._analyzer = text_analyzer(analyzer)
         self._index.register_tokenizer(TOKENIZER, self._analyzer)
@@ -125,6 +128,17 @@ class TantivySearcher:
 
     def search_rep(self, query: str, k: int) -> list[tuple[int, float]]:
         return self.search(query, k)
+
+    def bound(self, query: str) -> float:
+        """The highest score `query` can reach (every term's saturated weight, idf·(k1+1) times its
+        count): a document's score over it says how much of the query it matches, whatever the
+        other candidates (the calibrated relevance's BM25 feature)."""
+        n, k1 = max(self.num_docs, 1), self.k1
+        out = 0.0
+        for term, qtf in Counter(first_terms(self.analyze(query))).items():
+            df = self._searcher.doc_freq(FIELD, term)
+            out += qtf * math.log1p((n - df + 0.5) / (df + 0.5)) * (k1 + 1)
+        return out
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         """(uid, score) best first."""

@@ -60,6 +60,7 @@ class QuerySource(Protocol):
     def prefetch(self, docnos) -> None: ...               # read these texts together
     def passages(self, docnos: list[int], n: int) -> dict: ...   # {docno: its n best Passages}
     def tiebreak(self) -> Any: ...                        # docno → the rank of its id (equal scores)
+    def score_bound(self, kind: str) -> float | None: ...  # the highest score a kind can give the query
     def meta(self, docnos: list[int]) -> dict: ...        # {docno: its metadata dict}
 
 

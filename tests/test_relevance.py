@@ -1,0 +1,98 @@
+"""Issue 45 items 1 and 2: a score a RAG application can cut on. `hit.relevance` estimates
+P(relevant) from features of the query, the document and the index's statistics only, so a
+document alone (through a filter, or in an index of one) gets the relevance it gets among others;
+`min_score` cuts on it through the CLI, the API, the server and both adapters."""
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+from ldr.errors import QueryError
+
+BRIDGE = "bridge-inspection-report.html"
+QUERIES = ["corrosion of the bearing plates", "bridge inspection", "when is the next inspection due",
+           "spalling concrete downstream", "weight restriction on the bridge"]
+# documented tolerance (README, "What a score means"): a one-document index has other BM25
+# statistics (idf), so its BM25 fraction moves a little
+ONE_DOC_TOLERANCE = 0.1
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory, request):
+    from conftest import ROOT
+
+    root = tmp_path_factory.mktemp("rel")
+    full = ldr.Index.build(ROOT / "corpora" / "sample", root / "full")
+    (root / "one-c").mkdir()
+    shutil.copy(ROOT / "corpora" / "sample" / BRIDGE, root / "one-c" / BRIDGE)
+    one = ldr.Index.build(root / "one-c", root / "one")
+    return full, one
+
+
+def test_a_lone_hit_has_the_relevance_it_has_among_others(hybrid):
+    full, one = hybrid
+    for q in QUERIES:
+        among = next(h for h in full.search(q, k=10) if h.id == BRIDGE)
+        alone = full.search(q, filters={"id": BRIDGE})
+        single = one.search(q)
+        assert len(alone) == 1 and alone[0].score == 1.0        # constant input normalises to the top, not 0
+        assert 0 < among.relevance < 1 and alone[0].relevance == pytest.approx(among.relevance, abs=1e-9)
+        assert single[0].relevance == pytest.approx(among.relevance, abs=ONE_DOC_TOLERANCE)
+        assert single[0].scores["relevance.dense"] == pytest.approx(among.scores["relevance.dense"], abs=1e-5)
+
+
+def test_min_score_cuts_on_relevance_in_the_api_and_the_cli(hybrid, tmp_path):
+    full, _ = hybrid
+    q = QUERIES[0]
+    every = full.search(q, k=6)
+    cut = sorted(h.relevance for h in every)[len(every) // 2]
+    kept = full.search(q, k=6, min_score=cut)
+    assert [h.id for h in kept] == [h.id for h in every if h.relevance >= cut] and 0 < len(kept) < len(every)
+    out = CliRunner().invoke(main, ["search", q, "-i", str(full.path), "-k", "6", "--min-score", str(cut), "--json"])
+    assert out.exit_code == 0, out.output
+    hits = json.loads(out.output)["hits"]
+    assert [h["id"] for h in hits] == [h.id for h in kept] and all(h["relevance"] >= cut for h in hits)
+    assert "relevance" in full.plan(q, min_score=cut).explain()
+
+
+def test_min_score_needs_a_calibration_for_the_models_searched(hybrid, tmp_path):
+    from tiny_models import make
+
+    from ldr.encode.dense import DenseSettings
+
+    model = make("bert", tmp_path / "tiny-bert")       # a dense model no calibration was fitted for
+    docs = [{"id": "a", "text": "bearing plates corrode"}, {"id": "b", "text": "the lamp was relit"}]
+    idx = ldr.Index.build(docs, tmp_path / "idx", sparse=None, dense=DenseSettings(model=str(model)))
+    with pytest.raises(QueryError, match="min_score needs a calibrated relevance"):
+        idx.search("bearing", mode="dense", min_score=0.2)
+    hits = idx.search("bearing", mode="dense")
+    assert all(h.relevance is None and "relevance.dense" in h.scores for h in hits)
+    assert idx.search("bearing", min_score=0.01)[0].id == "a"      # hybrid: the BM25 fit applies
+    full, _ = hybrid
+    with pytest.raises(QueryError, match="min_score"):
+        full.search("bearing", min_score=1.5)
+
+
+def test_a_bm25_only_index_has_a_relevance_too(tmp_path):
+    from conftest import ROOT
+
+    idx = ldr.Index.build(ROOT / "corpora" / "sample", tmp_path / "idx", dense=None, sparse=None)
+    hits = idx.search("corrosion of the bearing plates", k=3)
+    assert hits[0].id == BRIDGE and hits[0].relevance > hits[1].relevance and set(hits[0].scores) >= {"relevance.bm25"}
+
+
+def test_both_adapters_take_min_score(hybrid):
+    from ldr.integrations.langchain import LdrRetriever as LangChainRetriever
+    from ldr.integrations.llamaindex import LdrRetriever as LlamaIndexRetriever
+
+    full, _ = hybrid
+    q = QUERIES[0]
+    cut = full.search(q, k=1)[0].relevance - 1e-6     # only the top document passes (it is far ahead)
+    assert sum(h.relevance >= cut for h in full.search(q, k=6)) == 1
+    docs = LangChainRetriever(index=full, k=6, min_score=cut).invoke(q)
+    assert {d.metadata["doc_id"] for d in docs} == {BRIDGE} and docs[0].metadata["relevance"] >= cut
+    nodes = LlamaIndexRetriever(full, k=6, min_score=cut).retrieve(q)
+    assert {n.node.metadata["doc_id"] for n in nodes} == {BRIDGE}
