@@ -58,6 +58,19 @@ def reps(ix, finder, q: str) -> dict:
     return {k: ix.retriever(k).encode(q) for k in finder.vector_kinds}
 
 
+SNIPPET_WIDTHS = (60, 100, 160)    # `ldr search` in an 80- and a 120-column terminal, and piped
+
+
+def shown(hit, query: str, width: int) -> str:
+    """The one-line snippet `ldr search` prints for a hit's best passage (older ldr: its start)."""
+    try:
+        from ldr.search.passages import snippet
+    except ImportError:
+        return hit.snippet(width)
+    p = hit.passages[0]
+    return snippet(p.text, [(a - p.start, b - p.start) for a, b in p.highlights], width)
+
+
 def needle_bench(lengths, n_docs, n_queries, haystack: Path, colbert: str | None = None) -> dict:
     import ldr
     from ldr.eval.synthetic import needle
@@ -81,6 +94,7 @@ def needle_bench(lengths, n_docs, n_queries, haystack: Path, colbert: str | None
             for label, w in weightings(colbert).items():
                 finder = finder_for(ix, w)
                 located = top1 = 0
+                in_snippet = dict.fromkeys(SNIPPET_WIDTHS, 0)
                 for qid, q in queries.items():
                     rel = next(iter(qrels[qid]))
                     best = finder.find(q, reps(ix, finder, q), {ix.docstore.row(rel): ix.document(rel).text}, 1)
@@ -89,9 +103,15 @@ def needle_bench(lengths, n_docs, n_queries, haystack: Path, colbert: str | None
                     if label == "default":
                         hit = ix.search(q, k=1, passages=1)[0]
                         top1 += hit.id == rel and facts[rel] in hit.passages[0].text
+                        own = ix.search(q, k=1, passages=1, filters={"id": rel})[0]
+                        value = facts[rel].rsplit(" is ", 1)[1].rstrip(".")
+                        for w in SNIPPET_WIDTHS:
+                            in_snippet[w] += value in shown(own, q, w)
                 res[label] = {"located": round(100 * located / len(queries), 1)}
                 if label == "default":
                     res[label]["top1"] = round(100 * top1 / len(queries), 1)
+                    for w in SNIPPET_WIDTHS:     # the needle's value in the line the table shows
+                        res[label][f"snippet{w}"] = round(100 * in_snippet[w] / len(queries), 1)
             ix.close()
         out[length] = res
         print(length, json.dumps(res), file=sys.stderr)

@@ -103,6 +103,20 @@ def test_the_snippet_shows_the_match_not_the_first_mention():
     assert "bearing plates show section loss from corrosion" in shown
 
 
+def test_the_table_shows_the_answer_after_the_match_in_a_120_column_terminal(tmp_path, monkeypatch):
+    """The needle task's facts, as `ldr search` shows them: the words the question shares, then
+    the answer; a question word met all over ("what") does not pull the snippet away."""
+    essay = ("Someone asked what is heat? No doubt it was what people wanted to know, and what they "
+             "asked again and again. ") * 3
+    docs = [{"id": "essay", "text": essay + "No doubt it was a Christopher Richardson's favourite sailing knot is the "
+             "double figure eight loop. " + essay}, {"id": "other", "text": "Sailing needs wind, a boat and a knot or two."}]
+    ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None)
+    monkeypatch.setenv("COLUMNS", "120")
+    out = CliRunner().invoke(main, ["search", "What is Christopher Richardson's favourite sailing knot?", "-i",
+                                    str(tmp_path / "idx"), "-k", "1"])
+    assert out.exit_code == 0 and "knot is the double figure eight loop" in out.output, out.output
+
+
 def test_a_server_open_to_the_network_makes_a_write_key_and_a_busy_port_is_one_clear_line(tmp_path):
     """Issue 45 items 10 and 12."""
     import os
