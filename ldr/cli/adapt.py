@@ -41,7 +41,7 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from .. import api
+    from .. import sharded
     from ..eval.beir import load_qrels, load_queries
     from ..errors import ConfigError
     from ..eval.tune import TuneOptions, as_search_defaults, describe, tune
@@ -67,7 +67,7 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
         raise ConfigError(f"--rerank-weights takes numbers above 0 and at most 1, e.g. 1,0.5 (got {rerank_weights!r})")
     if rerank_only and not (depths or rerank_model):
         raise ConfigError("--rerank-only needs something to rerank with: --rerank-depths or --rerank-model")
-    index = api.open(index_path)
+    index = sharded.open(index_path)
     known = set(index.docstore.ids)
     if not any(d in known for docs in qrels.values() for d in docs):
         raise ConfigError(f"no document of {qrels_file} is in {index_path}: tune on qrels over this index's ids")

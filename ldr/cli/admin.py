@@ -33,9 +33,9 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
         from ..serve.app import ServerSettings, serve
     except ImportError as e:
         raise BackendUnavailable(f"`ldr serve` needs the server extra: pip install 'ldr[server]' ({e.name} is missing)") from None
-    from .. import api
+    from .. import sharded
 
-    api.open(index_path).close()   # a clear error before the server starts, not in its log
+    sharded.open(index_path).close()   # a clear error before the server starts, not in its log
     _check_port(host, port)
     if not (api_key or read_only or host in LOCAL_HOSTS):
         # open to the network: writes need a key; as Elasticsearch does on first start, make one
@@ -75,9 +75,9 @@ def _check_port(host: str, port: int) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def info_cmd(index_path, as_json):
     """Show what an index holds (components, models, counts, sizes)."""
-    from .. import api
+    from .. import sharded
 
-    info = api.open(index_path).info()
+    info = sharded.open(index_path).info()
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return

@@ -112,7 +112,7 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
                trust_remote_code, **values):
     """Search an index for QUERY: retrievers → fusion → rerank, as the index defines (see `ldr info`).
     With --queries FILE, search every query of the file and write a TREC run."""
-    from .. import api
+    from .. import sharded
     from ..corpus.text import replace_surrogates
     from ..errors import ConfigError
     from ..search.hits import finite
@@ -120,7 +120,7 @@ def search_cmd(query, index_path, no_rerank, queries_file, output, run_tag, devi
 
     if (query is None) == (queries_file is None):
         raise ConfigError("give either a QUERY or --queries FILE")
-    index = api.open(index_path, device=device, trust_remote_code=trust_remote_code)
+    index = sharded.open(index_path, device=device, trust_remote_code=trust_remote_code)
     options = cli_query_options(values, no_rerank)
     k, with_text, mode = options.pop("k"), options.pop("with_text", False), options.get("mode")
     passages = options.pop("passages", None)

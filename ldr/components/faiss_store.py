@@ -116,8 +116,10 @@ class DenseWriter(BatchedWriter):
     def close(self) -> dict:
         self._finish()
         self._raw.close()
-        d = self.encoder.dim if self.loaded or not self._dim else self._dim
-        vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d))
+        d = self.encoder.dim if self.loaded or not self._dim or not self.count else self._dim
+        # no vectors (a shard no document was routed to): the model still describes itself
+        vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d)) \
+            if self.count else np.zeros((0, d), np.float32)
         owner = np.concatenate(self._owners) if self._owners else np.zeros(0, dtype=np.int64)
         spans = np.concatenate(self._spans) if self._spans else np.zeros((0, 2), dtype=np.int64)
         entry = save_dense(self.path, np.asarray(vectors), owner, self.fs, self.allow_small, spans)

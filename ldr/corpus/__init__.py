@@ -176,8 +176,16 @@ def check_documents(docs: Iterable[Doc], report: IngestReport, max_doc_mb: float
     Counts `report.indexed`. Raises CorpusError naming the offending ids and where they came from.
     """
     if isinstance(docs, CheckedDocs):
-        return docs
+        return docs if unchanged is None else CheckedDocs(_changed(docs, report, unchanged))
     return CheckedDocs(_checked(docs, report, max_doc_mb, unchanged))
+
+
+def _changed(docs: Iterable[Doc], report: IngestReport, unchanged) -> Iterator[Doc]:
+    for doc in docs:
+        if unchanged(doc):
+            report.unchanged += 1
+        else:
+            yield doc
 
 
 def _checked(docs, report, max_doc_mb, unchanged) -> Iterator[Doc]:

@@ -318,6 +318,15 @@ class IndexWriter:
         manifest = self._guard(run, created)
         return {"deleted": sorted(found), "missing": missing, "generation": manifest["generation"]}
 
+    def revert(self, generation: int) -> dict:
+        """Commit generation `generation` (kept: pinned) again as the newest: a sharded index's
+        writer brings back a shard a failed write left ahead of the cluster (cluster_writer.py)."""
+        self._writable()
+        old = read_manifest(self.root, generation)
+        return self._commit("revert", [dict(s) for s in old["segments"]],
+                            {k: dict(v) for k, v in old["components"].items()}, *_unchanged_parts(old),
+                            {"reverted_to": generation})
+
     def set_search_defaults(self, search: dict, record: dict | None = None) -> dict:
         """Commit new query-time defaults (e.g. chosen by `ldr tune`); nothing else changes."""
         current = self._writable()

@@ -17,8 +17,8 @@ def open_source(index=None, url: str | None = None, api_key: str | None = None):
         from ..serve.client import Client
         return Client(url, api_key=api_key)
     if isinstance(index, (str, os.PathLike)):
-        from .. import api
-        return api.open(index)
+        from .. import sharded
+        return sharded.open(index)
     if not hasattr(index, "search"):
         raise ConfigError(f"index= must be an ldr.Index, an index directory or a server URL (got {type(index).__name__})")
     return index

@@ -79,7 +79,7 @@ def _error(status: int, message: str, **extra) -> JSONResponse:
 def create_app(index_path: str, settings: ServerSettings | None = None, *, device: str | None = None,
                trust_remote_code: bool = False) -> FastAPI:
     """The FastAPI application serving the index at `index_path` (opened at start-up)."""
-    from .. import api
+    from .. import sharded
     from .routes import add_read_routes, add_write_routes
 
     s = settings or ServerSettings()
@@ -89,7 +89,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        served.state["index"] = await run_in_threadpool(api.open, index_path, False, device, trust_remote_code)
+        served.state["index"] = await run_in_threadpool(sharded.open, index_path, False, device, trust_remote_code)
         await run_in_threadpool(served.warm)   # load every model now, not in the first user's request
         task = asyncio.create_task(served.follow_generations())
         try:

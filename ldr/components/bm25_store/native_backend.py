@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,16 @@ class NativeSegment:
         return np.asarray(self.docs[s:e]), np.asarray(self.tfs[s:e])
 
 
+@dataclass(frozen=True)
+class GlobalQuery:
+    """A BM25 query carrying the statistics of a whole sharded index: every shard scores with
+    them, so a document's score is the one the unsharded index gives it, whichever shard holds it."""
+    text: str
+    n: int
+    avgdl: float
+    df: dict          # term → its document frequency over every shard
+
+
 class NativeSearcher:
     """BM25 over every segment of a generation, with the statistics of its live documents: the
     scores equal those of an index built fresh from the same documents, however it was assembled."""
@@ -120,6 +131,28 @@ class NativeSearcher:
     def encode(self, query: str) -> str:
         return query
 
+    def _terms(self, query: str) -> Counter:
+        return Counter(first_terms(self._an.analyze(cjk_pretokenize(query) if self._cjk else query)))
+
+    def _df(self, term: str) -> int:
+        return sum(int(live[p[0]].sum()) for seg, _, live in self.segments if (p := seg.postings(term)) is not None)
+
+    def collection_stats(self, query: str) -> dict:
+        """This shard's part of the statistics a sharded search scores with (live documents only)."""
+        return {"n": self.n, "length": float(self.lengths[self.live].astype(np.float64).sum()),
+                "df": {t: self._df(t) for t in self._terms(query)}}
+
+    @staticmethod
+    def with_collection_stats(query: str, parts: list[dict]) -> GlobalQuery:
+        """The query with every shard's statistics summed (the sums of whole numbers are exact)."""
+        n = sum(p["n"] for p in parts)
+        avgdl = sum(p["length"] for p in parts) / n if n else 1.0
+        df: dict = {}
+        for p in parts:
+            for t, v in p["df"].items():
+                df[t] = df.get(t, 0) + v
+        return GlobalQuery(query, n, avgdl, df)
+
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """The passage rescorer's BM25 feature: the first stage's score (0 where it did not return one)."""
         return np.array([first_stage.get(d, 0.0) for d in docnos], dtype=np.float64)
@@ -134,30 +167,33 @@ class NativeSearcher:
         """A score per document number of the generation (0 for deleted documents)."""
         k1 = self.k1 if k1 is None else k1
         b = self.b if b is None else b
-        tokens = self._an.analyze(cjk_pretokenize(query) if self._cjk else query)
+        stats = query if isinstance(query, GlobalQuery) else None
+        n, avgdl = (stats.n, stats.avgdl) if stats else (self.n, self.avgdl)
         out = np.zeros(len(self.lengths), dtype=np.float32)
-        norm = k1 * (1 - b + b * self.lengths / self.avgdl)
-        for term, qtf in Counter(first_terms(tokens)).items():
+        norm = k1 * (1 - b + b * self.lengths / avgdl)
+        for term, qtf in self._terms(stats.text if stats else query).items():
             hits = []
             for seg, offset, live in self.segments:
                 p = seg.postings(term)
                 if p is not None:
                     keep = live[p[0]]
                     hits.append((p[0][keep] + offset, p[1][keep]))
-            df = sum(len(d) for d, _ in hits)
-            if not df:
+            df = stats.df.get(term, 0) if stats else sum(len(d) for d, _ in hits)
+            if not hits or not df:
                 continue
-            idf = np.log1p((self.n - df + 0.5) / (df + 0.5))
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
             for docs, tf in hits:
                 out[docs] += qtf * idf * tf / (tf + norm[docs])
         return out
 
-    def bound(self, query: str) -> float:
+    def bound(self, query: "str | GlobalQuery") -> float:
         """The highest score `query` can reach here (this scorer leaves out the constant k1+1)."""
+        stats = query if isinstance(query, GlobalQuery) else None
         out = 0.0
-        for term, qtf in Counter(first_terms(self._an.analyze(cjk_pretokenize(query) if self._cjk else query))).items():
-            df = sum(int(live[p[0]].sum()) for seg, _, live in self.segments if (p := seg.postings(term)) is not None)
-            out += qtf * float(np.log1p((self.n - df + 0.5) / (df + 0.5)))
+        for term, qtf in self._terms(stats.text if stats else query).items():
+            df = stats.df.get(term, 0) if stats else self._df(term)
+            n = stats.n if stats else self.n
+            out += qtf * float(np.log1p((n - df + 0.5) / (df + 0.5)))
         return out
 
     def search(self, query: str, k: int, k1: float | None = None, b: float | None = None) -> list[tuple[int, float]]:

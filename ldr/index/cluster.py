@@ -1,0 +1,166 @@
+"""A sharded index: N complete ldr indexes under one directory, documents routed by a stable hash
+of their id, and a cluster commit point written last.
+
+    idx/cluster-000003.json   the commit point: each shard's generation and the global statistics
+    idx/shards/shard-000/     a complete ldr index (its own generations, segments, reader pins)
+    idx/write.lock            one cluster writer at a time
+
+A write commits the shards it touches (each its own next generation), then the cluster manifest
+naming them. Readers open the newest cluster manifest and pin the shard generations it names, so
+a write that fails or is killed on any shard leaves every reader on the previous cluster
+generation, never a mix; the next writer first brings every shard back to the generation the
+cluster names (`ClusterWriter.reconcile`). A shard no document was routed to has no generation
+yet (`null`): it is created by the first write that routes one to it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import IndexFormatError, NotAnIndex
+from ..paths import inside
+from . import generations as gens
+from .manifest import _self_checksum
+
+FORMAT = "ldr-cluster"
+_NAME = re.compile(r"^cluster-(\d{6,})\.json$")
+SHARDS = "shards"
+HISTORY = 100
+
+
+def cluster_name(gen: int) -> str:
+    return f"cluster-{gen:06d}.json"
+
+
+def shard_rel(i: int) -> str:
+    return f"{SHARDS}/shard-{i:03d}"
+
+
+def shard_of(doc_id: str, n: int) -> int:
+    """The shard a document id lives on: a stable hash (the same on every machine and Python)."""
+    digest = hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % n
+
+
+def cluster_generations(root: Path) -> list[int]:
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for n in names if (m := _NAME.match(n)) and n == cluster_name(int(m.group(1))))
+
+
+def is_cluster(root) -> bool:
+    return bool(cluster_generations(Path(root)))
+
+
+def read_cluster(root: Path, generation: int | None = None) -> dict:
+    """The cluster manifest of `generation` (default: the newest), checked: its own checksum, its
+    shape, and every shard path inside the directory."""
+    root = Path(root)
+    found = cluster_generations(root)
+    if not found:
+        raise NotAnIndex(f"{str(root)!r} is not a sharded ldr index (no cluster manifest)")
+    gen = found[-1] if generation is None else generation
+    path = root / cluster_name(gen)
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise IndexFormatError(f"{path} cannot be read ({e}); the sharded index is damaged") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("checksum") != _self_checksum(m):
+        raise IndexFormatError(f"{path} is not a valid cluster manifest (format or checksum); the sharded index "
+                               "is damaged or was modified")
+    shards = m.get("shards")
+    if not isinstance(shards, list) or not shards or m.get("generation") != gen:
+        raise IndexFormatError(f"{path}: no shards, or the wrong generation; the sharded index is damaged")
+    for i, s in enumerate(shards):
+        if not isinstance(s, dict) or s.get("path") != shard_rel(i) or not (
+                s.get("generation") is None or isinstance(s.get("generation"), int)):
+            raise IndexFormatError(f"{path}: shard {i} is not described as ldr writes it; the index is damaged")
+        inside(root, s["path"], "shard path")
+    return m
+
+
+def new_cluster(gen: int, shards: list[dict], config: dict, history: list, record: dict) -> dict:
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    m = {"format": FORMAT, "generation": gen, "created": now, "routing": {"hash": "blake2b-8", "shards": len(shards)},
+         "shards": shards, "config": config,
+         "stats": {"docs": sum(s.get("live", 0) for s in shards), "tokens": sum(s.get("tokens", 0) for s in shards)},
+         "history": (history + [{"generation": gen, "at": now, **record}])[-HISTORY:]}
+    m["checksum"] = _self_checksum(m)
+    return m
+
+
+def publish_cluster(root: Path, manifest: dict) -> Path:
+    """Write the cluster manifest durably (a `.part` file renamed into place): the commit point."""
+    final = Path(root) / cluster_name(manifest["generation"])
+    if final.exists():
+        raise FileExistsError(f"{final} already exists")
+    part = final.with_name(final.name + ".part")
+    with open(part, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(part, final)
+    gens.fsync_dir(Path(root))
+    return final
+
+
+def collect_cluster(root: Path, keep: int) -> None:
+    """Old cluster manifests (the shards' own collectors remove their files), keeping `keep` ones."""
+    found = cluster_generations(root)
+    for g in found[:-keep] if keep else []:
+        (Path(root) / cluster_name(g)).unlink(missing_ok=True)
+    for part in Path(root).glob("cluster-*.json.part"):
+        part.unlink(missing_ok=True)
+
+
+def shard_entry(root: Path, i: int, manifest: dict | None) -> dict:
+    """What the cluster manifest says of shard i at this shard manifest (None: no generation yet)."""
+    if manifest is None:
+        return {"path": shard_rel(i), "generation": None, "docs": 0, "live": 0, "tokens": 0}
+    from .docstore import Docstore
+    from .segment import read_deletes
+
+    tokens = 0
+    for seg in manifest["segments"]:      # the live documents' lengths: BM25's average length
+        store = Docstore(inside(root / shard_rel(i), seg["path"], "segment"), seg["docs"])
+        tokens += int(store.lengths[~read_deletes(root / shard_rel(i), seg)].sum())
+    return {"path": shard_rel(i), "generation": manifest["generation"], "docs": manifest["doc_count"],
+            "live": manifest["doc_count"], "tokens": tokens}
+
+
+def route_file(docs, n: int, folder: Path, report) -> tuple[list[Path], list[int]]:
+    """Spill checked documents into one JSON-lines file per shard (each then built on its own, in
+    parallel where a cluster runs them); returns the files and each one's document count."""
+    from ..corpus import check_documents
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"shard-{i:03d}.jsonl" for i in range(n)]
+    counts = [0] * n
+    outs = [open(p, "w", encoding="utf-8") for p in paths]
+    try:
+        for d in check_documents(docs, report):
+            i = shard_of(d.id, n)
+            outs[i].write(json.dumps([d.id, d.text, d.title, d.meta, d.source, d.path], ensure_ascii=False) + "\n")
+            counts[i] += 1
+    finally:
+        for f in outs:
+            f.close()
+    return paths, counts
+
+
+def routed_docs(path: Path):
+    """The documents of one routed file, already checked (a shard's writer passes them through)."""
+    from ..corpus import CheckedDocs, Doc
+
+    def read():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                i, text, title, meta, source, where = json.loads(line)
+                yield Doc(i, text, title, meta, source, where)
+    return CheckedDocs(read())

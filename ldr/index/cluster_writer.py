@@ -1,0 +1,185 @@
+"""The writer of a sharded index (cluster.py): it holds the cluster's write lock, writes each shard
+through that shard's own IndexWriter, and commits the cluster manifest last.
+
+Before touching a shard it pins the generation the current cluster manifest names (a reader's
+pin), so no shard writer collects it; and it brings back any shard a killed or failed write left
+ahead of the cluster (`reconcile`: that shard's named generation is committed again as its
+newest), so every write starts from the generation readers answer from.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+from ..corpus import IngestReport
+from ..errors import ConfigError, NotAnIndex
+from . import generations as gens
+from .cluster import (collect_cluster, is_cluster, new_cluster, publish_cluster, read_cluster, route_file,
+                      routed_docs, shard_entry, shard_of, shard_rel)
+from .faults import crash_point
+from .lock import WriteLock
+from .manifest import read_manifest
+from .writer import IndexWriter
+
+log = logging.getLogger(__name__)
+KEEP = 3     # cluster manifests kept (readers pin shard generations, not these files)
+BM25_BACKENDS = ("native", None, "none")   # the BM25 that scores with the whole index's statistics
+
+
+class ClusterWriter:
+    def __init__(self, root, wait: bool | float = False, create: bool = False, threads: int = 0):
+        self.root = Path(root).absolute()
+        self.wait, self.threads = wait, threads
+        if not create and not is_cluster(self.root):
+            raise NotAnIndex(f"{str(self.root)!r} is not a sharded ldr index")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.lock = WriteLock(self.root, wait)
+        self.pins: list = []
+        try:
+            self.current = read_cluster(self.root) if is_cluster(self.root) else None
+            if self.current is not None:
+                self.pins = [gens.Pin(self.root / s["path"], s["generation"]) for s in self.current["shards"]
+                             if s["generation"] is not None]
+                self.reconcile()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for p in self.pins:
+            p.close()
+        self.pins = []
+        self.lock.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def generation(self) -> int:
+        return self.current["generation"] if self.current else 0
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.current["shards"])
+
+    def shard_path(self, i: int) -> Path:
+        return self.root / shard_rel(i)
+
+    def reconcile(self) -> list[int]:
+        """Shards whose newest generation is not the one the cluster names (a write that died
+        between a shard's commit and the cluster's), brought back; returns their numbers."""
+        behind = []
+        for i, s in enumerate(self.current["shards"]):
+            path = self.shard_path(i)
+            newest = (gens.generations(path) or [None])[-1] if path.is_dir() else None
+            if newest == s["generation"]:
+                continue
+            behind.append(i)
+            if s["generation"] is None:       # created by a write no cluster generation names
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            log.warning("shard %d is at generation %s, the cluster names %d: bringing it back", i, newest,
+                        s["generation"])
+            with IndexWriter(path, wait=self.wait, threads=self.threads) as w:
+                w.revert(s["generation"])
+        return behind
+
+    # -- operations -----------------------------------------------------------------------------
+    def build(self, docs: Iterable, config, n_shards: int, report: IngestReport, progress: bool = False) -> dict:
+        """Index `docs` into `n_shards` new shards (each a complete index) and commit generation 1."""
+        if self.current is not None:
+            raise ConfigError(f"{self.root} is a sharded index already: add to it with `ldr add`, or build a new one "
+                              "in another directory (rebuilding a sharded index in place is not supported)")
+        if n_shards < 1:
+            raise ConfigError(f"--shards must be at least 1 (got {n_shards})")
+        if config.bm25 not in BM25_BACKENDS:
+            raise ConfigError(f"a sharded index scores BM25 with the whole index's statistics, which the native "
+                              f"backend takes; --bm25 {config.bm25} cannot: use --bm25 native (the default with "
+                              "--shards) or none")
+        config, docs = config.resolved(docs)      # one language for every shard
+        work = self.root / ".ldr-tmp-route"
+        try:
+            files, counts = route_file(docs, n_shards, work, report)
+            for i, f in enumerate(files):
+                with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads, create=True) as w:
+                    w.rebuild(routed_docs(f), config, IngestReport(), progress=progress, total=counts[i])
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return self._commit("index", range(n_shards), {"added": sum(counts), "shards": n_shards})
+
+    def add(self, docs: Iterable, report: IngestReport, progress: bool = False) -> dict:
+        """Each document to its shard (an id already there replaces its copy; an unchanged one is
+        counted, not encoded); the shards that got documents commit, then the cluster."""
+        work = self.root / ".ldr-tmp-route"
+        result = {"added": 0, "replaced": [], "unchanged": 0, "skipped": 0}
+        touched = []
+        try:
+            files, counts = route_file(docs, self.n_shards, work, report)
+            for i, f in enumerate(files):
+                if not counts[i]:
+                    continue
+                with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads) as w:
+                    r = w.add(routed_docs(f), IngestReport(), progress=progress, total=counts[i])
+                touched.append(i)
+                result["added"] += r["added"]
+                result["replaced"] += r["replaced"]
+                result["unchanged"] += r["unchanged"]
+                crash_point("cluster:shard-committed")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        report.indexed -= result["unchanged"]
+        report.unchanged += result["unchanged"]
+        result["skipped"] = report.n_skipped
+        result["replaced"] = sorted(result["replaced"])
+        return self._commit("add", touched, {k: v if isinstance(v, int) else len(v) for k, v in result.items()},
+                            result)
+
+    def delete(self, ids: Iterable[str]) -> dict:
+        ids = list(dict.fromkeys(str(i) for i in ids))
+        by_shard: dict[int, list[str]] = {}
+        for i in ids:
+            by_shard.setdefault(shard_of(i, self.n_shards), []).append(i)
+        deleted, missing, touched = [], [], []
+        for s, group in sorted(by_shard.items()):
+            with IndexWriter(self.shard_path(s), wait=self.wait) as w:
+                r = w.delete(group)
+            deleted += r["deleted"]
+            missing += r["missing"]
+            if r["deleted"]:
+                touched.append(s)
+                crash_point("cluster:shard-committed")
+        result = {"deleted": sorted(deleted), "missing": missing}
+        return self._commit("delete", touched, {"deleted": len(deleted)}, result) if touched else \
+            {**result, "generation": self.generation}
+
+    def merge(self, max_segments: int = 1) -> dict:
+        merged, touched = 0, []
+        for i in range(self.n_shards):
+            with IndexWriter(self.shard_path(i), wait=self.wait) as w:
+                r = w.merge(max_segments)
+            if r["merged"]:
+                merged += r["merged"]
+                touched.append(i)
+                crash_point("cluster:shard-committed")
+        result = {"merged": merged, "shards": len(touched)}
+        return self._commit("merge", touched, dict(result), result) if touched else \
+            {**result, "generation": self.generation}
+
+    def _commit(self, op: str, touched, record: dict, result: dict | None = None) -> dict:
+        """The commit point: every shard's generation now (the touched ones re-read), written last."""
+        touched = set(touched)
+        old = self.current["shards"] if self.current else []
+        shards = [shard_entry(self.root, i, read_manifest(self.shard_path(i))) if i in touched or i >= len(old)
+                  else old[i] for i in range(max(len(old), max(touched, default=-1) + 1))]
+        crash_point(f"cluster:{op}:before-publish")
+        manifest = new_cluster(self.generation + 1, shards, {}, (self.current or {}).get("history", []),
+                               {"op": op, **record})
+        publish_cluster(self.root, manifest)
+        self.current = manifest
+        collect_cluster(self.root, KEEP)
+        return {**(result or record), "generation": manifest["generation"]}
