@@ -61,14 +61,17 @@ def reps(ix, finder, q: str) -> dict:
 SNIPPET_WIDTHS = (60, 100, 160)    # `ldr search` in an 80- and a 120-column terminal, and piped
 
 
-def shown(hit, query: str, width: int) -> str:
-    """The one-line snippet `ldr search` prints for a hit's best passage (older ldr: its start)."""
-    try:
-        from ldr.search.passages import snippet
-    except ImportError:
-        return hit.snippet(width)
-    p = hit.passages[0]
-    return snippet(p.text, [(a - p.start, b - p.start) for a, b in p.highlights], width)
+def shown(result, query: str, width: int) -> str:
+    """The one-line snippet `ldr search` prints for the first hit's best passage (older ldr: marks
+    from the result's passage finder, as its table drew them)."""
+    from ldr.search.passages import snippet
+
+    p = result[0].passages[0]
+    if hasattr(p, "highlights"):
+        marks = [(a - p.start, b - p.start) for a, b in p.highlights]
+    else:
+        marks = result.finder.marks(p.text, result.finder.query_terms(query))
+    return snippet(p.text, marks, width)
 
 
 def needle_bench(lengths, n_docs, n_queries, haystack: Path, colbert: str | None = None) -> dict:
@@ -103,7 +106,7 @@ def needle_bench(lengths, n_docs, n_queries, haystack: Path, colbert: str | None
                     if label == "default":
                         hit = ix.search(q, k=1, passages=1)[0]
                         top1 += hit.id == rel and facts[rel] in hit.passages[0].text
-                        own = ix.search(q, k=1, passages=1, filters={"id": rel})[0]
+                        own = ix.search(q, k=1, passages=1, filters={"id": rel})
                         value = facts[rel].rsplit(" is ", 1)[1].rstrip(".")
                         for w in SNIPPET_WIDTHS:
                             in_snippet[w] += value in shown(own, q, w)

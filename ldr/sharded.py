@@ -99,8 +99,12 @@ class ShardedIndex:
         return self.shards[shard_of(str(doc_id), len(self.shards))].document(doc_id)
 
     def info(self) -> dict:
-        first = self.shards[0].info()
-        return {**first, "path": str(self.path), "generation": self.generation, "documents": len(self),
+        """As Index.info, summed over the shards, with each shard's generation and documents."""
+        parts = [sh.info() for sh in self.shards]
+        ingest = {"indexed": sum(p["ingest"].get("indexed", 0) for p in parts if p["ingest"])}
+        return {**parts[0], "path": str(self.path), "generation": self.generation, "documents": len(self),
+                "bytes": sum(p["bytes"] for p in parts), "segments": [s for p in parts for s in p["segments"]],
+                "ingest": ingest, "created": self.cluster["history"][0]["at"],
                 "shards": [{"path": s["path"], "generation": s["generation"], "documents": s["live"]}
                            for s in self.cluster["shards"]]}
 

@@ -86,6 +86,9 @@ def info_cmd(index_path, as_json):
     deleted = sum(s["deleted"] for s in info["segments"])
     click.echo(f"generation  {info['generation']}, {len(info['segments'])} segments"
                + (f" ({deleted} deleted rows until the next merge)" if deleted else ""))
+    if "shards" in info:
+        click.echo(f"shards      {len(info['shards'])}: " + ", ".join(
+            f"{s['path']} (generation {s['generation']}, {s['documents']} documents)" for s in info["shards"]))
     click.echo(f"size        {info['bytes'] / 1e6:.1f} MB")
     click.echo(f"created     {info['created']} by ldr {info['ldr_version']} (format {info['format_version']})")
     ing = info["ingest"]
@@ -137,7 +140,8 @@ def check_cmd(index_path, quiet):
         click.echo("rebuild the index with `ldr index` (or restore it from a backup)", err=True)
         sys.exit(1)
     n_files = len(manifest["files"])
-    click.echo(f"{index_path}: OK ({manifest['doc_count']} documents, {n_files} files verified, "
+    shards = f" in {manifest['shards']} shards" if "shards" in manifest else ""
+    click.echo(f"{index_path}: OK ({manifest['doc_count']} documents{shards}, {n_files} files verified, "
                f"components: {', '.join(manifest['components'])})")
 
 

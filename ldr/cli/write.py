@@ -27,9 +27,12 @@ def _echo_language(info: dict | None) -> None:
 @ray_options
 @click.option("--wait", is_flag=True, help="Wait for another writer of OUTPUT to finish instead of failing.")
 @click.option("--overwrite", is_flag=True, help="OUTPUT is an index already: replace its documents with CORPUS's.")
+@click.option("--shards", type=click.IntRange(min=1), default=None,
+              help="Build a sharded index of this many shards (documents routed by a hash of their id; "
+                   "BM25 scored with the whole index's statistics, native backend).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def index_cmd(corpus, out, wait, overwrite, quiet, ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs,
-              **options):
+def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_workers, ray_cpus_per_worker,
+              ray_shard_docs, **options):
     """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT.
 
     OUTPUT must be new, unless --overwrite: then a new generation holds only CORPUS (readers keep
@@ -39,6 +42,7 @@ def index_cmd(corpus, out, wait, overwrite, quiet, ray_address, ray_workers, ray
     from ..api import Index
     from ..corpus import IngestReport
     from ..errors import ConfigError, IndexFormatError
+    from ..index.cluster import is_cluster
     from ..index.manifest import read_manifest
 
     def is_index(path: Path) -> bool:
@@ -53,6 +57,12 @@ def index_cmd(corpus, out, wait, overwrite, quiet, ray_address, ray_workers, ray
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
+    if shards:
+        _index_sharded(corpus, out, shards, options, report, quiet, wait, ray)
+        return
+    if is_cluster(out):
+        raise ConfigError(f"{out} is a sharded index: `ldr add {corpus} -i {out}` adds to it; a new sharded index "
+                          f"goes in a new directory (`ldr index {corpus} -o NEW --shards N`)")
     index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet, wait=wait,
                         ray=ray)
     click.echo(report.summary())
@@ -63,6 +73,25 @@ def index_cmd(corpus, out, wait, overwrite, quiet, ray_address, ray_workers, ray
     secs = index.manifest["settings"]["build"]["seconds"]
     click.echo(f"index written to {out} in {secs:.1f}s (generation {index.generation})")
 
+
+
+def _index_sharded(corpus, out, shards, options, report, quiet, wait, ray) -> None:
+    from ..errors import ConfigError
+    from ..sharded import ShardedIndex
+
+    if ray is not None:
+        raise ConfigError("building a sharded index on Ray is not supported yet: build it without --ray")
+    source = click.get_current_context().get_parameter_source("bm25")
+    if source is None or source.name == "DEFAULT":
+        options["bm25"] = "native"          # the backend that scores with the whole index's statistics
+    index = ShardedIndex.build(corpus, out, shards=shards, config=build_config(**options), report=report,
+                               progress=not quiet, wait=wait)
+    click.echo(report.summary())
+    for line in report.details():
+        click.echo(line, err=True)
+    sizes = ", ".join(str(s["live"]) for s in index.cluster["shards"])
+    click.echo(f"sharded index written to {out}: {len(index)} documents in {shards} shards ({sizes}; "
+               f"generation {index.generation})")
 
 
 @main.command("add")
@@ -77,20 +106,36 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_
             ray_cpus_per_worker, ray_shard_docs):
     """Add the documents of CORPUS to an index (encoding only them); an existing id is replaced."""
     from ..corpus import IngestReport, corpus_docs
-    from ..index.writer import IndexWriter
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
     docs = corpus_docs(corpus, report, max_doc_mb, index_path)     # refuses a corpus inside the index
-    with IndexWriter(index_path, wait=wait, trust_remote_code=trust_remote_code, device=device) as w:
+    with _writer(index_path, wait, trust_remote_code, device) as w:
         r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge, ray=ray)
     for line in report.details():
         click.echo(line, err=True)
     _echo_ray(w.ray_info if ray else None)
     unchanged = f"{r['unchanged']} unchanged, " if r["unchanged"] else ""
     click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {unchanged}{r['skipped']} skipped "
-               f"(generation {r['generation']}, {w.current['doc_count']} documents in "
-               f"{len(w.current['segments'])} segments)")
+               f"(generation {r['generation']}, {_state(w)})")
+
+
+def _writer(index_path, wait, trust_remote_code=False, device=None):
+    """The writer of an index: a sharded one's (ldr/index/cluster_writer.py), or an IndexWriter."""
+    from ..index.cluster import is_cluster
+
+    if is_cluster(index_path):
+        from ..index.cluster_writer import ClusterWriter
+        return ClusterWriter(index_path, wait=wait)
+    from ..index.writer import IndexWriter
+    return IndexWriter(index_path, wait=wait, trust_remote_code=trust_remote_code, device=device)
+
+
+def _state(w) -> str:
+    if hasattr(w, "state"):
+        return w.state()
+    c = w.current
+    return f"{c['doc_count'] if c else 0} documents in {len(c['segments']) if c else 0} segments"
 
 
 @main.command("delete")
@@ -101,15 +146,14 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_
 def delete_cmd(ids, index_path, wait, trust_remote_code, device, ids_file):
     """Delete documents by id (IDS and/or --ids-file) and commit."""
     from ..errors import ConfigError
-    from ..index.writer import IndexWriter
 
     wanted = list(ids) + ([line.strip() for line in ids_file if line.strip()] if ids_file else [])
     if not wanted:
         raise ConfigError("give the ids to delete (arguments or --ids-file)")
-    with IndexWriter(index_path, wait=wait) as w:
+    with _writer(index_path, wait) as w:
         r = w.delete(wanted)
     click.echo(f"{len(r['deleted'])} deleted" + (f", {len(r['missing'])} not found" if r["missing"] else "")
-               + f" (generation {r['generation']}, {w.current['doc_count'] if w.current else 0} documents)")
+               + f" (generation {r['generation']}, {_state(w).split(' in ')[0]})")
     if r["missing"]:
         shown = ", ".join(r["missing"][:10]) + (" ..." if len(r["missing"]) > 10 else "")
         click.echo(f"not in the index: {shown}", err=True)
@@ -120,10 +164,11 @@ def delete_cmd(ids, index_path, wait, trust_remote_code, device, ids_file):
 @click.option("--max-segments", type=int, default=1, show_default=True, help="Merge down to this many segments.")
 def merge_cmd(index_path, wait, trust_remote_code, device, max_segments):
     """Merge segments (deleted documents dropped, nothing re-encoded) and commit."""
-    from ..index.writer import IndexWriter
-
-    with IndexWriter(index_path, wait=wait) as w:
+    with _writer(index_path, wait) as w:
         r = w.merge(max_segments)
-    click.echo(f"merged {r['merged']} segments; {r['segments']} segments now (generation {r['generation']})")
+    if "segments" in r:
+        click.echo(f"merged {r['merged']} segments; {r['segments']} segments now (generation {r['generation']})")
+    else:
+        click.echo(f"merged {r['merged']} segments in {r['shards']} shards (generation {r['generation']}, {_state(w)})")
 
 

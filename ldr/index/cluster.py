@@ -134,7 +134,7 @@ def shard_entry(root: Path, i: int, manifest: dict | None) -> dict:
             "live": manifest["doc_count"], "tokens": tokens}
 
 
-def route_file(docs, n: int, folder: Path, report) -> tuple[list[Path], list[int]]:
+def route_file(docs, n: int, folder: Path, report, max_doc_mb: float | None = None) -> tuple[list[Path], list[int]]:
     """Spill checked documents into one JSON-lines file per shard (each then built on its own, in
     parallel where a cluster runs them); returns the files and each one's document count."""
     from ..corpus import check_documents
@@ -144,7 +144,7 @@ def route_file(docs, n: int, folder: Path, report) -> tuple[list[Path], list[int
     counts = [0] * n
     outs = [open(p, "w", encoding="utf-8") for p in paths]
     try:
-        for d in check_documents(docs, report):
+        for d in check_documents(docs, report, *([max_doc_mb] if max_doc_mb is not None else [])):
             i = shard_of(d.id, n)
             outs[i].write(json.dumps([d.id, d.text, d.title, d.meta, d.source, d.path], ensure_ascii=False) + "\n")
             counts[i] += 1

@@ -67,6 +67,10 @@ class ClusterWriter:
     def n_shards(self) -> int:
         return len(self.current["shards"])
 
+    def state(self) -> str:
+        """What `ldr add` and the other write commands print after a commit."""
+        return f"{self.current['stats']['docs']} documents in {self.n_shards} shards"
+
     def shard_path(self, i: int) -> Path:
         return self.root / shard_rel(i)
 
@@ -112,19 +116,23 @@ class ClusterWriter:
             shutil.rmtree(work, ignore_errors=True)
         return self._commit("index", range(n_shards), {"added": sum(counts), "shards": n_shards})
 
-    def add(self, docs: Iterable, report: IngestReport, progress: bool = False) -> dict:
+    def add(self, docs: Iterable, report: IngestReport, progress: bool = False, max_doc_mb: float | None = None,
+            auto_merge: bool = True, ray=None) -> dict:
         """Each document to its shard (an id already there replaces its copy; an unchanged one is
         counted, not encoded); the shards that got documents commit, then the cluster."""
+        if ray is not None:
+            raise ConfigError("adding to a sharded index on Ray is not supported yet: add without --ray")
         work = self.root / ".ldr-tmp-route"
         result = {"added": 0, "replaced": [], "unchanged": 0, "skipped": 0}
         touched = []
         try:
-            files, counts = route_file(docs, self.n_shards, work, report)
+            files, counts = route_file(docs, self.n_shards, work, report, max_doc_mb)
             for i, f in enumerate(files):
                 if not counts[i]:
                     continue
                 with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads) as w:
-                    r = w.add(routed_docs(f), IngestReport(), progress=progress, total=counts[i])
+                    r = w.add(routed_docs(f), IngestReport(), progress=progress, total=counts[i],
+                              auto_merge=auto_merge)
                 touched.append(i)
                 result["added"] += r["added"]
                 result["replaced"] += r["replaced"]

@@ -231,7 +231,7 @@ def _not_an_index(root: Path) -> str:
     from ..corpus.readers import SUPPORTED
 
     entries = list(islice(root.iterdir(), 1000))
-    if any(p.suffix.lower() in SUPPORTED and p.is_file() for p in entries):
+    if any(p.suffix.lower() in SUPPORTED and p.is_file() and not p.name.startswith("cluster-") for p in entries):
         return (f"{str(root)!r} holds documents, not an index: index them with `ldr index {root} -o IDX`, "
                 "then use `-i IDX`")
     if not entries:

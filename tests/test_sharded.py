@@ -1,0 +1,141 @@
+"""A sharded index answers exactly as the unsharded index of the same documents (issue 41): the
+same top-10 ids and scores in every mode, the window stage and passages included, for 1, 2 and 4
+shards, also after add / replace / delete / merge; a write killed between a shard's commit and the
+cluster's leaves every reader on the previous generation, `ldr check` names the shard left behind
+and the next write brings it back."""
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+from ldr.sharded import ShardedIndex
+
+QUERIES = ["corrosion of the bearing plates", "who relit the lamp", "when can the licence be terminated",
+           "sourdough starter feeding", "annual revenue growth", "tides and the harbour"]
+MODES = [None, "bm25", "dense", "sparse"]
+
+
+def _docs():
+    from conftest import ROOT
+
+    from ldr.corpus import IngestReport, corpus_docs
+
+    return list(corpus_docs(ROOT / "corpora" / "sample", IngestReport(), 64, ROOT / "no-index-here"))
+
+
+def _extra():
+    return [ldr.Doc("harbour-log", "The harbour master logged the tides at dawn; the lamp in the lighthouse was relit "
+                    "after the storm.", "Harbour log"),
+            ldr.Doc("bridge-note", "A note on bearing plates: corrosion was treated and the plates repainted.",
+                    "Bridge maintenance note")]
+
+
+def _same(one, sharded, where: str):
+    for mode in MODES:
+        kw = {"mode": mode} if mode else {}
+        for q in QUERIES:
+            a, b = one.search(q, k=10, passages=2, **kw), sharded.search(q, k=10, passages=2, **kw)
+            assert [h.id for h in a] == [h.id for h in b], (where, mode, q)
+            assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(a, b)), (where, mode, q)
+            assert [[(p.start, p.end) for p in h.passages] for h in a] == \
+                [[(p.start, p.end) for p in h.passages] for h in b], (where, mode, q)
+
+
+@pytest.fixture(scope="module")
+def unsharded(tmp_path_factory):
+    return ldr.Index.build(_docs(), tmp_path_factory.mktemp("one") / "idx", bm25="native")
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_a_sharded_index_answers_as_one_index_through_writes(unsharded, tmp_path, n):
+    sharded = ShardedIndex.build(_docs(), tmp_path / "idx", shards=n)
+    assert isinstance(ldr.open(tmp_path / "idx"), ShardedIndex) and len(sharded) == len(unsharded)
+    assert len(sharded.cluster["shards"]) == n
+    _same(unsharded, sharded, "built")
+    if n != 4:
+        return
+    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native")       # changed alongside
+    for index in (one, sharded):
+        index.add(_extra())
+        index.add([ldr.Doc("sourdough-guide", "A shorter sourdough guide: feed the starter twice a day.", "Sourdough")])
+        index.delete(["annual-report-2024", "no-such-id"])
+    _same(one, sharded, "after add, replace, delete")
+    for index in (one, sharded):
+        index.merge()
+    _same(one, sharded, "after merge")
+    assert len(sharded) == len(one) == len(_docs()) + 1
+
+
+def test_filters_and_bm25_statistics_are_the_whole_index(unsharded, tmp_path):
+    sharded = ShardedIndex.build(_docs(), tmp_path / "idx", shards=3)
+    for q in QUERIES:
+        a = unsharded.search(q, mode="bm25", filters={"id": "bridge-inspection-report.html"})
+        b = sharded.search(q, mode="bm25", filters={"id": "bridge-inspection-report.html"})
+        assert [(h.id, round(h.score, 6)) for h in a] == [(h.id, round(h.score, 6)) for h in b]
+    # every shard scores with the same document count and average length
+    rep = sharded._reps("bearing plates", ["bm25"])["bm25"]
+    whole = unsharded.retriever("bm25")
+    assert (rep.n, rep.avgdl) == (whole.n, whole.avgdl) and rep.df == {t: whole._df(t) for t in rep.df} == \
+        {"bear": 2, "plate": 1}
+
+
+def test_the_cli_builds_and_writes_a_sharded_index(tmp_path):
+    from conftest import ROOT
+
+    r, idx = CliRunner(), tmp_path / "idx"
+    out = r.invoke(main, ["index", str(ROOT / "corpora" / "sample"), "-o", str(idx), "--shards", "2",
+                          "--dense", "none", "--sparse", "none", "-q"])
+    assert out.exit_code == 0 and "in 2 shards" in out.output, out.output
+    assert r.invoke(main, ["search", "bearing plates", "-i", str(idx), "--json"]).exit_code == 0
+    out = r.invoke(main, ["add", str(ROOT / "corpora" / "more"), "-i", str(idx), "-q"])
+    assert out.exit_code == 0 and "documents in 2 shards" in out.output, out.output
+    again = r.invoke(main, ["add", str(ROOT / "corpora" / "more"), "-i", str(idx), "-q"])
+    assert "0 added, 0 replaced" in again.output and "unchanged" in again.output
+    assert r.invoke(main, ["delete", "sourdough-guide", "-i", str(idx)]).exit_code == 0
+    assert r.invoke(main, ["merge", "-i", str(idx)]).exit_code == 0
+    info = r.invoke(main, ["info", str(idx)])
+    assert "shards      2" in info.output
+    check = r.invoke(main, ["check", str(idx)])
+    assert check.exit_code == 0 and "in 2 shards" in check.output
+    tantivy = r.invoke(main, ["index", str(ROOT / "corpora" / "sample"), "-o", str(tmp_path / "t"), "--shards", "2",
+                              "--bm25", "tantivy", "--dense", "none", "--sparse", "none", "-q"])
+    assert tantivy.exit_code == 2 and "native" in tantivy.output
+
+
+def _add_in_child(idx, corpus, crash_at):
+    env = {**os.environ, "LDR_CRASH_AT": crash_at}
+    return subprocess.run([sys.executable, "-m", "ldr.cli", "add", str(corpus), "-i", str(idx), "-q"], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("crash_at", ["cluster:shard-committed", "cluster:add:before-publish"])
+def test_a_write_killed_between_shard_and_cluster_commits_is_never_half_seen(tmp_path, crash_at):
+    from conftest import ROOT
+
+    idx = tmp_path / "idx"
+    ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
+    before = {q: [(h.id, h.score) for h in ldr.open(idx).search(q)] for q in QUERIES}
+    more = tmp_path / "more"
+    more.mkdir()
+    for i, d in enumerate(_extra() * 3):
+        (more / f"{d.id}-{i}.txt").write_text(d.text)
+    done = _add_in_child(idx, more, crash_at)
+    assert done.returncode == -9, done.stderr             # killed by SIGKILL at that moment
+    reader = ldr.open(idx)
+    assert {q: [(h.id, h.score) for h in reader.search(q)] for q in QUERIES} == before and len(reader) == 6
+    check = CliRunner().invoke(main, ["check", str(idx)])
+    if crash_at == "cluster:shard-committed":
+        assert check.exit_code == 1 and "the cluster names" in check.output
+    again = _add_in_child(idx, more, "")                  # the next writer brings the shard back first
+    assert again.returncode == 0, again.stderr
+    assert CliRunner().invoke(main, ["check", str(idx)]).exit_code == 0
+    after = ldr.open(idx)
+    assert len(after) == 12 and after.search("harbour master tides", k=1)[0].id.startswith("harbour-log")
+    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native", dense=None, sparse=None)
+    one.add(more)
+    for q in QUERIES:
+        assert [(h.id, round(h.score, 6)) for h in one.search(q)] == [(h.id, round(h.score, 6)) for h in after.search(q)]
