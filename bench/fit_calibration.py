@@ -131,8 +131,14 @@ def main() -> None:
                 print(f"| {t:.1f} | {kept.sum() / len(queries):.2f} | {prec} | {y[kept].sum() / n_rel:.3f} |")
     if a.write:
         table = json.loads(calibration.TABLE.read_text()) if calibration.TABLE.is_file() else {"fits": []}
-        new = {json.dumps(f["models"], sort_keys=True) for f in fitted}
-        table["fits"] = [f for f in table["fits"] if json.dumps(f["models"], sort_keys=True) not in new] + fitted
+        key = lambda f: json.dumps(f["models"], sort_keys=True)      # noqa: E731
+        mine = {key(f): f for f in table["fits"]}
+        # a fit reading no model (BM25 alone) serves every index: the first data it was fitted on keeps it
+        keep = [f for f in fitted if any(f["models"].values()) or mine.get(key(f), {}).get("data") in (None, f["data"])]
+        for f in fitted:
+            if f not in keep:
+                print(f"kept the {'+'.join(f['models'])} fit made on {mine[key(f)]['data']}")
+        table["fits"] = [f for f in table["fits"] if key(f) not in {key(g) for g in keep}] + keep
         calibration.TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
         print(f"\nwritten to {calibration.TABLE}")
 
