@@ -70,7 +70,8 @@ def shown(result, query: str, width: int) -> str:
     if hasattr(p, "highlights"):
         marks = [(a - p.start, b - p.start) for a, b in p.highlights]
     else:
-        marks = result.finder.marks(p.text, result.finder.query_terms(query))
+        finder = getattr(result, "finder", None) or result.context.finder
+        marks = finder.marks(p.text, finder.query_terms(query))
     return snippet(p.text, marks, width)
 
 

@@ -62,7 +62,20 @@ class ShardedIndex:
 
     @property
     def manifest(self) -> dict:
+        """The first shard's (every shard is built with the same settings)."""
         return self.shards[0].manifest
+
+    @property
+    def components(self) -> dict:
+        return self.manifest["components"]
+
+    @property
+    def docstore(self) -> ShardMap:
+        """Global document numbers: `.ids`, `.titles`, `.id_rank` (as an Index's docstore has them)."""
+        return self.map
+
+    def search_defaults(self) -> dict:
+        return self.shards[0].search_defaults()
 
     def __len__(self) -> int:
         return sum(len(sh) for sh in self.shards)
@@ -256,6 +269,20 @@ class ShardedIndex:
             result = w.merge(max_segments)
         self.refresh()
         return result
+
+
+class Shards:
+    """What `ldr eval --shards N` evaluates: `Shards(n)(path)` opens, `.build(...)` builds sharded
+    indexes of n shards (the Index class's calls), cached apart from unsharded ones."""
+
+    def __init__(self, n: int):
+        self.n, self.cache_tag = n, f"-shards{n}"
+
+    def __call__(self, path, verify: bool = False) -> ShardedIndex:
+        return ShardedIndex(path, verify=verify)
+
+    def build(self, corpus, path, config=None, progress: bool = False) -> ShardedIndex:
+        return ShardedIndex.build(corpus, path, shards=self.n, config=config, progress=progress)
 
 
 def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001

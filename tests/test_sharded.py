@@ -139,3 +139,20 @@ def test_a_write_killed_between_shard_and_cluster_commits_is_never_half_seen(tmp
     one.add(more)
     for q in QUERIES:
         assert [(h.id, round(h.score, 6)) for h in one.search(q)] == [(h.id, round(h.score, 6)) for h in after.search(q)]
+
+
+def test_ldr_eval_on_shards_writes_the_runs_of_one_index(tmp_path):
+    from conftest import ROOT
+
+    args = ["eval", "--bench", "longembed", "--tasks", "needle", "--haystack",
+            str(ROOT.parent / "shared" / "data" / "paul-graham-essays"), "--lengths", "256", "--max-queries", "6",
+            "--dense", "none", "--sparse", "none", "--bm25", "native", "-q", "--cache", str(tmp_path / "cache")]
+    if not (ROOT.parent / "shared" / "data" / "paul-graham-essays").is_dir():
+        pytest.skip("../shared/data/paul-graham-essays is absent")
+    r = CliRunner()
+    one = r.invoke(main, args + ["--out", str(tmp_path / "one")])
+    two = r.invoke(main, args + ["--out", str(tmp_path / "two"), "--shards", "3"])
+    assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
+    runs = sorted((tmp_path / "one" / "runs").glob("*.trec"))
+    assert runs and all(p.read_text() == (tmp_path / "two" / "runs" / p.name).read_text() for p in runs)
+    assert len(list((tmp_path / "cache").iterdir())) == 2        # sharded indexes cached apart

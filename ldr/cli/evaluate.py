@@ -40,9 +40,11 @@ from .search import parse_stages
 @click.option("--rerank-model", default=None, help="Cross-encoder for the reranked stage (default: passage rescoring).")
 @click.option("--stage", multiple=True, metavar="NAME[:SETTING=VALUE,...]",
               help="A registered extra stage every search runs (its run is reported as a stage).")
+@click.option("--shards", type=click.IntRange(min=1), default=None,
+              help="Evaluate sharded indexes of this many shards (BM25 native, scored with global statistics).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, haystack, lengths, split, max_queries,
-             depth, out_dir, cache, seed, rerank_model, stage, quiet, **options):
+             depth, out_dir, cache, seed, rerank_model, stage, shards, quiet, **options):
     """Evaluate every stage on a benchmark (writes TREC runs, metrics.json, report.md and plots),
     or score and compare run files: --qrels QRELS --run A.trec --run B.trec."""
     from pathlib import Path
@@ -63,6 +65,9 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
         for m in mldr_leakage(build_models(options) + [rerank_model]):
             click.echo(f"warning: {m} was trained on MLDR's train split: its MLDR scores are not a held-out "
                        "evaluation (nor are published MLDR numbers of models trained on it)", err=True)
+    if shards:
+        source = click.get_current_context().get_parameter_source("bm25")
+        options["bm25"] = "native" if source is None or source.name == "DEFAULT" else options["bm25"]
     config = build_config(**options)
     partial = []
     if max_queries:
@@ -74,13 +79,14 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     settings = {"data": str(data) if data else ("synthetic" if bench == "longembed" else "hub"),
                 "haystack": haystack, "split": split, "max_queries": max_queries, "lengths": length_list,
                 "tasks": task_list, "depth": depth, "seed": seed, "partial": "; ".join(partial) or None,
-                "build": given(options), "stages": parse_stages(stage) or None}
+                "build": given(options), "stages": parse_stages(stage) or None, "shards": shards}
     opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
                        rerank_model=rerank_model, stages=parse_stages(stage) or None)
     settings["reranker"] = rerank_model or "passage"
     from ..api import Index
+    from ..sharded import Shards
 
-    metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings, Index)
+    metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings, Shards(shards) if shards else Index)
     stages = list(metrics["averages"])
     click.echo(f"{'task':<22}" + "".join(f"{s:>10}" for s in stages))
     for name, t in metrics["tasks"].items():

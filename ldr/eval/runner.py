@@ -50,11 +50,12 @@ def _config_key(config: BuildConfig) -> str:
 
 def task_index(task: Task, config: BuildConfig, cache: Path, progress: bool, indexes):
     """Open the cached index of (task data, build settings), building it on a miss. `indexes`:
-    the Index class (ldr.Index: `indexes(path)` opens, `indexes.build(...)` builds)."""
+    the Index class (ldr.Index: `indexes(path)` opens, `indexes.build(...)` builds), or one with a
+    `cache_tag` (ldr.sharded.Shards) naming its own cache entries."""
     from ..errors import IndexFormatError
 
     safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
-    path = cache / f"{safe}-{task.fingerprint}-{_config_key(config)}"
+    path = cache / f"{safe}-{task.fingerprint}-{_config_key(config)}{getattr(indexes, 'cache_tag', '')}"
     if path.is_dir():
         try:
             return indexes(path, verify=False), True
