@@ -197,8 +197,7 @@ class ShardedIndex:
         reps = self._reps(query, plan.kinds)
         first, rest = plan.split()
         sources = [IndexSource(query, sh.retriever, sh.docstore, m, None, reps) for sh, m in zip(self.shards, masks)]
-        with ThreadPoolExecutor(len(self.shards)) as pool:
-            parts = list(pool.map(first.run_first, sources))
+        parts, missing = self._first_stages(first, reps, sources, request)
         depth = {s.kind: s.depth for s in plan.first}
         cands = gather(parts, self.map, query, depth)
         o = plan.settings
@@ -226,7 +225,14 @@ class ShardedIndex:
                               second.reranker.name if second else None, cands, plan,
                               round(1e3 * (time.perf_counter() - t0), 2))
         result.finder, result.generation = finder, self.generation
+        result.missing_shards = missing
         return result
+
+    def _first_stages(self, first, reps: dict, sources: list, request) -> tuple[list, list[int]]:
+        """Each shard's Candidates from the plan's first stages (here: a thread per shard), and the
+        shards that could not answer (none in one process; a cluster may lose every replica of one)."""
+        with ThreadPoolExecutor(len(self.shards)) as pool:
+            return list(pool.map(first.run_first, sources)), []
 
     # -- writing ---------------------------------------------------------------------------------
     @classmethod
@@ -236,8 +242,9 @@ class ShardedIndex:
         from .index.build import BuildConfig
         from .index.cluster_writer import ClusterWriter
 
-        options.setdefault("bm25", "native")
-        config = config or BuildConfig(**options)
+        from .components.bm25 import for_shards
+
+        config = config or BuildConfig(**for_shards(options))
         report = report if report is not None else IngestReport()
         with ClusterWriter(path, wait=wait, create=True, threads=config.threads) as w:
             w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path)), config, shards, report, progress)

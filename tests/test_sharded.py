@@ -156,3 +156,24 @@ def test_ldr_eval_on_shards_writes_the_runs_of_one_index(tmp_path):
     runs = sorted((tmp_path / "one" / "runs").glob("*.trec"))
     assert runs and all(p.read_text() == (tmp_path / "two" / "runs" / p.name).read_text() for p in runs)
     assert len(list((tmp_path / "cache").iterdir())) == 2        # sharded indexes cached apart
+
+
+def test_a_server_answers_and_writes_a_sharded_index(tmp_path):
+    pytest.importorskip("fastapi")
+    from test_serve import Server
+
+    idx = tmp_path / "idx"
+    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native", dense=None, sparse=None)
+    ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
+    s = Server(idx)
+    try:
+        body = s.http.post("/search", json={"query": QUERIES[0], "k": 5}).json()
+        assert [h["id"] for h in body["hits"]] == [h.id for h in one.search(QUERIES[0], k=5)]
+        assert len(s.http.get("/info").json()["shards"]) == 2
+        r = s.http.post("/documents", json={"documents": [{"id": "harbour-log", "text": _extra()[0].text}]})
+        assert r.status_code == 200 and r.json()["added"] == 1, r.text
+        assert s.http.get("/documents/harbour-log").json()["text"].startswith("The harbour master")
+        hits = s.http.post("/search", json={"query": "harbour master tides", "k": 1}).json()["hits"]
+        assert hits[0]["id"] == "harbour-log"
+    finally:
+        assert "Traceback" not in s.stop()

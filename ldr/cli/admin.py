@@ -25,7 +25,13 @@ _LIMITS = _Limits()     # the server's limits, written once (ldr/serve/limits.py
 @click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")
-def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, device, trust_remote_code):
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="A sharded index: search its shards on a Ray Serve application (ADDRESS as ray.init takes it; "
+                   "without one, a local cluster). The index must be on storage every node mounts. Needs ldr[ray].")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --ray: replicas of each shard.")
+def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, device, trust_remote_code,
+              ray_address, replicas):
     """Serve an index over HTTP: POST /search, GET|POST|DELETE /documents, /info, /health, /metrics, /docs."""
     from ..errors import BackendUnavailable
 
@@ -35,7 +41,9 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
         raise BackendUnavailable(f"`ldr serve` needs the server extra: pip install 'ldr[server]' ({e.name} is missing)") from None
     from .. import sharded
 
-    sharded.open(index_path).close()   # a clear error before the server starts, not in its log
+    opened = sharded.open(index_path)   # a clear error before the server starts, not in its log
+    opened.close()
+    opener = _ray_opener(index_path, ray_address, replicas, device, opened) if ray_address else None
     _check_port(host, port)
     if not (api_key or read_only or host in LOCAL_HOSTS):
         # open to the network: writes need a key; as Elasticsearch does on first start, make one
@@ -48,7 +56,23 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
                               max_query_chars=max_query_chars)
     click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs, a search page: /)"
                + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
-    serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code)
+    serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
+
+
+def _ray_opener(index_path, address, replicas, device, opened):
+    """Deploy the shards on Ray Serve; the coordinator opens the index over their handles."""
+    from ..errors import BackendUnavailable, ConfigError
+
+    if not hasattr(opened, "shards"):
+        raise ConfigError(f"--ray serves a sharded index; {index_path} is not one (build one with `ldr index CORPUS "
+                          "-o IDX --shards N`)")
+    try:
+        from ..serve.ray_shards import RayShardedIndex, deploy
+    except ImportError as e:
+        raise BackendUnavailable(f"--ray needs the Ray extra: pip install 'ldr[ray]' ({e.name} is missing)") from None
+    handles = deploy(index_path, None if address == "local" else address, replicas, device)
+    click.echo(f"{len(handles)} shards deployed on Ray Serve, {replicas} replica(s) each", err=True)
+    return lambda: RayShardedIndex(index_path, handles, device=device)
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

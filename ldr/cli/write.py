@@ -81,9 +81,10 @@ def _index_sharded(corpus, out, shards, options, report, quiet, wait, ray) -> No
 
     if ray is not None:
         raise ConfigError("building a sharded index on Ray is not supported yet: build it without --ray")
+    from ..components.bm25 import for_shards
+
     source = click.get_current_context().get_parameter_source("bm25")
-    if source is None or source.name == "DEFAULT":
-        options["bm25"] = "native"          # the backend that scores with the whole index's statistics
+    options = for_shards(options, source is not None and source.name != "DEFAULT")
     index = ShardedIndex.build(corpus, out, shards=shards, config=build_config(**options), report=report,
                                progress=not quiet, wait=wait)
     click.echo(report.summary())

@@ -63,6 +63,7 @@ class SearchResult(list):
         self.plan = plan              # what ran (search/plan.py): `.explain()`
         self.finder = None            # the passage finder that placed the passages (marks query terms)
         self.generation: int | None = None   # the index generation that answered
+        self.missing_shards: list[int] = []  # a sharded index's shards that could not answer (no replica)
 
 
 def finite(obj):

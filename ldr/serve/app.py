@@ -77,9 +77,12 @@ def _error(status: int, message: str, **extra) -> JSONResponse:
 
 
 def create_app(index_path: str, settings: ServerSettings | None = None, *, device: str | None = None,
-               trust_remote_code: bool = False) -> FastAPI:
-    """The FastAPI application serving the index at `index_path` (opened at start-up)."""
+               trust_remote_code: bool = False, opener=None) -> FastAPI:
+    """The FastAPI application serving the index at `index_path` (opened at start-up; `opener()`
+    opens it instead: `ldr serve --ray` searches the shards on a Ray Serve application)."""
     from .. import sharded
+
+    opener = opener or (lambda: sharded.open(index_path, False, device, trust_remote_code))
     from .routes import add_read_routes, add_write_routes
 
     s = settings or ServerSettings()
@@ -89,7 +92,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        served.state["index"] = await run_in_threadpool(sharded.open, index_path, False, device, trust_remote_code)
+        served.state["index"] = await run_in_threadpool(opener)
         await run_in_threadpool(served.warm)   # load every model now, not in the first user's request
         task = asyncio.create_task(served.follow_generations())
         try:
@@ -159,9 +162,9 @@ def _version() -> str:
 
 
 def serve(index_path: str, host: str = "127.0.0.1", port: int = 8080, settings: ServerSettings | None = None,
-          device: str | None = None, trust_remote_code: bool = False, log_level: str = "info") -> None:
+          device: str | None = None, trust_remote_code: bool = False, log_level: str = "info", opener=None) -> None:
     """Run the server until interrupted (uvicorn, one process: the models are loaded once)."""
     import uvicorn
 
-    app = create_app(index_path, settings, device=device, trust_remote_code=trust_remote_code)
+    app = create_app(index_path, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

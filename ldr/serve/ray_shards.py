@@ -1,0 +1,117 @@
+"""`ldr serve -i IDX --ray [ADDRESS] --replicas R`: a sharded index searched on a Ray Serve
+application. The HTTP API at the front is the one `ldr serve` always serves (this process:
+uvicorn, the coordinator); behind it, one Serve deployment per shard with R replicas runs the
+plan's first stages (BM25 with the whole index's statistics, vector search) on the shard's
+memory-mapped files. The coordinator gathers their lists and runs the rest of the plan.
+
+Faults: a replica that dies during a query makes the call fail; the coordinator asks again and
+Ray Serve routes it to a live replica, so the query answers in full. When no replica of a shard
+answers in time, the answer names it (`missing_shards`, in the result and the HTTP body) instead
+of silently holding fewer hits. The index directory must be on storage every node mounts at the
+same path (as for `ldr index --ray`).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from ..index.cluster import shard_rel
+from ..search.stages.base import Candidates
+from ..sharded import ShardedIndex
+
+log = logging.getLogger(__name__)
+APP = "ldr-shard-{}"          # one Serve application per shard
+ATTEMPTS, TIMEOUT_S = 4, 30.0
+
+
+class ShardReplica:
+    """A replica of one shard: the shard opened at the generation each request names (the two
+    newest kept open), the plan's first stages run over it."""
+
+    def __init__(self, root: str, shard: int, device: str | None = None):
+        self.path = Path(root) / shard_rel(shard)
+        self.device = device
+        self.open: dict[int, object] = {}
+
+    def _at(self, generation: int):
+        from ..api import Index
+
+        if generation not in self.open:
+            self.open[generation] = Index(self.path, device=self.device, generation=generation)
+            for old in sorted(self.open)[:-2]:
+                self.open.pop(old).close()
+        return self.open[generation]
+
+    def first(self, generation: int, first, reps: dict, filters) -> dict:
+        from ..search.source import IndexSource
+
+        ix = self._at(generation)
+        mask = ix._mask(ix._view, filters)
+        cands = first.run_first(IndexSource(first.query, ix.retriever, ix.docstore, mask, None, reps))
+        return {"lists": cands.lists, "timings": cands.timings}
+
+
+class RayShardedIndex(ShardedIndex):
+    """A ShardedIndex whose first stages run on the shards' Serve deployments (`handles[i]`)."""
+
+    def __init__(self, path, handles: list, timeout_s: float = TIMEOUT_S, **kw):
+        self.handles, self.timeout_s = handles, timeout_s
+        super().__init__(path, **kw)
+
+    def _first_stages(self, first, reps: dict, sources: list, request) -> tuple[list, list[int]]:
+        calls = {i: self._call(i, first, reps, request.filters) for i in range(len(self.shards))}
+        parts, missing = [], []
+        for i in range(len(self.shards)):
+            got = self._result(i, calls[i], first, reps, request.filters)
+            cands = Candidates(first.query)
+            if got is None:
+                missing.append(i)
+            else:
+                cands.lists, cands.timings = got["lists"], got["timings"]
+            parts.append(cands)
+        return parts, missing
+
+    def _call(self, i: int, first, reps, filters):
+        gen = self.cluster["shards"][i]["generation"]
+        return self.handles[i].first.remote(gen, first, reps, filters)
+
+    def _result(self, i: int, call, first, reps, filters) -> dict | None:
+        """A shard's answer; a failed call (its replica died) is asked again (Serve picks a live
+        replica); None when no replica answers within the time allowed."""
+        deadline = time.monotonic() + self.timeout_s
+        for attempt in range(ATTEMPTS):
+            try:
+                return call.result(timeout_s=max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            except Exception as e:       # RayActorError, a replica gone mid-request, an app deleted
+                log.warning("shard %d: %s (attempt %d of %d)", i, type(e).__name__, attempt + 1, ATTEMPTS)
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(min(0.2 * (attempt + 1), max(0.0, deadline - time.monotonic())))
+                try:
+                    call = self._call(i, first, reps, filters)
+                except Exception:
+                    break
+        log.warning("shard %d did not answer: its hits are missing from this result", i)
+        return None
+
+
+def deploy(index_path: str, address: str | None, replicas: int, device: str | None = None) -> list:
+    """Start (or join) Ray, run one Serve application per shard with `replicas` replicas, and
+    return their handles."""
+    import ray
+    from ray import serve
+
+    from ..index.cluster import read_cluster
+
+    if not ray.is_initialized():
+        ray.init(address=address or None, ignore_reinit_error=True, logging_level=logging.WARNING,
+                 log_to_driver=False)
+    serve.start(proxy_location="Disabled")       # the coordinator's uvicorn is the HTTP front
+    root = str(Path(index_path).absolute())
+    n = len(read_cluster(Path(root))["shards"])
+    deployment = serve.deployment(ShardReplica, name="shard")
+    return [serve.run(deployment.options(num_replicas=replicas).bind(root, i, device), name=APP.format(i),
+                      route_prefix=None) for i in range(n)]
