@@ -98,8 +98,10 @@ class RayShardedIndex(ShardedIndex):
         return None
 
 
-def deploy(index_path: str, address: str | None, replicas: int, device: str | None = None) -> list:
-    """Start (or join) Ray, run one Serve application per shard with `replicas` replicas, and
+def deploy(index_path: str, address: str | None, replicas: int, device: str | None = None,
+           cpus: float = 0.25) -> list:
+    """Start (or join) Ray, run one Serve application per shard with `replicas` replicas (each
+    reserving `cpus` of Ray's CPUs: a shard's first stages are brief numpy and mapped reads), and
     return their handles."""
     import ray
     from ray import serve
@@ -113,5 +115,6 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     root = str(Path(index_path).absolute())
     n = len(read_cluster(Path(root))["shards"])
     deployment = serve.deployment(ShardReplica, name="shard")
-    return [serve.run(deployment.options(num_replicas=replicas).bind(root, i, device), name=APP.format(i),
-                      route_prefix=None) for i in range(n)]
+    options = {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus}}
+    return [serve.run(deployment.options(**options).bind(root, i, device), name=APP.format(i), route_prefix=None)
+            for i in range(n)]

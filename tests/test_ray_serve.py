@@ -1,0 +1,98 @@
+"""`ldr serve --ray` on a real local Ray cluster of two nodes (ray.cluster_utils.Cluster), started
+as users start it, spoken to over real HTTP (issue 41): answers equal the unsharded index's; a
+replica killed under 8 concurrent clients fails no request; a shard with no replica left is named
+in the answers (`missing_shards`), never silently dropped."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import ldr
+from ldr.sharded import ShardedIndex
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.serve")
+httpx = pytest.importorskip("httpx")
+
+QUERIES = ["corrosion of the bearing plates", "who relit the lamp", "when can the licence be terminated",
+           "sourdough starter feeding"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=1)
+    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def _serve(idx, address, port):
+    env = {**os.environ, "LDR_API_KEY": ""}
+    proc = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(idx), "--port", str(port),
+                             "--ray", address, "--replicas", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited: " + proc.stdout.read())
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, httpx.Client(base_url=url, timeout=120)
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard(cluster, tmp_path):
+    from ray import serve
+    from ray.util.state import list_actors
+    from test_sharded import _docs
+    from test_serve import _free_port
+
+    idx = tmp_path / "idx"
+    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native", dense=None, sparse=None)
+    ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
+    proc, http = _serve(idx, cluster.address, _free_port())
+    try:
+        for q in QUERIES:
+            body = http.post("/search", json={"query": q, "k": 5}).json()
+            assert [(h["id"], round(h["score"], 5)) for h in body["hits"]] == \
+                [(h.id, round(h.score, 5)) for h in one.search(q, k=5)] and "missing_shards" not in body
+        failures, answered, stop = [], [], threading.Event()
+
+        def client(n):
+            with httpx.Client(base_url=str(http.base_url), timeout=120) as c:
+                while not stop.is_set():
+                    r = c.post("/search", json={"query": QUERIES[n % len(QUERIES)], "k": 5})
+                    if r.status_code != 200 or r.json().get("missing_shards"):
+                        failures.append(r.text)
+                    answered.append(1)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(2)
+        replica = next(a for a in list_actors(filters=[("state", "=", "ALIVE")]) if "ldr-shard-0" in (a.name or ""))
+        ray.kill(ray.get_actor(replica.name, namespace="serve"))
+        time.sleep(4)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert len(answered) > 8 and failures == []
+        serve.delete("ldr-shard-1")                 # every replica of shard 1 gone
+        body = http.post("/search", json={"query": QUERIES[0], "k": 5}).json()
+        assert body["missing_shards"] == [1]
+    finally:
+        http.close()
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert "shard 1 did not answer" in out and "Traceback" not in out
