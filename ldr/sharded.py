@@ -53,6 +53,8 @@ class ShardedIndex:
                 raise
             self.cluster, self.shards = cluster, shards
             self.map = ShardMap([sh.docstore for sh in shards])
+            if getattr(self, "_pool", None) is None:    # one pool for every search (a pool per query cost ~1 ms)
+                self._pool = ThreadPoolExecutor(max(len(shards), 1), thread_name_prefix="ldr-shard")
             return
         raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")
 
@@ -100,6 +102,9 @@ class ShardedIndex:
     def close(self) -> None:
         for sh in self.shards:
             sh.close()
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     def __enter__(self):
         return self
@@ -231,8 +236,9 @@ class ShardedIndex:
     def _first_stages(self, first, reps: dict, sources: list, request) -> tuple[list, list[int]]:
         """Each shard's Candidates from the plan's first stages (here: a thread per shard), and the
         shards that could not answer (none in one process; a cluster may lose every replica of one)."""
-        with ThreadPoolExecutor(len(self.shards)) as pool:
-            return list(pool.map(first.run_first, sources)), []
+        if len(sources) == 1:
+            return [first.run_first(sources[0])], []
+        return list(self._pool.map(first.run_first, sources)), []
 
     # -- writing ---------------------------------------------------------------------------------
     @classmethod

@@ -94,6 +94,9 @@ class NativeSegment:
         return np.asarray(self.docs[s:e]), np.asarray(self.tfs[s:e])
 
 
+DF_CACHE = 1 << 16      # terms whose document frequency a searcher keeps (a sharded search asks every query)
+
+
 @dataclass(frozen=True)
 class GlobalQuery:
     """A BM25 query carrying the statistics of a whole sharded index: every shard scores with
@@ -125,6 +128,7 @@ class NativeSearcher:
         self.lengths = np.concatenate([s.lengths for s, _, _ in self.segments]) if self.segments else np.zeros(0, np.float32)
         self.live = np.concatenate([lv for _, _, lv in self.segments]) if self.segments else np.zeros(0, bool)
         self.n = self.num_docs = int(self.live.sum())
+        self._dfs: dict[str, int] = {}
         # a float64 sum of whole token counts is exact, so avgdl does not depend on the segment order
         self.avgdl = float(self.lengths[self.live].astype(np.float64).sum()) / self.n if self.n else 1.0
 
@@ -135,7 +139,14 @@ class NativeSearcher:
         return Counter(first_terms(self._an.analyze(cjk_pretokenize(query) if self._cjk else query)))
 
     def _df(self, term: str) -> int:
-        return sum(int(live[p[0]].sum()) for seg, _, live in self.segments if (p := seg.postings(term)) is not None)
+        """A term's live document frequency (kept: a generation's postings never change)."""
+        df = self._dfs.get(term)
+        if df is None:
+            if len(self._dfs) >= DF_CACHE:
+                self._dfs.clear()
+            df = self._dfs[term] = sum(int(live[p[0]].sum()) for seg, _, live in self.segments
+                                       if (p := seg.postings(term)) is not None)
+        return df
 
     def collection_stats(self, query: str) -> dict:
         """This shard's part of the statistics a sharded search scores with (live documents only)."""
