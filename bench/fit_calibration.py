@@ -36,11 +36,14 @@ THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 def collect(index: ldr.Index, queries: dict, qrels: dict, k: int):
     """(features by name → array, labels, query ids, group per row)"""
     rows, labels, qids = [], [], []
+    kinds = index.retriever_names
     for qid, hits in index.search_many(queries, k=k, passages=0):
         if isinstance(hits, Exception):
             continue
+        # the relevance stage's features (search/calibration.py), for every kind searched
+        bounds = {n: b(queries[qid]) for n in kinds if (b := getattr(index.retriever(n), "bound", None))}
         for h in hits:
-            rows.append({k.split(".", 1)[1]: v for k, v in h.scores.items() if k.startswith("relevance.")})
+            rows.append(calibration.features({**hits.candidates.first_stage(h.docno), **h.scores}, bounds, kinds))
             labels.append(1 if qrels.get(qid, {}).get(h.id, 0) > 0 else 0)
             qids.append(qid)
     names = sorted({n for r in rows for n in r})

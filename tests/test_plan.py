@@ -77,7 +77,7 @@ def test_a_plan_prints_its_stages_and_where_each_setting_came_from(idx):
     plan = idx.plan("gannets reef", k=3, passages=1, window_depth=7)
     text = plan.explain()
     assert [s.name for s in plan.first] == ["bm25"] and plan.first[0].side == "shard"
-    assert [s.name for s in plan.rest] == ["fused", "windows", "passages"]
+    assert [s.name for s in plan.rest] == ["fused", "windows", "relevance", "passages"]
     assert "windows    top 7" in text and "[ldr, request]" in text        # depth asked, weight ldr's
     assert "off: reranked" in text
     out = CliRunner().invoke(main, ["search", "gannets reef", "-i", str(idx.path), "--explain", "--window-depth", "7"])
@@ -85,7 +85,7 @@ def test_a_plan_prints_its_stages_and_where_each_setting_came_from(idx):
                                                                   window_depth=7).explain()
     as_json = json.loads(CliRunner().invoke(main, ["search", "gannets", "-i", str(idx.path), "--explain",
                                                    "--json"]).output)
-    assert [s["side"] for s in as_json["stages"]] == ["shard", "coordinator", "coordinator", "coordinator"]
+    assert [s["side"] for s in as_json["stages"]] == ["shard"] + ["coordinator"] * 4
 
 
 def test_a_split_plan_answers_as_the_whole_one(idx):
@@ -121,7 +121,7 @@ def test_options_are_checked_once_against_the_index(idx):
 def test_a_stage_defined_here_runs_in_the_api_and_the_cli(idx):
     plain = idx.search("gannets reef", k=12)
     boosted = idx.search("gannets reef", k=12, stages={"boost": {"weight": 10}})
-    assert [s.name for s in boosted.plan.rest] == ["fused", "windows", "boost", "passages"]
+    assert [s.name for s in boosted.plan.rest] == ["fused", "windows", "boost", "relevance", "passages"]
     assert "boost" in boosted.timings_ms and all("boost" in h.scores for h in boosted)
     assert [h.meta["priority"] for h in boosted[:3]] == [3, 3, 3] and [h.id for h in plain] != [h.id for h in boosted]
     assert boosted[0].scores["boost"] == pytest.approx(boosted[0].scores["windows"] + 30)

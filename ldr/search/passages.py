@@ -347,7 +347,7 @@ def snippet(text: str, marks: list[tuple[int, int]], width: int = 160, style=Non
     terminal). A short lead, then the match and what follows it: an answer follows the words a
     question shares with it ("X's first car is a blue Saab"), so the space goes after the match."""
     lead = min(width // 5, 16)
-    centre = best_span(text, marks, width - lead) if marks else 0
+    centre = best_span(text, marks, width - lead) if marks and len(text) > width else 0
     a = max(0, centre - lead)
     if a:
         sp = text.find(" ", a)

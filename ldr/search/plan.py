@@ -142,10 +142,12 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
 def _relevance(components: dict, kinds: list[str], min_score: float | None) -> tuple:
     """The relevance stage, where a calibration was fitted for these kinds (search/calibration.py)."""
     fit = calibration.fit_for(components, kinds)
-    if fit is None and min_score is not None:
-        raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {', '.join(kinds)} "
-                         "with this index's models (bench/fit_calibration.py fits one): search without it")
-    return (Relevance(tuple(kinds), fit, min_score),)      # without a fit: its features, no estimate
+    if fit is None:
+        if min_score is not None:
+            raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {', '.join(kinds)} "
+                             "with this index's models (bench/fit_calibration.py fits one): search without it")
+        return ()
+    return (Relevance(tuple(fit["weights"]), fit, min_score),)
 
 
 _ORDER = (Stage.FUSED.value, Stage.WINDOWS.value, Stage.RERANKED.value)

@@ -13,8 +13,8 @@ from .base import Candidates, QuerySource
 
 @dataclass(frozen=True)
 class Relevance:
-    names: tuple[str, ...]            # the kinds searched: one feature each
-    fit: dict = None                  # the fitted coefficients (None: features only, no estimate)
+    names: tuple[str, ...]            # the kinds the fit reads: one feature each
+    fit: dict = None                  # the fitted coefficients (search/calibration.py)
     min_score: float | None = None
     side = "coordinator"
     name = Stage.RELEVANCE.value
@@ -26,8 +26,6 @@ class Relevance:
         return 0
 
     def describe(self) -> str:
-        if self.fit is None:
-            return f"the features of a calibrated relevance ({', '.join(self.names)}); none fitted for this index"
         cut = f"; hits below {self.min_score:g} dropped" if self.min_score is not None else ""
         return f"calibrated P(relevant) from {' and '.join(self.fit['weights'])}{cut}"
 
@@ -42,6 +40,6 @@ class Relevance:
                 p = calibration.relevance(x, self.fit)
                 if self.min_score is None or p >= self.min_score:
                     extra = {detail(Stage.RELEVANCE, n): v for n, v in x.items()}
-                    out.append((d, sc, dict(st, **extra, **({self.name: p} if p is not None else {}))))
+                    out.append((d, sc, dict(st, **extra, **{self.name: p})))
             cands.rows = out
         return cands
