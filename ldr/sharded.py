@@ -123,8 +123,16 @@ class ShardedIndex:
         return {**parts[0], "path": str(self.path), "generation": self.generation, "documents": len(self),
                 "bytes": sum(p["bytes"] for p in parts), "segments": [s for p in parts for s in p["segments"]],
                 "ingest": ingest, "created": self.cluster["history"][0]["at"],
-                "shards": [{"path": s["path"], "generation": s["generation"], "documents": s["live"]}
-                           for s in self.cluster["shards"]]}
+                "shards": [self._shard_info(s) for s in self.cluster["shards"]]}
+
+    def _shard_info(self, s: dict) -> dict:
+        """A shard as /info and `ldr info` show it; `ahead`: a write failed between this shard's
+        commit and the cluster's (readers answer from `generation`; the next write brings it back)."""
+        from .index.generations import generations
+
+        newest = (generations(self.path / s["path"]) or [None])[-1]
+        return {"path": s["path"], "generation": s["generation"], "documents": s["live"],
+                "ahead": newest != s["generation"]}
 
     def plan(self, query: str, k: int = 10, **options):
         request = QueryOptions.of(k=k, **options)

@@ -130,6 +130,7 @@ def test_a_write_killed_between_shard_and_cluster_commits_is_never_half_seen(tmp
     check = CliRunner().invoke(main, ["check", str(idx)])
     if crash_at == "cluster:shard-committed":
         assert check.exit_code == 1 and "the cluster names" in check.output
+        assert any(s["ahead"] for s in reader.info()["shards"])         # /info says it too
     again = _add_in_child(idx, more, "")                  # the next writer brings the shard back first
     assert again.returncode == 0, again.stderr
     assert CliRunner().invoke(main, ["check", str(idx)]).exit_code == 0

@@ -112,7 +112,8 @@ def info_cmd(index_path, as_json):
                + (f" ({deleted} deleted rows until the next merge)" if deleted else ""))
     if "shards" in info:
         click.echo(f"shards      {len(info['shards'])}: " + ", ".join(
-            f"{s['path']} (generation {s['generation']}, {s['documents']} documents)" for s in info["shards"]))
+            f"{s['path']} (generation {s['generation']}, {s['documents']} documents"
+            + (", ahead of the cluster after a failed write" if s["ahead"] else "") + ")" for s in info["shards"]))
     click.echo(f"size        {info['bytes'] / 1e6:.1f} MB")
     click.echo(f"created     {info['created']} by ldr {info['ldr_version']} (format {info['format_version']})")
     ing = info["ingest"]
