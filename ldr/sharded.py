@@ -285,6 +285,13 @@ class ShardedIndex:
         self.refresh()
         return result
 
+    def set_search_defaults(self, search: dict, record: dict | None = None, *, wait: bool | float = False) -> dict:
+        """Commit new query-time defaults (as `ldr tune` chooses them) on every shard."""
+        with self._writer(wait) as w:
+            result = w.set_search_defaults(search, record)
+        self.refresh()
+        return result
+
     def merge(self, max_segments: int = 1, *, wait: bool | float = False) -> dict:
         with self._writer(wait) as w:
             result = w.merge(max_segments)

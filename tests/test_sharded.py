@@ -178,3 +178,29 @@ def test_a_server_answers_and_writes_a_sharded_index(tmp_path):
         assert hits[0]["id"] == "harbour-log"
     finally:
         assert "Traceback" not in s.stop()
+
+
+def test_ldr_tune_chooses_and_commits_on_a_sharded_index_as_on_one_index(tmp_path):
+    import json
+
+    from test_tune import make_corpus
+
+    docs, queries, qrels = make_corpus()
+    data = tmp_path / "data"
+    (data / "qrels").mkdir(parents=True)
+    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{r}\n" for q, ds in qrels.items() for d, r in ds.items()))
+    ldr.Index.build(docs, tmp_path / "one", bm25="native", dense=None)
+    ShardedIndex.build(docs, tmp_path / "sh", shards=3, dense=None)
+    r = CliRunner()
+    args = ["tune", "--data", str(data), "--rerank-depths", "", "--json", "-q"]
+    one = r.invoke(main, args + ["-i", str(tmp_path / "one")])
+    sh = r.invoke(main, args + ["-i", str(tmp_path / "sh")])
+    assert one.exit_code == 0 and sh.exit_code == 0, one.output + sh.output
+    a, b = json.loads(one.output), json.loads(sh.output)
+    assert a["chosen"] == b["chosen"] and a["held_out"]["tuned"] == b["held_out"]["tuned"]
+    tuned = ldr.open(tmp_path / "sh")
+    assert tuned.generation == 2 and all(s.manifest["search"].get("tuned") for s in tuned.shards)
+    for q in list(queries.values())[:5]:
+        assert [h.id for h in ldr.open(tmp_path / "one").search(q)] == [h.id for h in tuned.search(q)]

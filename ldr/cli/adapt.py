@@ -68,9 +68,6 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
     if rerank_only and not (depths or rerank_model):
         raise ConfigError("--rerank-only needs something to rerank with: --rerank-depths or --rerank-model")
     index = sharded.open(index_path)
-    if isinstance(index, sharded.ShardedIndex):
-        raise ConfigError("ldr tune does not yet commit defaults to a sharded index; tune an unsharded index of the "
-                          "same documents and build the sharded one with its settings (e.g. --weights at search)")
     known = set(index.docstore.ids)
     if not any(d in known for docs in qrels.values() for d in docs):
         raise ConfigError(f"no document of {qrels_file} is in {index_path}: tune on qrels over this index's ids")

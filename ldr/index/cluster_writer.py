@@ -178,6 +178,14 @@ class ClusterWriter:
         return self._commit("merge", touched, dict(result), result) if touched else \
             {**result, "generation": self.generation}
 
+    def set_search_defaults(self, search: dict, record: dict | None = None) -> dict:
+        """New query-time defaults (`ldr tune`) on every shard, then the cluster commit."""
+        for i in range(self.n_shards):
+            with IndexWriter(self.shard_path(i), wait=self.wait) as w:
+                w.set_search_defaults(search, record)
+            crash_point("cluster:shard-committed")
+        return self._commit("tune", range(self.n_shards), dict(record or {}))
+
     def _commit(self, op: str, touched, record: dict, result: dict | None = None) -> dict:
         """The commit point: every shard's generation now (the touched ones re-read), written last."""
         touched = set(touched)
