@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from .api import Index
+from .api import Index, _ray_options
 from .corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport, corpus_docs
 from .errors import IndexFormatError
 from .index.cluster import is_cluster, read_cluster, shard_of
@@ -251,8 +251,9 @@ class ShardedIndex:
     # -- writing ---------------------------------------------------------------------------------
     @classmethod
     def build(cls, corpus, path, *, shards: int, config=None, report: IngestReport | None = None,
-              progress: bool = False, wait: bool | float = False, **options) -> "ShardedIndex":
-        """Build a sharded index of `shards` shards (BM25 native: it takes global statistics)."""
+              progress: bool = False, wait: bool | float = False, ray=None, **options) -> "ShardedIndex":
+        """Build a sharded index of `shards` shards (BM25 native: it takes global statistics); `ray`
+        (True or RayOptions): the shards build in parallel on a Ray cluster."""
         from .index.build import BuildConfig
         from .index.cluster_writer import ClusterWriter
 
@@ -261,7 +262,8 @@ class ShardedIndex:
         config = config or BuildConfig(**for_shards(options))
         report = report if report is not None else IngestReport()
         with ClusterWriter(path, wait=wait, create=True, threads=config.threads) as w:
-            w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path)), config, shards, report, progress)
+            w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path)), config, shards, report, progress,
+                    _ray_options(ray))
         index = cls(path)
         index.report = report
         return index

@@ -220,3 +220,17 @@ def test_a_colbert_index_built_on_ray_scores_as_a_local_build(cluster, tmp_path)
         a = [(h.id, round(h.score, 4)) for h in local.search(q, k=12, mode="colbert")]
         b = [(h.id, round(h.score, 4)) for h in ray_idx.search(q, k=12, mode="colbert")]
         assert a == b
+
+
+def test_the_shards_of_a_sharded_index_build_in_parallel_on_ray(cluster, config, tmp_path):
+    """`ldr index --shards N --ray`: each shard a Ray task; the index answers as one built here."""
+    from ldr.sharded import ShardedIndex
+
+    docs = corpus()
+    cfg = _with(config, bm25="native", dense=None, sparse=None)     # the tasks run the local build code
+    on_ray = ShardedIndex.build(docs, tmp_path / "ray", shards=3, config=cfg,
+                                ray=RayOptions())
+    here = ShardedIndex.build(docs, tmp_path / "here", shards=3, config=cfg)
+    assert on_ray.cluster["history"][-1]["ray"]["shards"] == 3 and len(on_ray) == len(here)
+    for q in ("alpha report", "a note on rivers", "document 7"):
+        assert [(h.id, round(h.score, 6)) for h in on_ray.search(q)] == [(h.id, round(h.score, 6)) for h in here.search(q)]

@@ -76,17 +76,14 @@ def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_work
 
 
 def _index_sharded(corpus, out, shards, options, report, quiet, wait, ray) -> None:
-    from ..errors import ConfigError
     from ..sharded import ShardedIndex
 
-    if ray is not None:
-        raise ConfigError("building a sharded index on Ray is not supported yet: build it without --ray")
     from ..components.bm25 import for_shards
 
     source = click.get_current_context().get_parameter_source("bm25")
     options = for_shards(options, source is not None and source.name != "DEFAULT")
     index = ShardedIndex.build(corpus, out, shards=shards, config=build_config(**options), report=report,
-                               progress=not quiet, wait=wait)
+                               progress=not quiet, wait=wait, ray=ray)
     click.echo(report.summary())
     for line in report.details():
         click.echo(line, err=True)

@@ -32,6 +32,7 @@ class ClusterWriter:
     def __init__(self, root, wait: bool | float = False, create: bool = False, threads: int = 0):
         self.root = Path(root).absolute()
         self.wait, self.threads = wait, threads
+        self.ray_info: dict = {}
         if not create and not is_cluster(self.root):
             raise NotAnIndex(f"{str(self.root)!r} is not a sharded ldr index")
         self.root.mkdir(parents=True, exist_ok=True)
@@ -94,8 +95,10 @@ class ClusterWriter:
         return behind
 
     # -- operations -----------------------------------------------------------------------------
-    def build(self, docs: Iterable, config, n_shards: int, report: IngestReport, progress: bool = False) -> dict:
-        """Index `docs` into `n_shards` new shards (each a complete index) and commit generation 1."""
+    def build(self, docs: Iterable, config, n_shards: int, report: IngestReport, progress: bool = False,
+              ray=None) -> dict:
+        """Index `docs` into `n_shards` new shards (each a complete index) and commit generation 1;
+        with `ray` (RayOptions) the shards build in parallel as Ray tasks."""
         if self.current is not None:
             raise ConfigError(f"{self.root} is a sharded index already: add to it with `ldr add`, or build a new one "
                               "in another directory (rebuilding a sharded index in place is not supported)")
@@ -109,12 +112,17 @@ class ClusterWriter:
         work = self.root / ".ldr-tmp-route"
         try:
             files, counts = route_file(docs, n_shards, work, report)
-            for i, f in enumerate(files):
-                with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads, create=True) as w:
-                    w.rebuild(routed_docs(f), config, IngestReport(), progress=progress, total=counts[i])
+            if ray is not None:
+                from .ray_shards import build_on_ray
+                self.ray_info = build_on_ray([self.shard_path(i) for i in range(n_shards)], files, counts, config, ray)
+            else:
+                for i, f in enumerate(files):
+                    with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads, create=True) as w:
+                        w.rebuild(routed_docs(f), config, IngestReport(), progress=progress, total=counts[i])
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        return self._commit("index", range(n_shards), {"added": sum(counts), "shards": n_shards})
+        return self._commit("index", range(n_shards), {"added": sum(counts), "shards": n_shards,
+                                                       **({"ray": self.ray_info} if ray is not None else {})})
 
     def add(self, docs: Iterable, report: IngestReport, progress: bool = False, max_doc_mb: float | None = None,
             auto_merge: bool = True, ray=None) -> dict:
