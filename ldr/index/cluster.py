@@ -97,17 +97,7 @@ def new_cluster(gen: int, shards: list[dict], config: dict, history: list, recor
 
 def publish_cluster(root: Path, manifest: dict) -> Path:
     """Write the cluster manifest durably (a `.part` file renamed into place): the commit point."""
-    final = Path(root) / cluster_name(manifest["generation"])
-    if final.exists():
-        raise FileExistsError(f"{final} already exists")
-    part = final.with_name(final.name + ".part")
-    with open(part, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.rename(part, final)
-    gens.fsync_dir(Path(root))
-    return final
+    return gens.publish(root, manifest, cluster_name(manifest["generation"]))
 
 
 def collect_cluster(root: Path, keep: int) -> None:

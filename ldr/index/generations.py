@@ -80,10 +80,11 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
-def publish(root: Path, manifest: dict) -> Path:
-    """Write generation manifest['generation'] durably; it becomes the newest at the rename."""
+def publish(root: Path, manifest: dict, name: str | None = None) -> Path:
+    """Write generation manifest['generation'] durably (as `name`: a sharded index's cluster
+    manifest); it becomes the newest at the rename."""
     gen = manifest["generation"]
-    final = Path(root) / manifest_name(gen)
+    final = Path(root) / (name or manifest_name(gen))
     if final.exists():
         raise FileExistsError(f"{final} already exists")
     part = final.with_name(final.name + ".part")
