@@ -44,11 +44,16 @@ def load(url: str, queries: list[str], seconds: float, clients: int = 8) -> dict
             i = n
             while not stop.is_set():
                 t = time.perf_counter()
-                r = c.post("/search", json={"query": queries[i % len(queries)], "k": 10, "passages": 0})
+                try:
+                    r = c.post("/search", json={"query": queries[i % len(queries)], "k": 10, "passages": 0})
+                except httpx.HTTPError as e:         # a connection the server reset: a failed request
+                    errors.append(type(e).__name__)
+                    continue
+                finally:
+                    i += clients
                 lat.append(time.perf_counter() - t)
                 if r.status_code != 200 or r.json().get("missing_shards"):
                     errors.append(r.status_code)
-                i += clients
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
     t0 = time.perf_counter()
