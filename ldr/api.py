@@ -18,17 +18,13 @@ from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError, QueryError
 from .index.build import BuildConfig, build_index
 from .index.view import View, newest, open_view
-from .index.ray_build import RayOptions
+from .index.ray_build import RayOptions, ray_options
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
 from . import components as registry
 from .search.options import QueryOptions, search_signature
 from .search.query import prepare
 
 log = logging.getLogger(__name__)
-
-
-def _ray_options(ray):
-    return None if ray is None or ray is False else RayOptions() if ray is True else ray
 
 
 class Index:
@@ -107,7 +103,7 @@ class Index:
         config = config or BuildConfig(**options)
         report = report if report is not None else IngestReport()
         docs = corpus_docs(corpus, report, config.max_doc_mb, path)
-        build_index(docs, path, config, report, progress=progress, wait=wait, ray=_ray_options(ray))
+        build_index(docs, path, config, report, progress=progress, wait=wait, ray=ray_options(ray))
         index = cls(path, verify=False)
         index.report = report
         return index
@@ -125,7 +121,7 @@ class Index:
         report = report if report is not None else IngestReport()
         with self._writer(wait) as w:
             result = w.add(corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
-                           max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=_ray_options(ray))
+                           max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=ray_options(ray))
         result["report"] = report
         self.refresh()
         return result
@@ -310,6 +306,10 @@ class Index:
                     j += 1
                 if progress is not None:
                     progress(1)
+
+    def filter_mask(self, filters):
+        """The filters' mask over this handle's document numbers (None: no filter)."""
+        return self._mask(self._view, filters)
 
     def _mask(self, view: View, filters):
         """The filters' mask over this generation's docnos (None: no filter)."""

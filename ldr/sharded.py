@@ -15,10 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from .api import Index, _ray_options
+from .api import Index
 from .corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport, corpus_docs
 from .errors import IndexFormatError
 from .index.cluster import is_cluster, read_cluster, shard_of
+from .index.ray_build import ray_options
 from .search.gather import Dispatch, ShardedSource, ShardMap, gather
 from .search.hits import SearchResult, origin, to_hits
 from .search.options import QueryOptions, search_signature
@@ -158,7 +159,7 @@ class ShardedIndex:
                 progress(1)
 
     def _masks(self, request):
-        return [sh._mask(sh._view, request.filters) for sh in self.shards]
+        return [sh.filter_mask(request.filters) for sh in self.shards]
 
     def _compile(self, query: str, request, masks):
         from .search.passages import term_kind
@@ -263,7 +264,7 @@ class ShardedIndex:
         report = report if report is not None else IngestReport()
         with ClusterWriter(path, wait=wait, create=True, threads=config.threads) as w:
             w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path)), config, shards, report, progress,
-                    _ray_options(ray))
+                    ray_options(ray))
         index = cls(path)
         index.report = report
         return index

@@ -49,6 +49,11 @@ class RayOptions:
             self.faults = json.loads(os.environ["LDR_RAY_FAULTS"])
 
 
+def ray_options(ray) -> "RayOptions | None":
+    """What an API call's `ray=` means: None or False none, True a local cluster, or the RayOptions given."""
+    return None if ray is None or ray is False else RayOptions() if ray is True else ray
+
+
 def import_ray():
     try:
         import ray

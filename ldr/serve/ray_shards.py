@@ -47,7 +47,7 @@ class ShardReplica:
         from ..search.source import IndexSource
 
         ix = self._at(generation)
-        mask = ix._mask(ix._view, filters)
+        mask = ix.filter_mask(filters)
         cands = first.run_first(IndexSource(first.query, ix.retriever, ix.docstore, mask, None, reps))
         return {"lists": cands.lists, "timings": cands.timings}
 
