@@ -219,7 +219,7 @@ class ShardedIndex:
         if request.passages or o.rerank_model or o.window_weight:
             finder = finder_for(self.manifest["components"], o.weights,
                                 {n: self._dispatch(n) for n in plan.kinds}, self._window_terms, self._lock)
-        source = ShardedSource(query, reps, self.map, sources, finder)
+        source = ShardedSource(query, reps, self.map, sources, finder, lambda k: self._reps(query, [k])[k])
         cands = rest.run_rest(cands, source)
         hits = to_hits(cands.rows, self.map.ids, self.map.titles)
         docnos = [h.docno for h in hits]

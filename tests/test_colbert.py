@@ -248,3 +248,20 @@ def test_the_packaged_colbert_small_finds_the_window_holding_the_fact(tmp_path):
                      weights={"colbert": 1.0, "bm25": 0.0})[0]
     assert hit.id == "doc" and fact in hit.passages[0].text and hit.passages[0].stage == "colbert"
     assert len(hit.passages[0].text) < len(text) / 2
+
+
+def test_a_sharded_colbert_index_answers_as_one_index(tiny, tmp_path):
+    """Issue 41: MaxSim needs no statistics; the shards' lists gathered equal one index's, alone,
+    fused, as a second stage and after a replace (one shard gets no document: it is empty)."""
+    from ldr.sharded import ShardedIndex
+
+    docs = [{"id": k, "text": v} for k, v in corpus(12).items()]
+    kw = dict(bm25="native", dense=None, sparse=None, components={"colbert": ColbertSettings(model=tiny)})
+    one = ldr.Index.build(docs, tmp_path / "one", **kw)
+    sh = ShardedIndex.build(docs, tmp_path / "sh", shards=5, **kw)
+    for index in (one, sh):
+        index.add([{"id": "d03", "text": " ".join(WORDS[:40])}])
+    for q in (" ".join(WORDS[:3]), WORDS[7], " ".join(WORDS[10:16])):
+        for kw in ({"mode": "colbert"}, {}, {"mode": "bm25", "rerank": "colbert"}):
+            assert [(h.id, round(h.score, 5)) for h in one.search(q, **kw)] == \
+                [(h.id, round(h.score, 5)) for h in sh.search(q, **kw)], (q, kw)

@@ -87,7 +87,8 @@ class ColbertWriter(BatchedWriter):
         np.save(self.path / "windows.npy", np.concatenate(self._windows) if self._windows
                 else np.zeros((0, 3), np.int64))
         np.save(self.path / "win_indptr.npy", win_indptr)
-        dim = self._dim if self._dim is not None else (self.encoder.dim if self.loaded else 0)
+        # no documents (a shard none was routed to): the model is loaded so that it describes itself
+        dim = self._dim if self._dim is not None else (self.encoder.dim if self.loaded or not self._counts else 0)
         return {"path": self.path.name, "vectors": int(indptr[-1]), "windows": int(win_indptr[-1]), "dim": int(dim),
                 **({"model": self.encoder.describe()} if self.loaded else {})}
 

@@ -92,12 +92,14 @@ class ShardedSource:
     document, the query encoded once (BM25 with the whole index's statistics), passages and best
     windows found among the gathered candidates as one index finds them."""
 
-    def __init__(self, query: str, reps: dict, shards: ShardMap, sources: list, finder=None, uids=None):
+    def __init__(self, query: str, reps: dict, shards: ShardMap, sources: list, finder=None, encode=None):
+        """`encode(kind)`: the query for a kind no first stage searched (a second stage's)."""
         self.query, self.reps, self.shards, self.sources = query, reps, shards, sources
-        self.finder = finder
-        self.uids = uids          # (shard, uid) → a key no two shards share, for the window cache
+        self.finder, self.encode = finder, encode
 
     def rep(self, kind: str):
+        if kind not in self.reps:
+            self.reps[kind] = self.encode(kind)
         return self.reps[kind]
 
     def search(self, kind: str, rep, depth: int) -> list:
