@@ -288,6 +288,13 @@ class ShardedIndex:
         self.refresh()
         return result
 
+    def reshard(self, out: str | os.PathLike, shards: int, *, wait: bool | float = False) -> "ShardedIndex":
+        """A new sharded index of `shards` shards at `out` with this one's documents, their
+        encodings copied (nothing re-encoded); this index is left as it is."""
+        with self._writer(wait) as w:
+            w.reshard(Path(out).absolute(), shards)
+        return ShardedIndex(out, device=self.device, trust_remote_code=self.trust_remote_code)
+
     def set_search_defaults(self, search: dict, record: dict | None = None, *, wait: bool | float = False) -> dict:
         """Commit new query-time defaults (as `ldr tune` chooses them) on every shard."""
         with self._writer(wait) as w:

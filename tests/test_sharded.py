@@ -204,3 +204,18 @@ def test_ldr_tune_chooses_and_commits_on_a_sharded_index_as_on_one_index(tmp_pat
     assert tuned.generation == 2 and all(s.manifest["search"].get("tuned") for s in tuned.shards)
     for q in list(queries.values())[:5]:
         assert [h.id for h in ldr.open(tmp_path / "one").search(q)] == [h.id for h in tuned.search(q)]
+
+
+def test_resharding_copies_the_encodings_and_answers_as_before(unsharded, tmp_path):
+    sharded = ShardedIndex.build(_docs(), tmp_path / "s3", shards=3)
+    sharded.add(_extra())
+    sharded.delete(["sourdough-guide"])
+    r = CliRunner().invoke(main, ["reshard", "-i", str(tmp_path / "s3"), "-o", str(tmp_path / "s5"), "--shards", "5"])
+    assert r.exit_code == 0 and "3 -> 5 shards" in r.output, r.output
+    resharded = ldr.open(tmp_path / "s5")
+    assert len(resharded.cluster["shards"]) == 5 and len(resharded) == len(sharded) == 7
+    _same(sharded, resharded, "resharded 3 -> 5")
+    assert CliRunner().invoke(main, ["check", str(tmp_path / "s5")]).exit_code == 0
+    resharded.add([ldr.Doc("sourdough-guide", "Feed the starter twice a day.", "Sourdough")])   # writes go on
+    assert resharded.search("feed the starter", k=1, mode="bm25")[0].id == "sourdough-guide"
+    assert ldr.open(tmp_path / "s3").generation == sharded.generation          # the source is left as it was

@@ -136,6 +136,25 @@ def _state(w) -> str:
     return f"{c['doc_count'] if c else 0} documents in {len(c['segments']) if c else 0} segments"
 
 
+@main.command("reshard")
+@click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="A sharded index.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="The new sharded index's directory.")
+@click.option("--shards", type=click.IntRange(min=1), required=True, help="Shards of the new index.")
+@click.option("--wait", is_flag=True, help="Wait for another writer of the index to finish instead of failing.")
+def reshard_cmd(index_path, out, shards, wait):
+    """Copy a sharded index into a new one of SHARDS shards: every document moves to the shard its
+    id routes to, with its vectors and postings as they are (nothing re-encoded)."""
+    from ..errors import ConfigError
+    from ..sharded import ShardedIndex, open as open_index
+
+    source = open_index(index_path)
+    if not isinstance(source, ShardedIndex):
+        raise ConfigError(f"{index_path} is not a sharded index; build one with `ldr index CORPUS -o IDX --shards N`")
+    new = source.reshard(out, shards, wait=wait)
+    sizes = ", ".join(str(s["live"]) for s in new.cluster["shards"])
+    click.echo(f"resharded {len(source.shards)} -> {shards} shards: {len(new)} documents in {out} ({sizes})")
+
+
 @main.command("delete")
 @click.argument("ids", nargs=-1)
 @write_options

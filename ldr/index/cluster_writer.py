@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+
+import numpy as np
 from pathlib import Path
 from typing import Iterable
 
@@ -185,6 +187,38 @@ class ClusterWriter:
         result = {"merged": merged, "shards": len(touched)}
         return self._commit("merge", touched, dict(result), result) if touched else \
             {**result, "generation": self.generation}
+
+    def reshard(self, out, n_shards: int) -> dict:
+        """A new sharded index of `n_shards` shards at `out` holding this one's live documents: each
+        new shard's segment is copied from the old shards' rows that route to it (vectors, postings,
+        texts as they are: nothing re-encoded), numbered anew; then `out`'s cluster commits."""
+        from .docstore import Docstore
+        from .segment import merge, read_deletes
+
+        if n_shards < 1:
+            raise ConfigError(f"--shards must be at least 1 (got {n_shards})")
+        sources, first = [], None
+        for i, s in enumerate(self.current["shards"]):
+            m = read_manifest(self.shard_path(i), s["generation"])
+            first = first or m
+            for seg in m["segments"]:
+                ids = Docstore(self.shard_path(i) / seg["path"], seg["docs"]).ids
+                sources.append((self.shard_path(i), seg, read_deletes(self.shard_path(i), seg),
+                                np.array([shard_of(d, n_shards) for d in ids], dtype=np.int64)))
+        with ClusterWriter(out, wait=self.wait, create=True, threads=self.threads) as target:
+            if target.current is not None:
+                raise ConfigError(f"{out} is a sharded index already: reshard into a new directory")
+            for j in range(n_shards):
+                path = target.shard_path(j)
+                mine = [(r, seg, deleted | (route != j)) for r, seg, deleted, route in sources]
+                with IndexWriter(path, wait=self.wait, threads=self.threads, create=True) as w:
+                    segs = [merge(path, mine, 1, first["components"], uids_from=0)] \
+                        if any((~m).any() for _, _, m in mine) else []
+                    n = sum(s["docs"] for s in segs)
+                    w._commit("reshard", segs, {k: dict(v) for k, v in first["components"].items()},
+                              first.get("search", {}), first.get("ingest", {}), first.get("settings", {}),
+                              {"added": n, "next_uid": n, "next_segment": 2})
+            return target._commit("reshard", range(n_shards), {"from_shards": self.n_shards, "shards": n_shards})
 
     def set_search_defaults(self, search: dict, record: dict | None = None) -> dict:
         """New query-time defaults (`ldr tune`) on every shard, then the cluster commit."""

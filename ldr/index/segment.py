@@ -165,30 +165,33 @@ def highest_uids(root: Path, segments: list[dict]) -> list[int]:
     return [int(u.max()) for s in segments if len(u := Docstore(inside(root, s["path"], "segment"), s["docs"]).uids)]
 
 
-def merge(root: Path, sources: list[tuple[dict, np.ndarray]], number: int, components: dict) -> dict:
-    """Copy the live rows of `sources` [(segment entry, deleted mask)] into segment `number`.
+def merge(root: Path, sources: list[tuple], number: int, components: dict, uids_from: int | None = None) -> dict:
+    """Copy the live rows of `sources` into segment `number`: [(segment entry, deleted mask)] of this
+    index, or [(index root, segment entry, deleted mask)] of others (resharding).
 
     Every component copies its part as it is (a document's scores do not change); rows keep
-    their uid, so the index stores (tantivy, Lucene) need no change."""
+    their uid, so the index stores (tantivy, Lucene) need no change; `uids_from`: number them
+    anew from it instead (the uids of different indexes collide)."""
     from .. import components as registry
     from ..paths import inside
 
+    sources = [(Path(root), *s) if len(s) == 2 else s for s in sources]
     rel = segment_rel(number)
     out = Path(root) / rel
     out.mkdir(parents=True)
     store = DocstoreWriter(out)
     row_maps = []          # per source: old row → new row (-1: dropped)
-    for entry, deleted in sources:
-        src = Docstore(inside(root, entry["path"], "segment"), entry["docs"])
+    for src_root, entry, deleted in sources:
+        src = Docstore(inside(src_root, entry["path"], "segment"), entry["docs"])
         new_rows = np.full(entry["docs"], -1, dtype=np.int64)
         for row, uid, doc in src.iter_docs():
             if not deleted[row]:
-                new_rows[row] = store.add(doc, uid)
+                new_rows[row] = store.add(doc, uid if uids_from is None else uids_from + store.count)
         row_maps.append(new_rows)
     store.close()
     seg = {"name": out.name, "path": rel, "docs": store.count, "live": store.count, "deletes": None}
     for name, kind in registry.kinds(components):
-        parts = [segment_part(root, entry, name) for entry, _ in sources]
+        parts = [segment_part(src_root, entry, name) for src_root, entry, _ in sources]
         part = kind.merge_parts(MergeState(Path(root), name, components[name], parts, row_maps, out))
         if part is not None:
             seg[name] = part
