@@ -57,7 +57,8 @@ def main() -> None:
                    capture_output=True)
     duration = time.perf_counter() - t      # the whole add, from the process's start: kills land anywhere in it
     before, after = answers(base), answers(after_dir)
-    results = {"trials": a.trials, "add_seconds": round(duration, 2), "killed": 0, "before": 0, "after": 0, "mixed": 0, "check_after_next_write": 0}
+    results = {"trials": a.trials, "add_seconds": round(duration, 2), "killed": 0, "before": 0, "after": 0,
+               "mixed": 0, "check_right_after": 0, "check_after_next_write": 0}
     for trial in range(a.trials):
         idx = work / f"t{trial}"
         shutil.copytree(base, idx)
@@ -71,6 +72,8 @@ def main() -> None:
         got = answers(idx)
         verdict = "before" if got == before else "after" if got == after else "mixed"
         results[verdict] += 1
+        check = subprocess.run([sys.executable, "-m", "ldr.cli", "check", str(idx), "-q"], capture_output=True)
+        results["check_right_after"] += check.returncode == 0
         # the next writer reconciles, then adds: the answers are the after state and check passes
         subprocess.run([sys.executable, "-m", "ldr.cli", "add", str(more), "-i", str(idx), "-q"], check=True,
                        capture_output=True)

@@ -165,6 +165,8 @@ def check_cmd(index_path, quiet):
         click.echo("rebuild the index with `ldr index` (or restore it from a backup)", err=True)
         sys.exit(1)
     n_files = len(manifest["files"])
+    for note in manifest.get("notes", []):
+        click.echo(f"note: {note}", err=True)
     shards = f" in {manifest['shards']} shards" if "shards" in manifest else ""
     click.echo(f"{index_path}: OK ({manifest['doc_count']} documents{shards}, {n_files} files verified, "
                f"components: {', '.join(manifest['components'])})")

@@ -86,26 +86,27 @@ def _stores(root: Path, manifest: dict, progress) -> list[str]:
 
 def check_cluster(path: Path, progress: Callable[[str], None]) -> tuple[dict, list[str]]:
     """A sharded index: every shard checked in full at the generation the cluster names, and any
-    shard whose newest generation is not that one named (a write failed between the shard's
-    commit and the cluster's: readers never see it, the next write brings it back)."""
+    shard whose newest generation is not that one named in `notes` (a write failed between the
+    shard's commit and the cluster's: no damage, readers never see it, the next write brings it
+    back)."""
     from . import generations as gens
     from .cluster import read_cluster
 
     cluster = read_cluster(path)
-    problems, files, docs, components = [], 0, 0, {}
+    problems, notes, files, docs, components = [], [], 0, 0, {}
     for i, s in enumerate(cluster["shards"]):
         shard = Path(path) / s["path"]
         newest = (gens.generations(shard) or [None])[-1]
         if newest != s["generation"]:
-            problems.append(f"shard {i} is at generation {newest}, the cluster names {s['generation']}: a write "
-                            "failed there (readers answer from the named one; the next write brings it back)")
+            notes.append(f"shard {i} is at generation {newest}, the cluster names {s['generation']}: a write "
+                         "failed there (readers answer from the named one; the next write brings it back)")
         manifest, found = check_index(shard, progress, s["generation"])
         problems += [f"shard {i}: {p}" for p in found]
         if manifest is not None:
             files, docs, components = files + len(manifest["files"]), docs + manifest["doc_count"], \
                 manifest["components"]
-    return {"files": range(files), "doc_count": docs, "components": components, "shards": len(cluster["shards"])}, \
-        problems
+    return {"files": range(files), "doc_count": docs, "components": components, "shards": len(cluster["shards"]),
+            "notes": notes}, problems
 
 
 def check_index(path: str | Path, progress: Callable[[str], None] = lambda _: None,
