@@ -47,7 +47,7 @@ def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_pat
     out = tmp_path / "dense-model"
     r = CliRunner().invoke(main, ["train", "dense", "--data", str(data), "-i", str(idx), "-o", str(out),
                                   "--epochs", "4", "--batch-size", "4", "--lr", "1e-4", "--dev-fraction", "0.25",
-                                  "--negatives", "1", "-q"])
+                                  "--negatives", "1", "--max-seq-length", "64", "--eval-steps", "4", "-q"])
     assert r.exit_code == 0, r.output
     card = json.loads((out / "ldr-train.json").read_text())
     assert card["kind"] == "dense" and card["train_queries"] == 18 and card["dev_queries"] == 6
@@ -78,7 +78,8 @@ def test_train_dense_with_opl_on_examples_mined_before(train_data, tmp_path):
     mined = {ex.qid: ex for ex in examples if ex.qid != "q003"}
     info = train("dense", data, tmp_path / "opl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
                  mined=mined,
-                 settings=DenseTrainSettings(loss="opl", epochs=3, batch_size=2, negatives=2, learning_rate=1e-4))
+                 settings=DenseTrainSettings(loss="opl", epochs=3, batch_size=2, negatives=2, learning_rate=1e-4,
+                                             max_seq_length=64, eval_steps=4))   # a dev evaluation per 4 steps
     assert info["settings"]["loss"] == "opl" and falls(info["loss_curve"])
     assert info["skipped_queries"] == 1 and info["train_queries"] + info["dev_queries"] == 23
 
@@ -89,7 +90,7 @@ def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
     r = CliRunner().invoke(main, ["train", "reranker", "--data", str(data), "-i", str(idx), "-o", str(out),
                                   "--epochs", "4", "--batch-size", "8", "--lr", "1e-4",
                                   "--dev-fraction", "0.25", "--negatives", "3", "--max-length", "64", "--loss", "bce",
-                                  "-q"])
+                                  "--eval-steps", "4", "-q"])
     assert r.exit_code == 0, r.output
     card = json.loads((out / "ldr-train.json").read_text())
     assert card["kind"] == "reranker" and card["settings"]["loss"] == "bce" and card["positives"] > 0 and falls(card["loss_curve"]), card["loss_curve"]
@@ -122,7 +123,7 @@ def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path, 
     info = train("reranker", data, tmp_path / "mnrl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
                  mined=mined, settings=RerankerTrainSettings(loss="mnrl", epochs=4, batch_size=4, negatives=2,
                                                              max_length=64, learning_rate=1e-4,
-                                                             mini_batch=mini_batch))
+                                                             mini_batch=mini_batch, eval_steps=4))
     assert info["settings"]["loss"] == "mnrl" and info["settings"]["mini_batch"] == mini_batch
     assert falls(info["loss_curve"]), info["loss_curve"]
     assert info["queries_without_negatives"] == ("q002" not in info["dev_qids"])

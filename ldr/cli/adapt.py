@@ -122,6 +122,8 @@ TRAIN_OPTIONS = [
     click.option("--lr", "learning_rate", type=float, default=None, help="Learning rate (default: 2e-5 dense, 5e-5 "
                                                                        "reranker)."),
     click.option("--max-steps", type=int, default=-1, help="Stop after this many steps (default: the epochs)."),
+    click.option("--eval-steps", type=click.IntRange(min=1), default=None,
+                 help="Steps between dev evaluations, each saving a checkpoint (default: 4 per epoch)."),
     click.option("--dev-fraction", type=float, default=0.1, show_default=True,
                  help="Queries held out for early stopping."),
     click.option("--seed", type=int, default=0, show_default=True),
@@ -163,14 +165,14 @@ def _train(kind, settings, data, split, out, index_path, dev_fraction, device, q
               help="mnrl: multiple negatives ranking; opl: M2-BERT's orthogonal projection loss.")
 @click.option("--negatives", type=int, default=1, show_default=True, help="Hard negatives per query.")
 @click.option("--max-seq-length", type=int, default=None, help="Tokens per passage (default: the model's window).")
-def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, dev_fraction, seed,
-                    device, quiet, loss, negatives, max_seq_length):
+def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, eval_steps,
+                    dev_fraction, seed, device, quiet, loss, negatives, max_seq_length):
     """Fine-tune the index's dense encoder: each query's relevant document's best passage (MaxP) as
     the positive, the best passages of the index's top non-relevant documents as negatives."""
     from ..train.dense import DenseTrainSettings
 
     s = DenseTrainSettings(loss=loss, epochs=epochs, batch_size=batch_size, negatives=negatives,
-                           max_seq_length=max_seq_length, max_steps=max_steps, seed=seed,
+                           max_seq_length=max_seq_length, max_steps=max_steps, eval_steps=eval_steps, seed=seed,
                            **({"learning_rate": learning_rate} if learning_rate else {}))
     _train("dense", s, data, split, out, index_path, dev_fraction, device, quiet)
 
@@ -186,14 +188,14 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
 @click.option("--mini-batch-size", "mini_batch", type=int, default=None,
               help="mnrl: score each step's query-window pairs this many at a time (cached loss: much less memory, "
                    "a second forward pass; default: all at once).")
-def train_reranker_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, dev_fraction, seed,
-                       device, quiet, base_model, negatives, max_length, loss, mini_batch):
+def train_reranker_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, eval_steps,
+                       dev_fraction, seed, device, quiet, base_model, negatives, max_length, loss, mini_batch):
     """Train a cross-encoder reranker on (query, window) pairs: relevant documents' best windows
     against the windows of hard negatives."""
     from ..train.reranker import RerankerTrainSettings
 
     s = RerankerTrainSettings(epochs=epochs, batch_size=batch_size, negatives=negatives, max_length=max_length,
-                              loss=loss, mini_batch=mini_batch, max_steps=max_steps, seed=seed,
+                              loss=loss, mini_batch=mini_batch, max_steps=max_steps, eval_steps=eval_steps, seed=seed,
                               **({"learning_rate": learning_rate} if learning_rate else {}))
     _train("reranker", s, data, split, out, index_path, dev_fraction, device, quiet, base_model)
 
