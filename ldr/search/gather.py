@@ -12,6 +12,7 @@ import bisect
 
 import numpy as np
 
+from .source import FinderReads
 from .stages.base import Candidates
 
 
@@ -87,7 +88,7 @@ class Dispatch:
         return getattr(self.retrievers[0], name)
 
 
-class ShardedSource:
+class ShardedSource(FinderReads):
     """The QuerySource of the coordinator: texts and metadata from the shard that holds each
     document, the query encoded once (BM25 with the whole index's statistics), passages and best
     windows found among the gathered candidates as one index finds them."""
@@ -133,18 +134,6 @@ class ShardedSource:
             store = self.shards.stores[s]
             out.update({g: int(store.uids[loc]) * len(self.sources) + s for g, loc in pairs})
         return out
-
-    def best_windows(self, docnos: list[int]) -> dict:
-        reps = {k: self.rep(k) for k in self.finder.vector_kinds}
-        self.prefetch(docnos)
-        return self.finder.best_window(self.query, reps, docnos, self.text, self._keys(docnos))
-
-    def passages(self, docnos: list[int], n: int) -> dict:
-        if self.finder is None or n < 1:
-            return {d: [] for d in docnos}
-        reps = {k: self.rep(k) for k in self.finder.vector_kinds}
-        self.prefetch(docnos)
-        return self.finder.find(self.query, reps, {d: self.text(d) for d in docnos}, n, self._keys(docnos))
 
     def release(self) -> None:
         for s in self.sources:
