@@ -64,7 +64,7 @@ SNIPPET_WIDTHS = (60, 100, 160)    # `ldr search` in an 80- and a 120-column ter
 def shown(result, query: str, width: int) -> str:
     """The one-line snippet `ldr search` prints for the first hit's best passage (older ldr: marks
     from the result's passage finder, as its table drew them)."""
-    from ldr.search.passages import snippet
+    from ldr.search.snippets import snippet
 
     p = result[0].passages[0]
     if hasattr(p, "highlights"):

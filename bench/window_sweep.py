@@ -22,7 +22,7 @@ import numpy as np
 from qmsum_eval import DATA, ndcg10, paired_row, qrels as read_qrels, queries as read_queries, rank
 from stack_sweep import cross_validate
 
-from ldr.search.pipeline import minmax
+from ldr.search.normalise import minmax
 
 DEPTHS = (10, 20, 30, 50)
 WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -31,7 +31,7 @@ WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 def candidates(index, text: str, depth: int) -> list[tuple[str, float, float]]:
     """(id, fused score, best-window BM25) of the fused top `depth`, then the rest (window None)."""
     hits = index.search(text, k=max(depth, 10), window_weight=1.0, window_depth=depth, rerank=False)
-    return [(h.id, h.scores.get("fused", 0.0), h.scores.get("window")) for h in hits]
+    return [(h.id, h.scores.get("fused", 0.0), h.scores.get("windows.best")) for h in hits]
 
 
 def ranking(cands, depth: int, w: float) -> list[str]:

@@ -234,10 +234,11 @@ class Index:
         under what the manifest records (build time, `ldr tune`)."""
         from dataclasses import asdict
 
+        from .language_defaults import of_manifest
         from .search.options import index_defaults
 
         manifest = (view or self._view).manifest
-        return asdict(index_defaults(manifest.get("search", {}), manifest["components"])[0])
+        return asdict(index_defaults(manifest.get("search", {}), manifest["components"], of_manifest(manifest))[0])
 
     def default_mode(self) -> str:
         return self.search_defaults()["mode"]
@@ -320,6 +321,7 @@ class Index:
         return store.cached_mask(_filters.key(conds), lambda s: _filters.mask(conds, s)) if conds else None
 
     def _compile(self, query: str, request: QueryOptions, view: View, allow):
+        from .language_defaults import of_manifest
         from .search.passages import term_kind
         from .search.plan import compile_plan
 
@@ -328,7 +330,7 @@ class Index:
         return compile_plan(query, request, view.manifest.get("search", {}), components, max(n_docs, 1),
                             device=self.device, filtered=allow is not None,
                             reranker=lambda opts, kinds: self.reranker(opts, kinds, view),
-                            term_kind=lambda: term_kind(components))
+                            term_kind=lambda: term_kind(components), profile=of_manifest(view.manifest))
 
     def _finder(self, view: View, weights: dict | None, kinds: list[str]):
         """Locates passages in this generation's documents (ldr/search/passages.py)."""
@@ -375,9 +377,11 @@ class Index:
     def info(self) -> dict:
         """What `ldr info` shows: counts, sizes, segments, each component described by its kind."""
         from .index.manifest import describe
+        from .language_defaults import of_manifest
 
         return {"path": str(self.path), **describe(self.manifest), "search": self.search_defaults(),
-                "search_recorded": dict(self.manifest.get("search", {}))}
+                "search_recorded": dict(self.manifest.get("search", {})),
+                "search_profile": of_manifest(self.manifest)}
 
 
 Index.search.__signature__ = search_signature()   # help() and editors list every option

@@ -162,6 +162,7 @@ class ShardedIndex:
         return [sh.filter_mask(request.filters) for sh in self.shards]
 
     def _compile(self, query: str, request, masks):
+        from .language_defaults import of_manifest
         from .search.passages import term_kind
         from .search.plan import compile_plan
 
@@ -170,7 +171,7 @@ class ShardedIndex:
         components = self.manifest["components"]
         return compile_plan(query, request, self.manifest.get("search", {}), components, max(n_docs, 1),
                             device=self.device, filtered=filtered, reranker=self._reranker,
-                            term_kind=lambda: term_kind(components))
+                            term_kind=lambda: term_kind(components), profile=of_manifest(self.manifest))
 
     def _dispatch(self, kind: str) -> Dispatch:
         return Dispatch([sh.retriever(kind) for sh in self.shards], self.map)

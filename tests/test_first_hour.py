@@ -90,7 +90,7 @@ def test_a_users_malformed_model_folder_is_a_clear_error(tmp_path):
 def test_the_snippet_shows_the_match_not_the_first_mention():
     """Issue 45 item 3: the quick start's snippet showed "...requires an immediate weight
     restriction..." while the passage holds the match 258 characters further on."""
-    from ldr.search.passages import snippet
+    from ldr.search.snippets import snippet
 
     text = ("No defect requires an immediate weight restriction, but the bearing condition must be monitored "
             "and repairs should be programmed within two years. Detailed observations follow for each pier "

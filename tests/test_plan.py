@@ -78,7 +78,7 @@ def test_a_plan_prints_its_stages_and_where_each_setting_came_from(idx):
     text = plan.explain()
     assert [s.name for s in plan.first] == ["bm25"] and plan.first[0].side == "shard"
     assert [s.name for s in plan.rest] == ["fused", "windows", "relevance", "passages"]
-    assert "windows    top 7" in text and "[ldr, request]" in text        # depth asked, weight ldr's
+    assert "windows    top 7" in text and "[language en, request]" in text   # depth asked, weight English
     assert "off: reranked" in text
     out = CliRunner().invoke(main, ["search", "gannets reef", "-i", str(idx.path), "--explain", "--window-depth", "7"])
     assert out.exit_code == 0 and out.output.strip() == idx.plan("gannets reef", k=10, passages=1,

@@ -128,6 +128,12 @@ def info_cmd(index_path, as_json):
                + (f" (top {sd.get('rerank_depth')}" + (f", weight {sd['rerank_weight']:g} mixed with the fused score"
                                                         if sd.get("rerank_weight", 1) < 1 else "") + ")"
                   if rr != "none" else ""))
+    lang = info.get("search_profile")
+    if lang:
+        fig = lang.get("held_out") or {}
+        click.echo(f"{'':<11} language defaults: {lang['family']} (for {lang['language']}), chosen on {lang['chosen_on']}"
+                   + (f" (held-out nDCG@10 {fig['ndcg10']:.1f})" if "ndcg10" in fig else "")
+                   + "; the index's own settings below override them")
     t = info["search_recorded"].get("tuned")
     if t:
         click.echo(f"{'':<11} tuned by `ldr tune` on {t['data']} ({t['split']}, {t['queries']} queries) at "
@@ -136,8 +142,8 @@ def info_cmd(index_path, as_json):
     else:
         from ..search.options import index_defaults
         comps = info["components"]
-        built_in = index_defaults(info["search_recorded"], comps)[0] == index_defaults({}, comps)[0]
-        where = "ldr's built-in defaults" if built_in else "set through the API (Index.set_search_defaults)"
+        built_in = index_defaults(info["search_recorded"], comps, lang)[0] == index_defaults({}, comps, lang)[0]
+        where = ("its language's defaults" if lang else "ldr's built-in defaults") if built_in else "set through the API (Index.set_search_defaults)"
         click.echo(f"{'':<11} ({where}; `ldr tune` chooses them on your own qrels)")
     from .. import components as registry
 

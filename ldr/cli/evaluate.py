@@ -90,7 +90,8 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
 
     metrics = run_benchmark(bench, loaded, config, opts, Path(out_dir), settings, Shards(shards) if shards else Index)
     stages = list(metrics["averages"])
-    click.echo(f"{'task':<22}" + "".join(f"{s:>10}" for s in stages))
+    default = metrics.get("default_stage")
+    click.echo(f"{'task':<22}" + "".join(f"{s + ('*' if s == default else ''):>10}" for s in stages))
     for name, t in metrics["tasks"].items():
         click.echo(f"{name:<22}" + "".join(f"{t['stages'][s][t['main_metric']]:>10.1f}" if s in t["stages"] else f"{'-':>10}"
                                           for s in stages))
@@ -103,6 +104,10 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
             click.echo(f"{name}: nDCG@10 against {g['baseline']}, † significant (Holm-corrected t and randomisation "
                        "tests): " + ", ".join(f"{s} {100 * r['delta']:+.1f}{'†' if r['significant'] else ''}"
                                               for s, r in g["vs_baseline"].items()))
+    runs_as = metrics.get("stage_runs") or {}
+    for s in stages:
+        if s in runs_as:
+            click.echo(f"{'*' if s == default else ' '} {s}: {runs_as[s]}")
     click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
 
 def _compare_runs(qrels, run_files, as_json, per_query, plot) -> None:

@@ -167,7 +167,7 @@ def _columns() -> int:
 def _print_hits(hits, stages) -> None:
     """The table, as wide as the terminal (COLUMNS): long ids and titles are cut, and stage
     columns that do not fit are left out (--json has them all)."""
-    from ..search.passages import snippet
+    from ..search.snippets import snippet
 
     columns = _columns()
     width = min(max(len(h.id) for h in hits), max(12, columns // 3))

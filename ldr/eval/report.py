@@ -67,7 +67,12 @@ def write_report(metrics: dict, out: Path) -> None:
         lines.append("")
         lines.append(f"**Partial run** ({partial}): not comparable with published full-benchmark numbers.")
     lines += ["", "## Main metric per task (nDCG@10; Acc@1 averaged over lengths for passkey/needle)", ""]
-    lines.append("| task | metric | " + " | ".join(stages) + " | published |")
+    runs_as = metrics.get("stage_runs") or {}
+    if runs_as:
+        lines += [f"- **{st}**: {runs_as[st]}" for st in stages if st in runs_as] + [""]
+    default = metrics.get("default_stage")
+    lines.append("| task | metric | " + " | ".join(f"{st} (default)" if st == default else st for st in stages)
+                 + " | published |")
     lines.append("|---|---|" + "---|" * len(stages) + "---|")
     for name, t in tasks.items():
         m = t["main_metric"]

@@ -42,6 +42,7 @@ def _config_key(config: BuildConfig) -> str:
     """What the index content depends on; query-time settings (config.search) are not part of it."""
     d = asdict(config)
     d.pop("search", None)
+    d.pop("search_profile", None)
     for value in d.values():     # the device a model runs on does not change what it writes
         if isinstance(value, dict):
             value.pop("device", None)
@@ -106,6 +107,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
     default_stage = Stage.RERANKED.value if d.get("rerank") or d.get("rerank_model") else (
         d["mode"] if d["mode"] != HYBRID else Stage.FUSED.value if d.get("window_weight") == 0 else Stage.WINDOWS.value)
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
+              "stage_runs": stage_runs(result.plan, default_stage) if qids else {},
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {},
               "analyzer": index_analyzer(index.components),
               "language": index.manifest["settings"]["build"].get("language")}
@@ -120,6 +122,26 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
             write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")
             result["stages"][stage] = {m: round(100 * v, 2) for m, v in evaluate(qrels, runs[stage], METRICS).items()}
     return result
+
+
+def stage_runs(plan, default: str) -> dict[str, str]:
+    """{stage: how a user gets that stage's ranking from `ldr search`} on this index."""
+    out = {s.kind: f"--mode {s.kind}" for s in plan.first}
+    out[Stage.FUSED.value] = "--window-weight 0 (the fused list)"
+    windows = plan.stage(Stage.WINDOWS.value)
+    if windows is not None:
+        out[Stage.WINDOWS.value] = f"the window stage: {windows.describe()}"
+    second = plan.stage(Stage.RERANKED.value)
+    if second is not None:
+        name = second.reranker.name
+        ask = f"--rerank-model {name.split(':', 1)[1]}" if name.startswith("cross-encoder:") else f"--rerank {name}"
+        out[Stage.RERANKED.value] = f"{ask}: {second.describe()}" + (
+            ", after the window stage" if windows is not None else "")
+    for s in plan.rest:
+        if s.name not in out and s.name not in (Stage.RELEVANCE.value, Stage.PASSAGES.value):
+            out[s.name] = f"--stage {s.name}"
+    out[default] = "default: " + out.get(default, default)
+    return out
 
 
 def index_analyzer(components: dict) -> dict | None:
@@ -189,6 +211,7 @@ def run_benchmark(bench: str, tasks: list[Task], config: BuildConfig, opts: Eval
     metrics = aggregate(bench, per_task)
     metrics["settings"] = settings
     metrics["default_stage"] = next((t["default_stage"] for t in per_task.values()), None)
+    metrics["stage_runs"] = next((t["stage_runs"] for t in per_task.values() if t.get("stage_runs")), {})
     metrics["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     write_report(metrics, out)

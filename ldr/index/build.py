@@ -68,6 +68,8 @@ class BuildConfig:
     search: dict = field(default_factory=dict)
     # how the language was chosen (recorded in the manifest): {"code", "detected", "share", ...}
     language_info: dict | None = None
+    # the language's search defaults this index is built under (ldr/language_defaults.py)
+    search_profile: dict | None = None
 
     def __post_init__(self):
         if isinstance(self.dense, str):  # a model name or path
@@ -106,7 +108,11 @@ class BuildConfig:
         analyzer = lang if lang in LANGUAGES else "none"
         info = {"code": lang, "detected": False, **(info or {}), "analyzer": analyzer,
                 "models": {"dense": dense and dense.model, "sparse": sparse and sparse.model}}
-        return dataclasses.replace(self, language=analyzer, dense=dense, sparse=sparse, language_info=info)
+        from ..language_defaults import record
+
+        models = {k: {"model": {"name": v}} for k, v in info["models"].items() if v}
+        return dataclasses.replace(self, language=analyzer, dense=dense, sparse=sparse, language_info=info,
+                                   search_profile=record(info, models))
 
     def resolved(self, docs: Iterable[Doc]) -> tuple["BuildConfig", Iterable[Doc]]:
         """(these settings made concrete for `docs`, the same documents): with `language="auto"`

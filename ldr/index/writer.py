@@ -185,7 +185,7 @@ class IndexWriter:
         seconds = time.perf_counter() - t0
         search = dict(config.search)    # only what this build set: the query side owns the defaults
         build = {"seconds": round(seconds, 3), "bytes": n_bytes, "threads": self.threads, "stages": self.profile,
-                 "language": config.language_info}
+                 "language": config.language_info, "search_profile": config.search_profile}
         if ray is not None:
             build["ray"] = self.ray_info
         n_docs = sum(s["docs"] for s in segs)

@@ -44,6 +44,9 @@ class QueryOptions:
     window_weight: float | None = _opt(None, "Share (0-1) of each top candidate's best-window BM25 in its score, "
                                              "mixed with the first stage's (0: off).", ge=0, le=1,
                                        cli=("--window-weight",))
+    window_vectors: float | None = _opt(None, "Share (0-1) of the vector kinds' best-window similarity in the window "
+                                              "evidence, beside the best window's BM25 (0: BM25 alone).", ge=0, le=1,
+                                        cli=("--window-vectors",))
     window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window.",
                                     ge=1, le=1000, cli=("--window-depth",))
     rerank: bool | str | None = _opt(None, "Second stage: passage, none (False) or the index's (None).",
@@ -163,6 +166,7 @@ class SearchOptions:
     depth: int = 1000              # per retriever
     window_weight: float = 0.4     # the best window's BM25 share of the top candidates' scores (0: off)
     window_depth: int = 50
+    window_vectors: float = 0.0    # the vector kinds' share of the window evidence (0: the best window's BM25)
     rerank: str | None = None       # None | "passage" | a kind with exact scores (a cross-encoder: rerank_model)
     rerank_model: str | None = None
     rerank_depth: int = 100
@@ -180,7 +184,8 @@ class SearchOptions:
             if bad:
                 raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(registry.names())}")
         check_weights(self.weights)
-        for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight", "rerank_weight"):
+        for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight", "window_vectors",
+                     "rerank_weight"):
             if getattr(self, name) is None:
                 raise QueryError(f"{name} must be set (got None)")
 
@@ -228,39 +233,47 @@ def _cuda() -> bool:
 _CUDA: bool | None = None
 
 
-def index_defaults(recorded: dict, components: dict) -> tuple[SearchOptions, dict[str, str]]:
+def index_defaults(recorded: dict, components: dict, profile: dict | None = None
+                   ) -> tuple[SearchOptions, dict[str, str]]:
     """(the settings a search on this index starts from, where each came from: "index" for the
-    manifest's `search` entry, "kind" for a weight from a kind's default, "ldr" for SearchOptions).
-    An index records its mode only when it chose one; else hybrid with several kinds, the kind alone
-    with one. Passage rescoring recorded on an index without document vectors is dropped."""
+    manifest's `search` entry, "language <family>" for its language's profile
+    (ldr/language_defaults.py), "kind" for a weight from a kind's default, "ldr" for
+    SearchOptions). An index records its mode only when it chose one; else hybrid with several
+    kinds, the kind alone with one. Passage rescoring recorded on an index without document vectors
+    is dropped."""
     keys = {f.name for f in fields(SearchOptions)}
     opts, sources = SearchOptions(), {f.name: "ldr" for f in fields(SearchOptions)}
-    for key, v in recorded.items():
-        if key in keys:
-            setattr(opts, key, v)
-            sources[key] = "index"
+    layers = [(f"language {profile['family']}", profile["settings"])] if profile else []
+    given: dict = {}
+    for origin, values in layers + [("index", recorded)]:
+        for key, v in values.items():
+            if key == "weights":
+                given.update({n: (float(w), origin) for n, w in (v or {}).items()})
+            elif key in keys:
+                setattr(opts, key, v)
+                sources[key] = origin
     names = registry.in_order(components)
-    if "mode" not in recorded:
+    if sources["mode"] == "ldr":
         opts.mode = HYBRID if len(names) > 1 else (names[0] if names else HYBRID)
         sources["mode"] = "index kinds"
     if opts.rerank == "passage" and not any(registry.get(n).passage_features for n in names):
         opts.rerank = None
-    given = dict(opts.weights or {})
-    opts.weights = {n: float(given[n]) if n in given else registry.get(n).default_weight for n in names}
-    sources.update({f"weights.{n}": "index" if n in given else "kind" for n in names})
+    opts.weights = {n: given[n][0] if n in given else registry.get(n).default_weight for n in names}
+    sources.update({f"weights.{n}": given[n][1] if n in given else "kind" for n in names})
     sources.pop("weights", None)
     opts.check()           # an index's recorded defaults obey the schema too
     QueryOptions.of(**{n: getattr(opts, n) for n in ("depth", "rerank_depth", "rrf_k", "rerank_windows",
-                                                     "rerank_weight", "window_weight", "window_depth")})
+                                                     "rerank_weight", "window_weight", "window_depth",
+                                                     "window_vectors")})
     return opts, sources
 
 
-def resolve(request: QueryOptions, recorded: dict, components: dict, device: str | None = None
-            ) -> tuple[SearchOptions, dict[str, str]]:
+def resolve(request: QueryOptions, recorded: dict, components: dict, device: str | None = None,
+            profile: dict | None = None) -> tuple[SearchOptions, dict[str, str]]:
     """The request's fields over the index's defaults (`index_defaults`), and where each setting
     came from ("request", "index", "kind", "ldr", "gpu", "mode"). On a GPU (`device`, or a CUDA
     device when None) the packaged cross-encoder reranks a hybrid search nothing else reranks."""
-    opts, sources = index_defaults(recorded, components)
+    opts, sources = index_defaults(recorded, components, profile)
     r = request
 
     def take(name, value, why="request"):
@@ -280,7 +293,7 @@ def resolve(request: QueryOptions, recorded: dict, components: dict, device: str
             opts.weights[n] = float(w)
             sources[f"weights.{n}"] = "request"
     for name in ("fusion", "depth", "rerank_depth", "rrf_k", "rerank_weight", "rerank_windows", "window_weight",
-                 "window_depth"):
+                 "window_depth", "window_vectors"):
         if getattr(r, name) is not None:
             take(name, getattr(r, name))
     # a cross-encoder: the request's; else, when nothing else reranks a hybrid search, the index's

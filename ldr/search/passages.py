@@ -13,9 +13,8 @@ combined with the index's fusion weights, so passage scores compare across hits.
 """
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -200,16 +199,22 @@ class PassageFinder:
         return (np.concatenate(owners), np.concatenate(spans_all),
                 {k: np.concatenate(v) for k, v in vec_all.items()}, parts)
 
-    def best_window(self, query: str, reps: dict, docnos: list[int], text_of, keys: dict | None = None) -> dict[int, float]:
-        """{docno: the BM25 of its best window} among the windows of these documents: the window
-        stage's evidence that one part of a long document answers the query (pipeline.py).
-        `text_of(d)`: a document's text (read only for documents whose windows are not cached)."""
-        out = {d: 0.0 for d in docnos}
-        owner, _, _, parts = self._windows(reps, docnos, text_of, keys)
+    def best_window(self, query: str, reps: dict, docnos: list[int], text_of, keys: dict | None = None
+                    ) -> dict[int, dict[str, float]]:
+        """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
+        each vector kind: its best window's similarity (nan: none)}}: the window stage's evidence
+        that one part of a long document answers the query. `text_of(d)`: a document's text (read
+        only for documents whose windows are not cached)."""
+        owner, _, vec, parts = self._windows(reps, docnos, text_of, keys)
+        out = {d: {self.term_kind: 0.0, **{k: float("nan") for k in self.vectors}} for d in docnos}
         if len(owner):
-            best = np.zeros(int(owner.max()) + 1)
-            np.maximum.at(best, owner, self._bm25(parts, self.query_terms(query)))
-            out.update({d: float(best[d]) for d in docnos})
+            top = int(owner.max()) + 1
+            for kind, scores in [(self.term_kind, self._bm25(parts, self.query_terms(query)))] + list(vec.items()):
+                best = np.full(top, -np.inf)
+                np.fmax.at(best, owner, scores)         # fmax: a window a kind did not score is skipped
+                for d in docnos:
+                    if np.isfinite(best[d]):
+                        out[d][kind] = float(best[d])
         return out
 
     def find(self, query: str, reps: dict, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
@@ -321,48 +326,6 @@ def _tidy(text: str, a: int, e: int) -> tuple[int, int]:
     while e > a and text[e - 1].isspace():
         e -= 1
     return a, e
-
-
-def best_span(text: str, marks: list[tuple[int, int]], width: int) -> int:
-    """Where the `width` characters of `text` that show the most distinct marked words begin (then
-    the tightest): the match a reader wants to see, not the first mention of one word. A word
-    counts 1 / its marks in `text` (a query word met everywhere, "what", locates little), less
-    the share of `width` the marks spread over."""
-    words = [text[a:b].lower() for a, b in marks]
-    seen = Counter(words)
-    best, start = (-math.inf, 0.0), marks[0][0] if marks else 0
-    for i, (s, _) in enumerate(marks):
-        inside = [j for j in range(i, len(marks)) if marks[j][1] <= s + width]
-        # less for a spread span: a word 80 characters before the match must be worth the room
-        spread = (marks[inside[-1]][1] - s) / width
-        score = (round(sum(1 / seen[w] for w in {words[j] for j in inside}) - spread, 9), -spread)
-        if score > best:
-            best, start = score, s
-    return start
-
-
-def snippet(text: str, marks: list[tuple[int, int]], width: int = 160, style=None) -> str:
-    """A one-line excerpt of `text` of about `width` characters from just before the span with the
-    most distinct marked words (best_span), marked words passed through `style` (e.g. bold in a
-    terminal). A short lead, then the match and what follows it: an answer follows the words a
-    question shares with it ("X's first car is a blue Saab"), so the space goes after the match."""
-    lead = min(width // 5, 16)
-    centre = best_span(text, marks, width - lead) if marks and len(text) > width else 0
-    a = max(0, centre - lead)
-    if a:
-        sp = text.find(" ", a)
-        a = sp + 1 if 0 <= sp < centre else a
-    e = min(len(text), a + width)
-    parts, pos = [], a
-    for s, t in marks:
-        if s < a or t > e:
-            continue
-        parts.append(text[pos:s])
-        parts.append(style(text[s:t]) if style else text[s:t])
-        pos = t
-    parts.append(text[pos:e])
-    body = " ".join("".join(parts).split())
-    return ("…" if a > 0 else "") + body + ("…" if e < len(text) else "")
 
 
 def term_kind(components: dict) -> str:

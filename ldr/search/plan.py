@@ -82,7 +82,7 @@ class Plan:
         if self.rest:
             lines.append("then (the coordinator):")
             why = {Stage.FUSED.value: ["fusion", "rrf_k"] + [f"weights.{k}" for k in self.kinds],
-                   Stage.WINDOWS.value: ["window_depth", "window_weight"],
+                   Stage.WINDOWS.value: ["window_depth", "window_weight", "window_vectors"],
                    Stage.RERANKED.value: ["rerank", "rerank_model", "rerank_depth", "rerank_weight"],
                    Stage.RELEVANCE.value: ["min_score"], Stage.PASSAGES.value: ["passages"]}
             for s in self.rest:
@@ -102,12 +102,13 @@ class Plan:
 def compile_plan(query: str, request: QueryOptions, recorded: dict, components: dict, n_docs: int, *,
                  device: str | None = None, filtered: bool = False,
                  reranker: Callable[[SearchOptions, list[str]], Any] | None = None,
-                 term_kind: Callable[[], str] | None = None) -> Plan:
+                 term_kind: Callable[[], str] | None = None, profile: dict | None = None) -> Plan:
     """The plan of one request on one index generation: `recorded` its manifest's search
     defaults, `components` its kinds, `n_docs` the documents the filters leave; `reranker(settings,
     searched kinds)` builds the second stage the settings ask for (None: none); `term_kind()` names
-    the lexical kind the window stage scores windows with."""
-    opts, sources = resolve(request, recorded, components, device)
+    the lexical kind the window stage scores windows with; `profile`: the index's language defaults
+    (ldr/language_defaults.py)."""
+    opts, sources = resolve(request, recorded, components, device, profile)
     if opts.mode != HYBRID and opts.mode not in components:
         have = ", ".join(registry.in_order(components)) or "none"
         raise ConfigError(f"this index has no {opts.mode!r} component (it has: {have}); pick another --mode")
@@ -127,7 +128,9 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     first = tuple(Retrieve(n, depth, filtered) for n in kinds)
     later: list = []
     if windows:
-        later.append(Windows(opts.window_depth, opts.window_weight))
+        lexical = term_kind()
+        later.append(Windows(opts.window_depth, opts.window_weight, opts.window_vectors, lexical,
+                             tuple((n, opts.weights[n]) for n in kinds if n != lexical)))
     if second is not None:
         later.append(Rerank(second, opts.rerank_depth, opts.rerank_weight, opts.rerank_windows))
     for name, values in (request.stages or {}).items():

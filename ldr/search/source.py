@@ -20,7 +20,8 @@ class FinderReads:
         return self.finder.find(self.query, reps, {d: self.text(d) for d in docnos}, n, self._keys(docnos))
 
     def best_windows(self, docnos: list[int]) -> dict:
-        """{docno: the BM25 of its best window among these documents' windows}."""
+        """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
+        each vector kind: its best window's similarity}} (PassageFinder.best_window)."""
         reps = {k: self.rep(k) for k in self.finder.vector_kinds}
         keys = self._keys(docnos)
         known = self.finder.cache.lengths    # documents analysed before: their text is not needed

@@ -1,9 +1,11 @@
-"""The window stage: the top `depth` rows rescored by their best window,
-(1 - w)·minmax(the score before) + w·minmax(the BM25 of the document's best window among these
-candidates' windows). A long document matching the query in one place beats one matching it
-thinly everywhere (qmsum-train +3.1 nDCG@10 held out, bench/README.md); rows below the depth keep
-their order under every rescored one. Its score is `scores["windows"]`, the evidence
-`scores["windows.best"]`."""
+"""The window stage: the top `depth` rows rescored by their best windows,
+(1 - w)·minmax(the score before) + w·evidence, where the evidence is
+(1 - v)·minmax(the BM25 of the document's best window among these candidates' windows)
++ v·(the vector kinds' best-window similarities, each min-max normalised, mixed by their fusion
+weights). A long document matching the query in one place beats one matching it thinly
+everywhere (qmsum-train +3.1 nDCG@10 held out, bench/README.md); rows below the depth keep their
+order under every rescored one. Its score is `scores["windows"]`, the evidence
+`scores["windows.best"]` (BM25) and `scores["windows.<kind>"]` (a vector kind's best window)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,6 +23,9 @@ BEST = detail(Stage.WINDOWS, "best")
 class Windows:
     depth: int
     weight: float
+    vectors: float = 0.0                    # the vector kinds' share of the evidence (0: BM25 alone)
+    term_kind: str = "bm25"                 # the lexical kind whose windows' BM25 is the evidence
+    vector_weights: tuple = ()              # ((kind, its fusion weight), ...) of the searched vector kinds
     side = "coordinator"
     name = Stage.WINDOWS.value
 
@@ -28,7 +33,32 @@ class Windows:
         return self.depth
 
     def describe(self) -> str:
-        return f"top {self.depth} rescored by their best window's BM25, weight {self.weight:g}"
+        if self.vectors >= 1:
+            by = "vector similarity"
+        elif self.vectors > 0:
+            by = f"BM25 and vector similarity ({self.vectors:g} vectors)"
+        else:
+            by = "BM25"
+        return f"top {self.depth} rescored by their best window's {by}, weight {self.weight:g}"
+
+    def evidence(self, best: dict, docnos: list[int]) -> tuple[np.ndarray, dict]:
+        """(each row's window evidence in [0, 1], {score key: the raw best-window scores})."""
+        terms = np.asarray([best[d].get(self.term_kind, 0.0) for d in docnos], dtype=np.float64)
+        raw = {BEST: terms}
+        lexical = minmax(terms)
+        if self.vectors <= 0:
+            return lexical, raw
+        mixed, total = np.zeros(len(docnos)), 0.0
+        for kind, w in self.vector_weights:
+            col = np.asarray([best[d].get(kind, np.nan) for d in docnos], dtype=np.float64)
+            if w <= 0 or np.isnan(col).all():
+                continue
+            raw[detail(Stage.WINDOWS, kind)] = col
+            mixed += w * minmax(np.nan_to_num(col), ~np.isnan(col))
+            total += w
+        if total == 0:          # no vector kind placed windows: the BM25 evidence alone
+            return lexical, raw
+        return (1 - self.vectors) * lexical + self.vectors * mixed / total, raw
 
     def run(self, cands: Candidates, source: QuerySource) -> Candidates:
         if not cands.rows:
@@ -36,14 +66,16 @@ class Windows:
         with cands.timed(self.name):
             head, tail = cands.rows[:self.depth], cands.rows[self.depth:]
             docnos = [d for d, _, _ in head]
-            best = source.best_windows(docnos)
+            evidence, raw = self.evidence(source.best_windows(docnos), docnos)
             w = self.weight
-            window = np.asarray([best[d] for d in docnos])
             first = np.asarray([sc for _, sc, _ in head], dtype=np.float64)
             lo, span = first.min(), first.max() - first.min()
-            final = (1 - w) * minmax(first) + w * minmax(window)
-            out = [(d, float(final[i]), dict(st, **{BEST: float(window[i]), self.name: float(final[i])}))
-                   for i, (d, _, st) in enumerate(head)]
+            final = (1 - w) * minmax(first) + w * evidence
+            out = []
+            for i, (d, _, st) in enumerate(head):
+                st = dict(st, **{k: float(v[i]) for k, v in raw.items() if not np.isnan(v[i])})
+                st[self.name] = float(final[i])
+                out.append((d, float(final[i]), st))
             tiebreak = source.tiebreak()
             out.sort(key=lambda r: (-r[1], r[0] if tiebreak is None else tiebreak[r[0]]))
             # the rows below keep their order on the same scale, under every rescored one

@@ -1,0 +1,75 @@
+"""Search defaults per language, each chosen on that language's development data by
+`bench/language_defaults.py` (5-fold cross-validation, paired tests; bench/README.md) and kept in
+language_defaults.json: fusion weights and the window stage's depth, weight and scorer.
+
+An index's language (detected or given at build, `settings.build.language` in its manifest) picks
+the profile: English (and `none`, no language) gets "en", chosen on qmsum-train; every other
+language gets "de", chosen on klexikon-de-dev: it is the nearest measured family, with the same
+models (multilingual-e5, no learned-sparse leg). A profile applies only to an index whose models
+are the ones it was measured with (a user's own model gets ldr's defaults). The settings follow
+the release, like ldr's own defaults; the manifest records which profile an index was built under
+(`settings.build.search_profile`), and its `search` entry (`ldr tune`, `Index.set_search_defaults`) overrides it."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+TABLE = Path(__file__).with_name("language_defaults.json")
+ENGLISH = ("en", "none")
+
+
+@lru_cache(maxsize=1)
+def table() -> dict:
+    return json.loads(TABLE.read_text(encoding="utf-8"))
+
+
+def family(code: str | None) -> str:
+    """The measured language family whose defaults a language takes."""
+    code = (code or "en").lower()
+    return "en" if code in ENGLISH or "de" not in table() else code if code in table() else "de"
+
+
+def _model(comp: dict) -> str | None:
+    model = comp.get("model")
+    return str(model["name"]) if isinstance(model, dict) and model.get("name") else None
+
+
+def profile(language: dict | str | None, components: dict) -> dict | None:
+    """{"family", "language", "chosen_on", "settings", "held_out"} for an index in `language`
+    (its manifest's language record, or a code) with `components`; None when no profile applies
+    (its family has none, or a kind's model is not the one the profile was measured with)."""
+    code = language.get("code") if isinstance(language, dict) else language
+    fam = family(code)
+    entry = table().get(fam)
+    if entry is None:
+        return None
+    measured = entry.get("models", {})
+    if any(_model(c) is not None and _model(c) != measured.get(kind) for kind, c in components.items()):
+        return None
+    return {"family": fam, "language": code or "en", "chosen_on": entry["chosen_on"],
+            "settings": dict(entry["settings"]), "held_out": entry.get("held_out")}
+
+
+def of_manifest(manifest: dict) -> dict | None:
+    """The profile an index searches with: the family its build recorded (`search_profile`), else
+    (an index from before profiles) the one its language maps to; its settings: today's table's."""
+    build = manifest.get("settings", {}).get("build") or {}
+    recorded, language = build.get("search_profile"), build.get("language")
+    if isinstance(recorded, dict) and recorded.get("family") is None:
+        return None                   # built with models no profile was measured with
+    found = profile(language, manifest.get("components", {}))
+    if isinstance(recorded, dict) and found is not None and recorded.get("family") != found["family"]:
+        entry = table().get(recorded["family"])
+        if entry is not None:
+            found = dict(found, family=recorded["family"], chosen_on=entry["chosen_on"],
+                         settings=dict(entry["settings"]), held_out=entry.get("held_out"))
+    return found
+
+
+def record(language: dict | str | None, components: dict) -> dict:
+    """What a build writes in the manifest (`search_profile`): which profile, chosen on what."""
+    found = profile(language, components)
+    if found is None:
+        return {"family": None, "why": "its models are not the ones any language's defaults were measured with"}
+    return {k: found[k] for k in ("family", "language", "chosen_on")}
