@@ -164,12 +164,13 @@ def record(out: dict) -> None:
     from ldr import language_defaults
 
     held_out = {"ndcg10": round(100 * out["cv"]["held_out_ndcg10"], 2), "today": round(100 * out["today"]["ndcg10"], 2),
+                "chosen_on_all": round(100 * out["chosen_ndcg10"], 2),
                 "p_vs_today": round(out["cv"]["p_vs_today"], 4)}
     if out["cv"].get("p_vs_dense") is not None:
         held_out.update(dense_alone=round(100 * out["legs"]["dense"], 2),
                         p_vs_dense_alone=round(out["cv"]["p_vs_dense"], 4))
     table = json.loads(language_defaults.TABLE.read_text()) if language_defaults.TABLE.exists() else {}
-    table[out["language"]] = {"chosen_on": out["data"], "queries": out["queries"],
+    table[out["language"]] = {**table.get(out["language"], {}), "chosen_on": out["data"], "queries": out["queries"],
                               "by": "bench/language_defaults.py (5-fold CV, folds by relevant document)",
                               "models": out["models"], "settings": out["chosen"], "held_out": held_out,
                               # held_out: choosing by the grid, scored on folds it did not see

@@ -48,7 +48,8 @@ def profile(language: dict | str | None, components: dict) -> dict | None:
     if any(_model(c) is not None and _model(c) != measured.get(kind) for kind, c in components.items()):
         return None
     return {"family": fam, "language": code or "en", "chosen_on": entry["chosen_on"],
-            "settings": dict(entry["settings"]), "held_out": entry.get("held_out")}
+            "settings": dict(entry["settings"]), "held_out": entry.get("held_out"),
+            "gpu_second_stage": entry.get("gpu_second_stage")}
 
 
 def of_manifest(manifest: dict) -> dict | None:
@@ -63,7 +64,8 @@ def of_manifest(manifest: dict) -> dict | None:
         entry = table().get(recorded["family"])
         if entry is not None:
             found = dict(found, family=recorded["family"], chosen_on=entry["chosen_on"],
-                         settings=dict(entry["settings"]), held_out=entry.get("held_out"))
+                         settings=dict(entry["settings"]), held_out=entry.get("held_out"),
+                         gpu_second_stage=entry.get("gpu_second_stage"))
     return found
 
 

@@ -61,27 +61,37 @@ def test_weights_and_modes(idx):
             idx.search(QUERY, **bad)
 
 
-def test_a_gpu_reranks_the_top_100_with_the_packaged_cross_encoder_by_default(monkeypatch):
+def test_a_gpu_runs_the_second_stage_its_language_measured(monkeypatch):
     """No GPU runs here: the machine's answer to "is there a CUDA device" is set by hand."""
+    from ldr import language_defaults
     from ldr.encode.models import packaged_path
     from ldr.search import options as o
 
     comps = {"bm25": {}, "dense": {}}
-    defaults = {}
+    stage = {"rerank_model": "ms-marco-minilm-l12", "rerank_depth": 20, "rerank_windows": 4, "rerank_weight": 0.15}
+    measured = {"family": "en", "settings": {}, "gpu_second_stage": stage}
 
-    def model(request, recorded=defaults, device=None):
-        return o.resolve(request, recorded, comps, device)[0].rerank_model
+    def model(request, recorded={}, device=None, profile=measured):
+        return o.resolve(request, recorded, comps, device, profile)[0].rerank_model
 
     plain = o.QueryOptions.of()
     monkeypatch.setattr(o, "_CUDA", True)
-    opts, sources = o.resolve(plain, defaults, comps)
-    want = o.GPU_RERANKER if packaged_path(o.GPU_RERANKER) is not None else None
-    assert opts.rerank_model == want and opts.rerank_depth == 100 and opts.rerank_weight == 0.15
-    assert sources["rerank_model"] == ("gpu" if want else "ldr")
+    opts, sources = o.resolve(plain, {}, comps, None, measured)
+    want = stage["rerank_model"] if packaged_path(stage["rerank_model"]) is not None else None
+    assert opts.rerank_model == want and sources["rerank_model"] == ("gpu" if want else "ldr")
+    if want:       # the measured depth, passages and weight, unless the request sets them
+        assert (opts.rerank_depth, opts.rerank_windows, opts.rerank_weight) == (20, 4, 0.15)
+        asked = o.resolve(o.QueryOptions.of(rerank_depth=50), {}, comps, None, measured)[0]
+        assert asked.rerank_depth == 50 and asked.rerank_windows == 4
     assert model(plain, device="cpu") is None                                  # a CPU asked for
     assert model(o.QueryOptions.of(rerank=False)) is None                       # the user's choice
     assert model(o.QueryOptions.of(mode="bm25")) is None
     assert model(plain, {"rerank_model": "my/reranker"}) == "my/reranker"
+    assert model(plain, profile={"family": "de", "settings": {}, "gpu_second_stage": None}) is None
+    assert model(plain, profile=None) is None                 # no language's measurement: no default
+    # the packaged table: the cross-encoder is English; German measured none
+    assert language_defaults.profile("de", {"dense": {"model": {"name": "e5-small-multilingual"}}}
+                                     )["gpu_second_stage"] is None
     monkeypatch.setattr(o, "_CUDA", False)
     assert model(plain) is None
     assert model(plain, device="cuda:0") == want

@@ -131,9 +131,13 @@ def info_cmd(index_path, as_json):
     lang = info.get("search_profile")
     if lang:
         fig = lang.get("held_out") or {}
-        click.echo(f"{'':<11} language defaults: {lang['family']} (for {lang['language']}), chosen on {lang['chosen_on']}"
-                   + (f" (held-out nDCG@10 {fig['ndcg10']:.1f})" if "ndcg10" in fig else "")
-                   + "; the index's own settings below override them")
+        nearest = f" (this index: {lang['language']}; the nearest measured)" if lang["language"] != lang["family"] else ""
+        there = (f" (nDCG@10 {fig['chosen_on_all']:.1f} there, {fig['ndcg10']:.1f} held out)"
+                 if "chosen_on_all" in fig and fig["chosen_on_all"] != fig.get("today") else
+                 f" (nDCG@10 {fig['chosen_on_all']:.1f} there; choosing anew did not beat it held out)"
+                 if "chosen_on_all" in fig else "")
+        click.echo(f"{'':<11} defaults for language {lang['family']}{nearest}, chosen on {lang['chosen_on']}{there}; "
+                   "the index's own settings override them")
     t = info["search_recorded"].get("tuned")
     if t:
         click.echo(f"{'':<11} tuned by `ldr tune` on {t['data']} ({t['split']}, {t['queries']} queries) at "

@@ -156,8 +156,9 @@ class SearchOptions:
     passkey and needle (bench/README.md): min-max fusion with each kind's default weight (BM25 1,
     dense and sparse 0.25, colbert 0.5: `Component.default_weight`), the window stage over the
     fused top 50 at weight 0.4 (5-fold CV grouped by meeting, +3.1 nDCG@10 held out), no second
-    stage on a CPU (the cross-encoder costs seconds a query there) and, when one is asked for, its
-    score mixed at 0.15 (+1.3 nDCG@10, p = 0.02, bench/rerank_sweep.py)."""
+    stage (after the window stage the cross-encoder did not add: bench/rerank_after_windows.py)
+    and, when one is asked for, its score mixed at 0.15. A language's profile
+    (ldr/language_defaults.py) sits between these and the index's own settings."""
 
     mode: str = HYBRID
     fusion: str = "minmax"
@@ -206,20 +207,18 @@ def help_with_default(name: str) -> str:
     return text
 
 
-# the second stage a GPU runs by default (issue 30: "on a GPU, top-100 should be the default"):
-# the packaged cross-encoder over the top rerank_depth (100), mixed at rerank_weight. Not measured
-# on a GPU here (none was lent); on 2 CPU cores it costs seconds a query, so a CPU leaves it off.
-GPU_RERANKER = "ms-marco-minilm-l12"
-
-
-def gpu_reranker(device: str | None) -> str | None:
-    """The cross-encoder a search on this machine runs when nothing asks otherwise: GPU_RERANKER
-    where a CUDA device will run it (and its package is installed), None on a CPU."""
+def gpu_second_stage(device: str | None, profile: dict | None) -> dict | None:
+    """The second stage a search on this machine runs when nothing asks otherwise: on a CUDA
+    device (`device`, or one present when None), the cross-encoder its language's profile measured
+    as adding over the window stage ({"rerank_model", "rerank_depth", "rerank_windows",
+    "rerank_weight"}: bench/rerank_after_windows.py), when its package is installed; None on a CPU
+    (seconds a query there), for a language where none was measured to add, or without a profile."""
     from ..encode.models import packaged_path
 
-    if str(device or "").startswith("cpu") or not (str(device or "").startswith("cuda") or _cuda()):
+    stage = (profile or {}).get("gpu_second_stage")
+    if not stage or str(device or "").startswith("cpu") or not (str(device or "").startswith("cuda") or _cuda()):
         return None
-    return GPU_RERANKER if packaged_path(GPU_RERANKER) is not None else None
+    return dict(stage) if packaged_path(stage["rerank_model"]) is not None else None
 
 
 def _cuda() -> bool:
@@ -301,8 +300,10 @@ def resolve(request: QueryOptions, recorded: dict, components: dict, device: str
     if r.rerank_model is not None:
         take("rerank_model", r.rerank_model)
     elif r.rerank is None and opts.rerank is None and opts.mode == HYBRID:
-        if opts.rerank_model is None and (gpu := gpu_reranker(device)):
-            take("rerank_model", gpu, "gpu")
+        if opts.rerank_model is None and (gpu := gpu_second_stage(device, profile)):
+            for name, value in gpu.items():       # what the request or the index set stays
+                if name == "rerank_model" or getattr(r, name, None) is None and sources[name] == "ldr":
+                    take(name, value, "gpu")
     elif opts.rerank_model is not None:
         take("rerank_model", None, "request" if r.rerank is not None else sources["mode"])
     if r.rerank is False or r.rerank == "none":
