@@ -33,8 +33,11 @@ def test_auto_picks_bf16_only_where_measured(monkeypatch):
     assert runtime.choose("auto", "cpu", False, "x", bf16=True, auto_bf16=True) == "torch"  # extension
     assert runtime.choose(runtime.EXACT, "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
     assert runtime.choose("bf16", "cuda", True, "x", bf16=True) == "torch"        # a GPU runs fp16
-    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})  # not measured
-    assert runtime.choose("auto", "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})  # measured: 1.5x
+    assert runtime.choose("auto", "cpu", True, "x", bf16=True, auto_bf16=True) == "bf16"
+    for flags in ({"avx2", "avx512f", "avx512_vnni"}, {"avx2"}):     # no bf16 in hardware: ONNX fp32
+        monkeypatch.setattr(runtime, "cpu_flags", lambda flags=flags: flags)
+        assert runtime.choose("auto", "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
     assert runtime.choose("bf16", "cpu", True, "x", bf16=True) == "bf16"          # asked: any CPU
     with pytest.raises(ConfigError, match="bf16 cannot run"):
         runtime.choose("bf16", "cpu", True, "a cross-encoder")
@@ -92,3 +95,24 @@ def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(
         b = [(h.id, round(h.score, 6)) for h in grown.search("termination of the agreement", k=10, mode=mode)]
         assert a == b, mode
     assert child == [h.id for h in fresh.search("termination of the agreement", k=3, mode="dense")]
+
+
+def test_auto_keeps_a_small_corpus_on_fp32_where_bf16_would_not_pay(monkeypatch):
+    """bf16 starts PyTorch (seconds): below BF16_MIN_CHARS of text `auto` stays fp32 (ONNX);
+    the documents read ahead to decide are all indexed, in order."""
+    from ldr.corpus import Doc
+    from ldr.index.build import BuildConfig
+
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    small = [Doc(id=f"d{i}", text="word " * 1000) for i in range(5)]
+    config, docs = BuildConfig().small_corpus(iter(small))
+    assert config.dense.backend == runtime.EXACT and config.sparse.backend == runtime.EXACT
+    assert [d.id for d in docs] == [d.id for d in small]
+    big = (Doc(id=f"b{i}", text="word " * 20_000) for i in range(10))      # 1M characters, streamed
+    config, docs = BuildConfig().small_corpus(big)
+    assert config.dense.backend == "auto" and len(list(docs)) == 10
+    config, _ = BuildConfig(dense=DenseSettings(backend="onnx")).small_corpus(iter(small))
+    assert config.dense.backend == "onnx" and config.sparse.backend == runtime.EXACT   # asked: kept
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})                  # no bf16: nothing to hold
+    assert BuildConfig().small_corpus(iter(small))[0].dense.backend == "auto"
+    assert runtime.choose(runtime.EXACT, "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"

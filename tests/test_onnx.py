@@ -171,9 +171,10 @@ def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpu
     import ldr
     idx = ldr.Index.build(sample_corpus, tmp_path / "i")
     m = json.loads(sorted((tmp_path / "i").glob("manifest-*.json"))[-1].read_text())
-    # auto: bf16 documents on a CPU with AMX (test_bf16.py), ONNX fp32 elsewhere; queries on ONNX either way
-    assert m["components"]["dense"]["model"]["settings"]["backend"] == ("bf16" if runtime.bf16_fast() else "onnx")
-    assert m["components"]["sparse"]["model"]["backend"]["name"] == ("bf16" if runtime.bf16_fast() else "onnx")
+    # auto: ONNX fp32 for a corpus this small on every CPU (bf16 where the CPU has it in hardware and
+    # the corpus pays for PyTorch's start, test_bf16.py); queries on ONNX either way
+    assert m["components"]["dense"]["model"]["settings"]["backend"] == "onnx"
+    assert m["components"]["sparse"]["model"]["backend"]["name"] == "onnx"
     assert {"feed", "encode", "tokenise", "wait"} <= set(m["settings"]["build"]["stages"])
     expected = [h.id for h in idx.search("termination of the agreement", k=3)]
     assert search_in_child(tmp_path / "i", "termination of the agreement") == expected

@@ -3,7 +3,8 @@
 Tokenises once, splits per document strategy, sorts pieces by length and batches them by a
 token budget (no wasted padding), runs the model and pools with the model's own
 sentence-transformers pooling module. Two engines run the model: PyTorch (`DenseEncoder`: GPU,
-the context-extension strategies, which patch the PyTorch model, and bf16 on CPUs with AMX) and
+the context-extension strategies, which patch the PyTorch model, and bf16 on CPUs with bf16 in
+hardware: AMX or AVX-512 BF16) and
 ONNX Runtime (`OnnxDenseEncoder`: the CPU default for truncate/pcw/maxp elsewhere, and every
 query: no torch import on the query path). `load_dense` picks one.
 """
@@ -59,7 +60,7 @@ class DenseSettings:
     # auto | torch | onnx | onnx-int8 (an index records the one it used)
     backend: str = setting("auto", "--backend", shared=True, choices=BACKENDS,
                            help="Engine for the dense and sparse models: auto is ONNX Runtime fp32 on a CPU (same "
-                                "vectors as PyTorch), bf16 for the dense model on CPUs with AMX (vectors at cosine "
+                                "vectors as PyTorch), bf16 on CPUs with AMX or AVX-512 BF16 (vectors at cosine "
                                 "0.9999 to fp32), PyTorch on a GPU; onnx-int8 is faster with slightly different "
                                 "vectors (first layer in fp32). Recorded in the index; queries use the same (bf16 "
                                 "indexes: fp32 queries).")

@@ -29,10 +29,14 @@ CPU_DEFAULT = "onnx"
 # (84/72/80, 84/78/80), layers 2-5 did not; layer 0 is the one measured at every length
 # (bench/int8_layers.py)
 FP32_LAYERS = (0,)
-# bf16 (PyTorch under CPU autocast) where the CPU multiplies bf16 in hardware tiles (AMX): MiniLM
-# 2.9x ONNX fp32, vectors at cosine >= 0.9999 to fp32, qmsum-train and passkeys unchanged
-# (bench/README.md "bf16"). Only AMX was measured; AVX-512 BF16 alone keeps fp32 until measured.
-BF16_FLAGS = ("amx_bf16",)
+# bf16 (PyTorch under CPU autocast) where the CPU multiplies bf16 in hardware: AMX tiles (MiniLM
+# 2.9x ONNX fp32) or AVX-512 BF16 dot products without AMX (1.5x ONNX fp32, SPLADE 1.14x); vectors
+# at cosine >= 0.9999 to fp32, qmsum-train and passkeys unchanged on both (bench/README.md, "bf16"
+# and "Encoding per CPU family"). AVX-512 VNNI or AVX2 alone: ONNX fp32 (int8 loses passkeys).
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# below this much text a build keeps `auto` on fp32: bf16 starts PyTorch, which costs more than a
+# small corpus's encoding saves (index/build.py, BuildConfig.small_corpus)
+BF16_MIN_CHARS = 400_000
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
 EXACT = "auto-fp32"

@@ -84,7 +84,7 @@ def load_sparse(settings: SparseSettings | None = None):
     """The sparse encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
     s = settings or SparseSettings()
     local = os.path.isdir(resolve(s.model)[0])
-    # auto: bf16 on CPUs with AMX, as the dense model: faster, with quality held on qmsum-train and
+    # auto: bf16 on CPUs with AMX or AVX-512 BF16, as the dense model: faster, with quality held on qmsum-train and
     # passkey/needle (bench/README.md, "SPLADE in bf16")
     backend = choose(s.backend, s.device, s.kind == "splade" and local,
                      "a sparse model with a separate head (kind=head)" if local else

@@ -5,6 +5,7 @@ manifest in the target directory, so there is no moment without an index at the 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 import re
@@ -116,15 +117,40 @@ class BuildConfig:
 
     def resolved(self, docs: Iterable[Doc]) -> tuple["BuildConfig", Iterable[Doc]]:
         """(these settings made concrete for `docs`, the same documents): with `language="auto"`
-        the language is detected from the first documents, which are then indexed as usual."""
-        if self.language != AUTO:
-            return self.for_language(self.language), docs
+        the language is detected from the first documents, which are then indexed as usual; an
+        `auto` engine is fp32 for a corpus too small to pay for bf16's start (small_corpus)."""
+        config, docs = self.small_corpus(docs)
+        if config.language != AUTO:
+            return config.for_language(config.language), docs
         from ..corpus.language import detect_docs
 
         found, docs = detect_docs(docs)
         log.info("language: %s (%.0f%% of %d sampled documents' letters)", found.language, 100 * found.share,
                  found.sampled)
-        return self.for_language(found.language, found.to_dict()), docs
+        return config.for_language(found.language, found.to_dict()), docs
+
+    def small_corpus(self, docs: Iterable[Doc]) -> tuple["BuildConfig", Iterable[Doc]]:
+        """(these settings, the same documents) with the `auto` engines held to fp32 (ONNX, or
+        PyTorch) when bf16 would be auto's choice but the corpus holds less than BF16_MIN_CHARS:
+        bf16 starts PyTorch (~6 s on 2 cores), which a small build never wins back (break-even ~250k
+        characters on 2 cores with AVX-512 BF16; a 6-file
+        corpus took 9.7 s against 3.3 s on ONNX; 12 meetings 49.4 s against 64.7 s,
+        bench/README.md). The first documents are read ahead and put back in front."""
+        from ..encode.runtime import BF16_MIN_CHARS, EXACT, bf16_fast
+
+        # the encoders' settings (each has an engine): those left at auto
+        auto = [f.name for f in dataclasses.fields(self) if getattr(getattr(self, f.name), "backend", None) == AUTO]
+        if not auto or not bf16_fast():
+            return self, docs
+        it, head, chars = iter(docs), [], 0
+        for doc in it:
+            head.append(doc)
+            chars += len(doc.text)
+            if chars >= BF16_MIN_CHARS:
+                return self, itertools.chain(head, it)
+        held = {n: dataclasses.replace(getattr(self, n), backend=EXACT) for n in auto}
+        log.info("a small corpus (%d characters): fp32 encoders, not bf16", chars)
+        return dataclasses.replace(self, **held), head
 
 
 def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig | None = None,
