@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from qmsum_eval import ndcg10, paired_row, qrels as read_qrels, queries as read_queries  # noqa: E402
-from stack_sweep import folds  # noqa: E402
+from qmsum_eval import judged, ndcg10, paired_row  # noqa: E402
+from stack_sweep import cross_validate  # noqa: E402
 
-from ldr.search.normalise import minmax  # noqa: E402
+from ldr.search.stages.windows import Windows  # noqa: E402
 
 DEPTHS = (20, 50, 100)
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
@@ -52,21 +52,12 @@ def searched(index, text: str, weights: dict, depth: int) -> list[tuple]:
 
 
 def ranking(cands: list[tuple], w: float, v: float, vec_weights: dict) -> list[str]:
-    """The window stage's order at weight w, vectors v (ties by id, as the index's id ranks)."""
-    fused = minmax(np.array([c[1] for c in cands]))
-    lexical = minmax(np.array([c[2] for c in cands]))
-    evidence = lexical
-    if v > 0:
-        mixed, total = np.zeros(len(cands)), 0.0
-        for kind, kw in vec_weights.items():
-            col = np.array([c[3].get(kind, np.nan) for c in cands])
-            if kw <= 0 or np.isnan(col).all():
-                continue
-            mixed += kw * minmax(np.nan_to_num(col), ~np.isnan(col))
-            total += kw
-        if total:
-            evidence = (1 - v) * lexical + v * mixed / total
-    final = (1 - w) * fused + w * evidence
+    """The window stage's order at weight w, vectors v: its own evidence and mix
+    (ldr/search/stages/windows.py); ties by id, as the index's id ranks."""
+    stage = Windows(len(cands), w, v, "bm25", tuple(vec_weights.items()))
+    best = {i: {"bm25": c[2], **c[3]} for i, c in enumerate(cands)}
+    evidence, _ = stage.evidence(best, list(range(len(cands))))
+    final = stage.mix(np.array([c[1] for c in cands]), evidence)
     return [cands[i][0] for i in sorted(range(len(cands)), key=lambda i: (-final[i], cands[i][0]))]
 
 
@@ -87,8 +78,7 @@ def main() -> None:
     from ldr.search.options import index_defaults
 
     data = Path(a.data)
-    qrels = read_qrels(data)
-    qs = {q["_id"]: q["text"] for q in read_queries(data) if q["_id"] in qrels}
+    qrels, qs = judged(data)
     qids = sorted(qs)
     groups = [sorted(qrels[q])[0] for q in qids]
     index = ldr.open(a.index)
@@ -177,18 +167,6 @@ def record(out: dict) -> None:
                               "kept_today": out.get("kept_today", False)}
     language_defaults.TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     print("recorded in", language_defaults.TABLE)
-
-
-def cross_validate(sets: dict, groups: list, k: int = 5) -> tuple[np.ndarray, list]:
-    keys = list(sets)
-    mat = np.stack([sets[s] for s in keys])
-    out, picks = np.zeros(mat.shape[1]), []
-    for held in folds(groups, k):
-        train = np.setdiff1d(np.arange(mat.shape[1]), held)
-        best = int(np.argmax(mat[:, train].mean(axis=1)))
-        out[held] = mat[best, held]
-        picks.append(keys[best])
-    return out, picks
 
 
 def setting(key: tuple) -> dict:

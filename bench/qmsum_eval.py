@@ -22,6 +22,12 @@ def queries(data: Path) -> list[dict]:
     return [json.loads(x) for x in open(Path(data) / "queries.jsonl")]
 
 
+def judged(data: Path) -> tuple[dict, dict[str, str]]:
+    """(qrels, {query id: text} of the judged queries) of a BEIR-format folder."""
+    rels = qrels(data)
+    return rels, {q["_id"]: q["text"] for q in queries(data) if q["_id"] in rels}
+
+
 def load_run(folder: Path, stage: str) -> dict[str, dict[str, float]]:
     """One stage's TREC run written by `ldr eval` (`*.{stage}.trec` in `folder`)."""
     out: dict = {}

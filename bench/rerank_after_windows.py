@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from qmsum_eval import DATA, ndcg10, paired_row, qrels as read_qrels, queries as read_queries  # noqa: E402
+from qmsum_eval import DATA, judged, ndcg10, paired_row  # noqa: E402
 from stack_sweep import cross_validate  # noqa: E402
 
 from ldr.search.stages.rerank import mix  # noqa: E402
@@ -52,9 +52,7 @@ def main() -> None:
     import ldr
     from ldr.rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
 
-    data = Path(a.data)
-    qrels = read_qrels(data)
-    qs = {q["_id"]: q["text"] for q in read_queries(data) if q["_id"] in qrels}
+    qrels, qs = judged(Path(a.data))
     meetings = sorted({sorted(r)[0] for r in qrels.values()})
     keep = set(meetings[::a.every])
     qids = sorted(q for q in qs if sorted(qrels[q])[0] in keep)

@@ -35,12 +35,13 @@ def _model(comp: dict) -> str | None:
     return str(model["name"]) if isinstance(model, dict) and model.get("name") else None
 
 
-def profile(language: dict | str | None, components: dict) -> dict | None:
-    """{"family", "language", "chosen_on", "settings", "held_out"} for an index in `language`
-    (its manifest's language record, or a code) with `components`; None when no profile applies
-    (its family has none, or a kind's model is not the one the profile was measured with)."""
+def profile(language: dict | str | None, components: dict, fam: str | None = None) -> dict | None:
+    """{"family", "language", "chosen_on", "settings", "held_out", "gpu_second_stage"} for an
+    index in `language` (its manifest's language record, or a code) with `components`, from the
+    family `fam` (default: the language's); None when no profile applies (the family has none, or
+    a kind's model is not the one the profile was measured with)."""
     code = language.get("code") if isinstance(language, dict) else language
-    fam = family(code)
+    fam = fam or family(code)
     entry = table().get(fam)
     if entry is None:
         return None
@@ -53,20 +54,14 @@ def profile(language: dict | str | None, components: dict) -> dict | None:
 
 
 def of_manifest(manifest: dict) -> dict | None:
-    """The profile an index searches with: the family its build recorded (`search_profile`), else
-    (an index from before profiles) the one its language maps to; its settings: today's table's."""
+    """The profile an index searches with: the family its build recorded (`search_profile`; none
+    when its models matched no profile), else (an index from before profiles) the one its language
+    maps to; its settings: today's table's."""
     build = manifest.get("settings", {}).get("build") or {}
-    recorded, language = build.get("search_profile"), build.get("language")
-    if isinstance(recorded, dict) and recorded.get("family") is None:
-        return None                   # built with models no profile was measured with
-    found = profile(language, manifest.get("components", {}))
-    if isinstance(recorded, dict) and found is not None and recorded.get("family") != found["family"]:
-        entry = table().get(recorded["family"])
-        if entry is not None:
-            found = dict(found, family=recorded["family"], chosen_on=entry["chosen_on"],
-                         settings=dict(entry["settings"]), held_out=entry.get("held_out"),
-                         gpu_second_stage=entry.get("gpu_second_stage"))
-    return found
+    recorded = build.get("search_profile") or {}
+    if "family" in recorded and recorded["family"] is None:
+        return None
+    return profile(build.get("language"), manifest.get("components", {}), recorded.get("family"))
 
 
 def record(language: dict | str | None, components: dict) -> dict:

@@ -132,10 +132,11 @@ def info_cmd(index_path, as_json):
     if lang:
         fig = lang.get("held_out") or {}
         nearest = f" (this index: {lang['language']}; the nearest measured)" if lang["language"] != lang["family"] else ""
-        there = (f" (nDCG@10 {fig['chosen_on_all']:.1f} there, {fig['ndcg10']:.1f} held out)"
-                 if "chosen_on_all" in fig and fig["chosen_on_all"] != fig.get("today") else
-                 f" (nDCG@10 {fig['chosen_on_all']:.1f} there; choosing anew did not beat it held out)"
-                 if "chosen_on_all" in fig else "")
+        there = ""
+        if "chosen_on_all" in fig:
+            held = ("choosing anew did not beat it held out" if fig["chosen_on_all"] == fig.get("today")
+                    else f"{fig['ndcg10']:.1f} held out")
+            there = f" (nDCG@10 {fig['chosen_on_all']:.1f} there; {held})"
         click.echo(f"{'':<11} defaults for language {lang['family']}{nearest}, chosen on {lang['chosen_on']}{there}; "
                    "the index's own settings override them")
     t = info["search_recorded"].get("tuned")

@@ -60,6 +60,10 @@ class Windows:
             return lexical, raw
         return (1 - self.vectors) * lexical + self.vectors * mixed / total, raw
 
+    def mix(self, first: np.ndarray, evidence: np.ndarray) -> np.ndarray:
+        """The rescored rows' scores: (1 - w)·minmax(the score before) + w·evidence."""
+        return (1 - self.weight) * minmax(first) + self.weight * evidence
+
     def run(self, cands: Candidates, source: QuerySource) -> Candidates:
         if not cands.rows:
             return cands
@@ -70,7 +74,7 @@ class Windows:
             w = self.weight
             first = np.asarray([sc for _, sc, _ in head], dtype=np.float64)
             lo, span = first.min(), first.max() - first.min()
-            final = (1 - w) * minmax(first) + w * evidence
+            final = self.mix(first, evidence)
             out = []
             for i, (d, _, st) in enumerate(head):
                 st = dict(st, **{k: float(v[i]) for k, v in raw.items() if not np.isnan(v[i])})
