@@ -234,3 +234,24 @@ def test_the_shards_of_a_sharded_index_build_in_parallel_on_ray(cluster, config,
     assert on_ray.cluster["history"][-1]["ray"]["shards"] == 3 and len(on_ray) == len(here)
     for q in ("alpha report", "a note on rivers", "document 7"):
         assert [(h.id, round(h.score, 6)) for h in on_ray.search(q)] == [(h.id, round(h.score, 6)) for h in here.search(q)]
+
+
+def test_ray_in_the_same_process_as_lucene_keeps_the_jvm_alive(tmp_path):
+    """Ray's init and shutdown replace the fault handlers the JVM runs on (its compiled code faults on
+    purpose): the next Lucene call used to kill the process (exit 139) when a safepoint fell in it. Run as
+    a user would, in a child; that each Lucene call puts the JVM's handlers back is checked outright."""
+    pytest.importorskip("pyserini")
+    script = textwrap.dedent(f"""
+        import logging, ray, ldr
+        from ldr import crash_signals
+        docs = [{{"id": f"d{{i}}", "text": " ".join(["heron marsh reed tide"] * 50) + f" w{{i}}"}} for i in range(300)]
+        ldr.Index.build(docs, {str(tmp_path / 'a')!r}, bm25="lucene", dense=None, sparse=None)
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        ray.shutdown()
+        print("replaced", not crash_signals.jvm_handlers_intact())
+        idx = ldr.Index.build(docs, {str(tmp_path / 'b')!r}, bm25="lucene", dense=None, sparse=None)
+        print("intact", crash_signals.jvm_handlers_intact(), idx.search("w7 heron", k=1, window_weight=0)[0].id)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert "replaced True" in r.stdout and "intact True d7" in r.stdout

@@ -23,6 +23,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .. import crash_signals
 from ..errors import ConfigError, IndexWriteError
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,10 @@ class Cluster:
             here = os.getcwd()
             os.chdir(Path(__file__).resolve().parents[2])
             try:
-                self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                              logging_level=logging.ERROR, configure_logging=True,
-                              runtime_env={"env_vars": env} if env else None)
+                with crash_signals.jvm_kept():     # Ray's crash reporter must not replace the JVM's handlers
+                    self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                                  logging_level=logging.ERROR, configure_logging=True,
+                                  runtime_env={"env_vars": env} if env else None)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ConfigError(f"cannot connect to the Ray cluster at {address or 'a new local cluster'}: {e}") from None
             finally:
@@ -114,7 +116,8 @@ class Cluster:
 
     def close(self) -> None:
         if self.started:
-            self.ray.shutdown()
+            with crash_signals.jvm_kept():         # shutdown resets the fault handlers to the default
+                self.ray.shutdown()
 
 
 def _settings_dicts(encoders: dict) -> dict:

