@@ -113,18 +113,21 @@ def test_the_export_runs_in_a_child_and_its_failures_are_model_errors(tmp_path):
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (broken / "model.safetensors").write_bytes(b"not weights")
-    with pytest.raises(onnx_export.ExportFailed, match="broken .splade. to ONNX failed: .*header"):
+    with pytest.raises(onnx_export.ExportFailed, match="broken .splade. to ONNX failed: .*header") as failed:
         onnx_export.isolated("splade", broken, tmp_path / "out", {"int8": None}, False)
-    # auto falls back to PyTorch on it; an explicit ONNX backend says what failed
+    # auto falls back to PyTorch on it; an explicit ONNX backend says what failed (the child's own
+    # failure, raised again: another child would fail alike, seconds later)
     from ldr.encode.runtime import with_fallback
+
+    def export(s, b):
+        raise failed.value
+
     settings = SparseSettings(model=str(broken))
     with pytest.raises(ModelError, match="exporting .* failed .*use --backend torch"):
         settings.backend = "onnx"
-        with_fallback(settings, "onnx", lambda s, b: onnx_export.isolated("splade", broken, tmp_path / "o2",
-                                                                           {"int8": None}, False), None)
+        with_fallback(settings, "onnx", export, None)
     settings.backend = "auto"
-    assert with_fallback(settings, "onnx", lambda s, b: onnx_export.isolated(
-        "splade", broken, tmp_path / "o3", {"int8": None}, False), lambda s: "torch encoder") == "torch encoder"
+    assert with_fallback(settings, "onnx", export, lambda s: "torch encoder") == "torch encoder"
 
 
 def test_unwritable_cache_exports_to_a_temporary_folder(tmp_path, monkeypatch, caplog):

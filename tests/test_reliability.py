@@ -261,6 +261,8 @@ def test_a_damaged_tantivy_file_is_a_clear_error_never_a_panic(tmp_path):
         index = None
         gc.collect()
         replace(f, orig)
+        if len(failed_at_search) == 2:     # the library and the CLI seen failing alike: enough
+            break
     mp.write_text(json.dumps(m0))
     assert failed_at_search, "no flipped byte failed at search time: the test found nothing to check"
 

@@ -46,7 +46,7 @@ def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_pat
     idx, data, queries, _ = train_data
     out = tmp_path / "dense-model"
     r = CliRunner().invoke(main, ["train", "dense", "--data", str(data), "-i", str(idx), "-o", str(out),
-                                  "--epochs", "4", "--batch-size", "4", "--lr", "1e-4", "--dev-fraction", "0.25",
+                                  "--epochs", "2", "--batch-size", "4", "--lr", "1e-4", "--dev-fraction", "0.25",
                                   "--negatives", "1", "--max-seq-length", "64", "--eval-steps", "4", "-q"])
     assert r.exit_code == 0, r.output
     card = json.loads((out / "ldr-train.json").read_text())
@@ -78,7 +78,7 @@ def test_train_dense_with_opl_on_examples_mined_before(train_data, tmp_path):
     mined = {ex.qid: ex for ex in examples if ex.qid != "q003"}
     info = train("dense", data, tmp_path / "opl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
                  mined=mined,
-                 settings=DenseTrainSettings(loss="opl", epochs=3, batch_size=2, negatives=2, learning_rate=1e-4,
+                 settings=DenseTrainSettings(loss="opl", epochs=2, batch_size=2, negatives=2, learning_rate=1e-4,
                                              max_seq_length=64, eval_steps=4))   # a dev evaluation per 4 steps
     assert info["settings"]["loss"] == "opl" and falls(info["loss_curve"])
     assert info["skipped_queries"] == 1 and info["train_queries"] + info["dev_queries"] == 23
@@ -121,7 +121,7 @@ def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path, 
     assert dropped == 1 and cols["query"] == [few.query] * len(few.positives)
     assert cols["negative_1"] == cols["negative_2"] == cols["negative_3"] == [few.negatives[0]] * len(few.positives)
     info = train("reranker", data, tmp_path / "mnrl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
-                 mined=mined, settings=RerankerTrainSettings(loss="mnrl", epochs=4, batch_size=4, negatives=2,
+                 mined=mined, settings=RerankerTrainSettings(loss="mnrl", epochs=2, batch_size=4, negatives=2,
                                                              max_length=64, learning_rate=1e-4,
                                                              mini_batch=mini_batch, eval_steps=4))
     assert info["settings"]["loss"] == "mnrl" and info["settings"]["mini_batch"] == mini_batch
