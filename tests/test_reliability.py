@@ -593,3 +593,43 @@ def test_tantivy_scores_before_a_merge_stay_within_the_documented_bound(tmp_path
         assert diff <= bound, (q, diff, bound)
         worst = max(worst, diff / bound)
     assert worst > 0.01          # the bound is not vacuous: scores really differ before the merge
+
+
+def test_ids_are_looked_up_lazily_and_a_docstore_holding_an_id_twice_is_still_refused(tmp_path):
+    """Opening an index builds no {id: row} table (a million ids cost 0.8 s of a cold search): a search
+    needs none. A docstore that holds an id twice (never written by ldr: a foreign or damaged file,
+    re-sealed) still fails at the first lookup by id, a write refuses it, and `ldr check` names it."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from ldr.index.manifest import _self_checksum, file_digest
+
+    idx = tmp_path / "idx"
+    ldr.Index.build([{"id": f"d{i}", "text": f"herons in marsh {i}"} for i in range(5)], idx,
+                    dense=None, sparse=None, bm25="native")
+    index = ldr.open(idx)
+    assert index.search("herons", k=2) and index.docstore._row_of is None
+    assert index.document("d3").id == "d3" and index.docstore._row_of is not None
+    mp = sorted(idx.glob("manifest-*.json"))[-1]
+    m = json.loads(mp.read_text())
+    rel = next(r for r in m["files"] if r.endswith("docstore.parquet"))
+    table = pq.read_table(idx / rel)
+    ids = table.column("id").to_pylist()
+    ids[4] = "d1"
+    table = table.set_column(table.schema.get_field_index("id"), "id", __import__("pyarrow").array(ids))
+    pq.write_table(table, idx / rel)
+    m["files"][rel]["sha256"] = file_digest(idx / rel)
+    m["files"][rel]["size"] = (idx / rel).stat().st_size
+    del m["checksum"]
+    m["checksum"] = _self_checksum(m)
+    mp.write_text(json.dumps(m))
+    damaged = ldr.open(idx)
+    assert {h.id for h in damaged.search("herons", k=5)} <= {f"d{i}" for i in range(4)}
+    with pytest.raises(ldr.IndexFormatError, match="share an id|duplicate document ids"):
+        damaged.document("d1")
+    gen = damaged.generation
+    with pytest.raises(ldr.IndexFormatError):
+        damaged.add([{"id": "d1", "text": "egrets"}])
+    assert ldr.open(idx).generation == gen
+    assert any("share an id" in p or "duplicate document ids" in p for p in check_index(idx)[1])

@@ -1,8 +1,28 @@
 """The one top-k rule every stage uses: highest score first, equal scores by `tiebreak[docno]`
-(the rank of the document's id when the caller has it, else the docno), without sorting all."""
+(the document's id when the caller has the ids, else the docno), without sorting all."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+
+class IdOrder:
+    """Equal scores broken by document id, so that a ranking depends neither on indexing order nor
+    on how segments were assembled, without ranking every id of the index: sorting a million ids
+    cost 1.8 s of a cold search. `order[docno]` is the id itself; `order[docnos]` (an array) is the
+    rank of each among those given, which orders them as their ids do."""
+
+    def __init__(self, ids: Sequence[str]):
+        self.ids = ids
+
+    def __getitem__(self, docnos):
+        if isinstance(docnos, (int, np.integer)):
+            return self.ids[int(docnos)]
+        keys = np.array([self.ids[d] for d in np.asarray(docnos, dtype=np.int64).tolist()], dtype=object)
+        rank = np.empty(len(keys), dtype=np.int64)
+        rank[np.argsort(keys, kind="stable")] = np.arange(len(keys))
+        return rank
 
 
 def top_k(docs: np.ndarray, vals: np.ndarray, k: int, tiebreak=None) -> list[tuple[int, float]]:
@@ -15,7 +35,7 @@ def top_k(docs: np.ndarray, vals: np.ndarray, k: int, tiebreak=None) -> list[tup
         cut = vals[keep].min()
         keep = np.union1d(keep, np.flatnonzero(vals == cut))
         docs, vals = docs[keep], vals[keep]
-    order = np.lexsort((docs if tiebreak is None else np.asarray(tiebreak)[docs], -vals))[:k]
+    order = np.lexsort((docs if tiebreak is None else tiebreak[docs], -vals))[:k]
     return [(int(d), float(v)) for d, v in zip(docs[order], vals[order])]
 
 

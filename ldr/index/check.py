@@ -57,6 +57,7 @@ def _segments(root: Path, manifest: dict, progress) -> list[str]:
                 store._column(g, "text")
                 store._column(g, "meta")
             read_deletes(root, e)
+            store.row_of                                  # ids unique (built lazily elsewhere)
             if "next_uid" in manifest and len(store.uids) and int(store.uids.max()) >= manifest["next_uid"]:
                 return [f"{name}: a document has uid {int(store.uids.max())}, at or above the manifest's next_uid "
                         f"{manifest['next_uid']} (a later add would reuse it)"]
@@ -76,6 +77,10 @@ def _stores(root: Path, manifest: dict, progress) -> list[str]:
     out = []
     comps = manifest["components"]
     segs = None
+
+    def live_ids():
+        Segments(root, manifest).row_of                  # no id held by two live documents
+    _step(out, "live ids", live_ids)
     for name, kind in registry.kinds(comps):
         if kind.uses_store(comps[name]):
             segs = segs or Segments(root, manifest)

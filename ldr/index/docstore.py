@@ -153,9 +153,7 @@ class Docstore:
                                    "rebuild the index with `ldr index`")
         if any(i is None for i in self.ids):
             raise IndexFormatError(f"{self.path} has documents without an id; rebuild the index with `ldr index`")
-        self._row_of = {d: i for i, d in enumerate(self.ids)}
-        if len(self._row_of) != len(self.ids):
-            raise IndexFormatError(f"{self.path} has duplicate document ids; rebuild the index with `ldr index`")
+        self._row_of: dict[str, int] | None = None     # built at the first lookup by id: a search needs none
         self._starts = [0]
         for g in range(md.num_row_groups):
             self._starts.append(self._starts[-1] + md.row_group(g).num_rows)
@@ -166,11 +164,21 @@ class Docstore:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def row_of(self) -> dict[str, int]:
+        """{id: row}, checked for duplicates (the writer never makes them: a damaged or foreign file)."""
+        if self._row_of is None:
+            row_of = {d: i for i, d in enumerate(self.ids)}
+            if len(row_of) != len(self.ids):
+                raise IndexFormatError(f"{self.path} has duplicate document ids; rebuild the index with `ldr index`")
+            self._row_of = row_of
+        return self._row_of
+
     def row(self, doc_id: str) -> int:
-        return self._row_of[doc_id]
+        return self.row_of[doc_id]
 
     def __contains__(self, doc_id: str) -> bool:
-        return doc_id in self._row_of
+        return doc_id in self.row_of
 
     def _column(self, g: int, name: str) -> list:
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..components.topk import IdOrder
 from ..corpus import Doc
 from ..errors import IndexFormatError
 from .docstore import Docstore
@@ -38,19 +39,18 @@ class Segments:
         self.rows = n
         self.deleted = np.concatenate(deleted) if deleted else np.zeros(0, bool)
         self.live = ~self.deleted
-        self.ids: list[str] = [i for s in self.stores for i in s.ids]
-        self.titles: list[str] = [t for s in self.stores for t in s.titles]
+        one = len(self.stores) == 1                     # the common case after a merge: no copies
+        self.ids: list[str] = self.stores[0].ids if one else [i for s in self.stores for i in s.ids]
+        self.titles: list[str] = self.stores[0].titles if one else [t for s in self.stores for t in s.titles]
         self.uids = np.concatenate([s.uids for s in self.stores]) if self.stores else np.zeros(0, np.int64)
         check_uids(root, manifest, self.uids)
         self.count = int(self.live.sum())
         if self.count != manifest["doc_count"]:
             raise IndexFormatError(f"{root}: the segments hold {self.count} live documents, the manifest says "
                                    f"{manifest['doc_count']}; run `ldr check` and rebuild the index")
-        self._row_of = {self.ids[d]: d for d in np.flatnonzero(self.live).tolist()}
-        if len(self._row_of) != self.count:
-            raise IndexFormatError(f"{root}: two live documents share an id; run `ldr check` and rebuild the index")
+        self._row_of: dict[str, int] | None = None     # built at the first lookup by id: a search needs none
         self._uid_order = np.argsort(self.uids, kind="stable")
-        self._id_rank = None
+        self._id_order = IdOrder(self.ids)
         self._meta: list[dict] | None = None
         self._masks: dict = {}
         self._meta_lock = threading.RLock()
@@ -59,22 +59,28 @@ class Segments:
     def __len__(self) -> int:
         return self.count
 
+    @property
+    def row_of(self) -> dict[str, int]:
+        """{id: docno} of the live documents, checked for an id held twice (never written by ldr)."""
+        if self._row_of is None:
+            row_of = {self.ids[d]: d for d in np.flatnonzero(self.live).tolist()}
+            if len(row_of) != self.count:
+                raise IndexFormatError(f"{self.root}: two live documents share an id; run `ldr check` and rebuild "
+                                       "the index")
+            self._row_of = row_of
+        return self._row_of
+
     def __contains__(self, doc_id: str) -> bool:
-        return doc_id in self._row_of
+        return doc_id in self.row_of
 
     def row(self, doc_id: str) -> int:
-        return self._row_of[doc_id]
+        return self.row_of[doc_id]
 
     @property
-    def id_rank(self):
-        """Rank of each document's id in sorted order: ties in score are broken by id, so a
-        ranking depends neither on indexing order nor on how segments were assembled."""
-        if self._id_rank is None:
-            order = np.argsort(np.asarray(self.ids, dtype=object), kind="stable")
-            rank = np.empty(len(order), dtype=np.int64)
-            rank[order] = np.arange(len(order))
-            self._id_rank = rank
-        return self._id_rank
+    def id_rank(self) -> IdOrder:
+        """Ties in score are broken by id: a ranking depends neither on indexing order nor on how
+        segments were assembled."""
+        return self._id_order
 
     def locate(self, docno: int) -> tuple[int, int]:
         s = bisect.bisect_right(self.offsets, docno) - 1

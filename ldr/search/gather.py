@@ -12,6 +12,7 @@ import bisect
 
 import numpy as np
 
+from ..components.topk import IdOrder
 from .source import FinderReads
 from .stages.base import Candidates
 
@@ -26,7 +27,7 @@ class ShardMap:
             self.offsets.append(self.offsets[-1] + len(s.ids))
         self.ids = [i for s in stores for i in s.ids]
         self.titles = [t for s in stores for t in s.titles]
-        self._rank = None
+        self._id_order = IdOrder(self.ids)
 
     def locate(self, docno: int) -> tuple[int, int]:
         s = bisect.bisect_right(self.offsets, docno) - 1
@@ -41,12 +42,8 @@ class ShardMap:
         return out
 
     @property
-    def id_rank(self) -> np.ndarray:
-        if self._rank is None:
-            order = np.argsort(np.asarray(self.ids, dtype=object), kind="stable")
-            self._rank = np.empty(len(order), dtype=np.int64)
-            self._rank[order] = np.arange(len(order))
-        return self._rank
+    def id_rank(self) -> IdOrder:
+        return self._id_order
 
 
 def gather(parts: list[Candidates], shards: ShardMap, query: str, depth: dict[str, int]) -> Candidates:
