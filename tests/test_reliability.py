@@ -601,6 +601,7 @@ def test_ids_are_looked_up_lazily_and_a_docstore_holding_an_id_twice_is_still_re
     re-sealed) still fails at the first lookup by id, a write refuses it, and `ldr check` names it."""
     import json
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from ldr.index.manifest import _self_checksum, file_digest
@@ -617,10 +618,15 @@ def test_ids_are_looked_up_lazily_and_a_docstore_holding_an_id_twice_is_still_re
     table = pq.read_table(idx / rel)
     ids = table.column("id").to_pylist()
     ids[4] = "d1"
-    table = table.set_column(table.schema.get_field_index("id"), "id", __import__("pyarrow").array(ids))
+    table = table.set_column(table.schema.get_field_index("id"), "id", pa.array(ids))
     pq.write_table(table, idx / rel)
-    m["files"][rel]["sha256"] = file_digest(idx / rel)
-    m["files"][rel]["size"] = (idx / rel).stat().st_size
+    from ldr.index.docstore import KEY_COLUMNS, KEYS, KEYS_SCHEMA
+    keys = rel.replace("docstore.parquet", KEYS)
+    with pa.OSFile(str(idx / keys), "wb") as sink, pa.ipc.new_file(sink, KEYS_SCHEMA) as w:
+        w.write_table(table.select(KEY_COLUMNS))
+    for r in (rel, keys):
+        m["files"][r]["sha256"] = file_digest(idx / r)
+        m["files"][r]["size"] = (idx / r).stat().st_size
     del m["checksum"]
     m["checksum"] = _self_checksum(m)
     mp.write_text(json.dumps(m))
@@ -633,3 +639,47 @@ def test_ids_are_looked_up_lazily_and_a_docstore_holding_an_id_twice_is_still_re
         damaged.add([{"id": "d1", "text": "egrets"}])
     assert ldr.open(idx).generation == gen
     assert any("share an id" in p or "duplicate document ids" in p for p in check_index(idx)[1])
+
+
+def test_the_keys_a_segment_opens_with_match_its_docstore_and_older_segments_open_without_them(tmp_path):
+    """A segment's ids, titles and lengths are read at open from docstore.keys.arrow (not the Parquet
+    file's many row groups); a segment written before that file existed opens from the Parquet file
+    alike, and `ldr check` names a keys file that disagrees with its docstore."""
+    import json
+
+    import pyarrow as pa
+
+    from ldr.index.docstore import KEYS, KEYS_SCHEMA
+    from ldr.index.manifest import _self_checksum, file_digest
+
+    docs = [{"id": f"d{i}", "title": f"Heron {i}", "text": f"herons in marsh {i} " * (1 + i % 4)} for i in range(40)]
+    idx = tmp_path / "idx"
+    ldr.Index.build(docs, idx, dense=None, sparse=None, bm25="native")
+    want = [(h.id, h.title, round(h.score, 6)) for h in ldr.open(idx).search("herons marsh 7", k=10)]
+    mp = sorted(idx.glob("manifest-*.json"))[-1]
+    m0 = json.loads(mp.read_text())
+    rel = next(r for r in m0["files"] if r.endswith(KEYS))
+
+    def reseal(change):
+        m = json.loads(json.dumps(m0))
+        change(m)
+        del m["checksum"]
+        m["checksum"] = _self_checksum(m)
+        mp.write_text(json.dumps(m))
+
+    # an older segment: no keys file, the same answers
+    keys = (idx / rel).read_bytes()
+    (idx / rel).unlink()
+    reseal(lambda m: m["files"].pop(rel))
+    assert [(h.id, h.title, round(h.score, 6)) for h in ldr.open(idx).search("herons marsh 7", k=10)] == want
+    assert check_index(idx)[1] == []
+    # a keys file that names another id than its docstore (re-sealed as a foreign tool would)
+    table = pa.ipc.open_file(pa.BufferReader(keys)).read_all()
+    ids = table.column("id").to_pylist()
+    ids[3] = "d99"
+    table = table.set_column(1, "id", pa.array(ids))
+    with pa.OSFile(str(idx / rel), "wb") as sink, pa.ipc.new_file(sink, KEYS_SCHEMA) as w:
+        w.write_table(table)
+    reseal(lambda m: m["files"].__setitem__(rel, {**m0["files"][rel], "sha256": file_digest(idx / rel),
+                                                  "size": (idx / rel).stat().st_size}))
+    assert any(KEYS in p for p in check_index(idx)[1])

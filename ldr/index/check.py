@@ -41,7 +41,7 @@ def _files(root: Path, manifest: dict, progress) -> list[str]:
 def _segments(root: Path, manifest: dict, progress) -> list[str]:
     """Every segment: docstore pages, deletes, and each component's part."""
     from .. import components as registry
-    from .docstore import Docstore
+    from .docstore import KEY_COLUMNS, KEYS, Docstore, read_keys
     from ..components.states import segment_part
     from .segment import read_deletes
 
@@ -58,6 +58,9 @@ def _segments(root: Path, manifest: dict, progress) -> list[str]:
                 store._column(g, "meta")
             read_deletes(root, e)
             store.row_of                                  # ids unique (built lazily elsewhere)
+            keys = read_keys(seg, store._pf)
+            if keys is not None and not keys.equals(store._pf.read(columns=KEY_COLUMNS)):
+                return [f"{name}: {KEYS} does not hold the docstore's ids, titles and lengths; rebuild the index"]
             if "next_uid" in manifest and len(store.uids) and int(store.uids.max()) >= manifest["next_uid"]:
                 return [f"{name}: a document has uid {int(store.uids.max())}, at or above the manifest's next_uid "
                         f"{manifest['next_uid']} (a later add would reuse it)"]
