@@ -683,3 +683,31 @@ def test_the_keys_a_segment_opens_with_match_its_docstore_and_older_segments_ope
     reseal(lambda m: m["files"].__setitem__(rel, {**m0["files"][rel], "sha256": file_digest(idx / rel),
                                                   "size": (idx / rel).stat().st_size}))
     assert any(KEYS in p for p in check_index(idx)[1])
+
+
+def test_passage_spans_are_mapped_at_open_and_checked_in_full_by_ldr_check(tmp_path):
+    """spans.npy (10-50 rows per long document) is mapped, not read, when an index opens; spans out of
+    order (a damaged file, re-sealed) do not stop a search, and `ldr check` names them."""
+    import json
+
+    import numpy as np
+
+    from ldr.index.manifest import _self_checksum, file_digest
+
+    idx = tmp_path / "idx"
+    ldr.Index.build([{"id": f"d{i}", "text": f"herons wade in the marsh at dawn {i}. " * 40} for i in range(4)],
+                    idx, sparse=None, bm25="native")
+    index = ldr.open(idx)
+    assert index.search("herons at dawn", k=2, passages=1)
+    mp = sorted(idx.glob("manifest-*.json"))[-1]
+    m = json.loads(mp.read_text())
+    rel = next(r for r in m["files"] if r.endswith("spans.npy"))
+    spans = np.load(idx / rel)
+    spans[1] = spans[1][::-1] + [1, 0]            # start after end
+    np.save(idx / rel, spans)
+    m["files"][rel].update(sha256=file_digest(idx / rel), size=(idx / rel).stat().st_size)
+    del m["checksum"]
+    m["checksum"] = _self_checksum(m)
+    mp.write_text(json.dumps(m))
+    assert ldr.open(idx).search("herons at dawn", k=2)
+    assert any("spans.npy" in p and "ordered offsets" in p for p in check_index(idx)[1])

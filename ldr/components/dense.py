@@ -169,7 +169,7 @@ class Dense(ModelComponent):
         if part is None:
             return ["has no dense vectors"]
         sub = _part_settings(comp, part.entry)
-        s = DenseSearcher(part.folder, sub, None, part.docs)
+        s = DenseSearcher(part.folder, sub, None, part.docs, full_check=True)
         out = []
         if s.index.ntotal and sub["faiss"]["index"] in ("flat", "hnsw"):     # both hold exact vectors
             for start in range(0, s.index.ntotal, 65536):
