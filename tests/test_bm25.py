@@ -171,3 +171,26 @@ def test_language_none_means_the_same_analysis_in_every_backend(tmp_path, backen
     english = ldr.Index.build(docs, tmp_path / "en", bm25=backend, language="en", dense=None, sparse=None)
     assert [h.id for h in english.search("run", k=2)] == ["a"]  # stemmed
     assert english.search("the", k=2) == []                     # stop word dropped
+
+
+def test_the_native_vocabulary_finds_every_term_by_binary_search(tmp_path):
+    """vocab.arrow + vocab_order.npy (not a JSON object parsed at open): every term of a mixed-script
+    corpus is found at its id, absent terms are not, and a damaged order file is a clear error."""
+    import numpy as np
+
+    from ldr.components.bm25_store.vocabulary import ORDER, Vocabulary, write_vocabulary
+
+    terms = ["zebra", "Äpfel", "äpfel", "straße", "遥控器", "a", "", "ab", "a b", "😀", "z\u00e9", "ze\u0301"]
+    write_vocabulary(tmp_path, terms)
+    v = Vocabulary(tmp_path)
+    assert len(v) == len(terms) and dict(v.items()) == {t: i for i, t in enumerate(terms)}
+    assert all(v.get(t) == i for i, t in enumerate(terms))
+    assert v.get("zebras") is None and v.get("b") is None and v.get("\uffff") is None
+    np.save(tmp_path / ORDER, np.arange(len(terms)) + 5)
+    with pytest.raises(ValueError, match="does not index"):
+        Vocabulary(tmp_path)
+    # through an index: a native segment written now carries no vocab.json, and searches as before
+    docs = [{"id": f"d{i}", "text": t} for i, t in enumerate(["Äpfel und Birnen", "遥控器 的 成本", "straße 7"])]
+    idx = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None, bm25="native")
+    assert not list((tmp_path / "idx").rglob("vocab.json")) and list((tmp_path / "idx").rglob("vocab.arrow"))
+    assert [h.id for h in idx.search("straße", k=1, mode="bm25")] == ["d2"]

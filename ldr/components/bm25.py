@@ -3,7 +3,6 @@ deletes and merges, documents keyed by uid); the native backend writes postings 
 scores with the statistics of the live documents of the whole index."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -180,13 +179,14 @@ def _merge_native(sources: list, row_maps, out: Path) -> None:
     """Native BM25 postings: each segment has its own vocabulary, mapped onto a merged one."""
     import scipy.sparse as sp
 
+    from .bm25_store.vocabulary import Vocabulary, write_vocabulary
     from .sparse_store import gather_rows, save_inverted
 
     vocab: dict[str, int] = {}
     terms, tfs, counts, lengths = [], [], [], []
     for part, rows in zip(sources, row_maps):
         p = part.folder
-        seg_vocab = json.loads((p / "vocab.json").read_text(encoding="utf-8"))
+        seg_vocab = Vocabulary(p)
         remap = np.empty(len(seg_vocab), dtype=np.int32)
         for term, t in seg_vocab.items():
             remap[t] = vocab.setdefault(term, len(vocab))
@@ -203,4 +203,4 @@ def _merge_native(sources: list, row_maps, out: Path) -> None:
     save_inverted(out, np.concatenate(terms).astype(np.int32), np.concatenate(tfs).astype(np.int32),
                   np.concatenate(counts).tolist(), len(vocab), "tfs")
     np.save(out / "doc_lengths.npy", np.concatenate(lengths).astype(np.float32))
-    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    write_vocabulary(out, list(vocab))

@@ -5,12 +5,12 @@ Lucene's BM25: idf = ln(1 + (N âˆ’ n + 0.5)/(n + 0.5)); tf part = tf / (tf + k1Â
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from ...corpus import Doc
 from .analysis import Analyzer, cjk_pretokenize
@@ -18,6 +18,7 @@ from ..topk import top_k_dense
 from .analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
+from .vocabulary import Vocabulary, write_vocabulary
 
 
 def _analyzer(a: Analyzer):
@@ -60,7 +61,7 @@ class NativeWriter:
         tfs = np.fromfile(self.path / "tfs.i32", dtype=np.int32)
         save_inverted(self.path, terms, tfs, self._counts, len(self._vocab), "tfs")
         np.save(self.path / "doc_lengths.npy", np.asarray(self._lengths, dtype=np.float32))
-        (self.path / "vocab.json").write_text(json.dumps(self._vocab, ensure_ascii=False))
+        write_vocabulary(self.path, list(self._vocab))       # ids were given in insertion order
         (self.path / "docs.i32").unlink()
         (self.path / "tfs.i32").unlink()
 
@@ -75,13 +76,17 @@ class NativeSegment:
     def __init__(self, path: Path):
         p = Path(path)
         self.path = p
-        self.vocab: dict[str, int] = json.loads((p / "vocab.json").read_text(encoding="utf-8"))
+        try:
+            self.vocab = Vocabulary(p)
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise IndexFormatError(f"the native BM25 vocabulary in {p} is damaged ({type(e).__name__}: {str(e)[:200]}); "
+                                   "run `ldr check` and rebuild the index") from None
         self.indptr = np.load(p / "term_indptr.npy", mmap_mode="r", allow_pickle=False)
         self.docs = np.load(p / "term_docs.npy", mmap_mode="r", allow_pickle=False)
         self.tfs = np.load(p / "term_tfs.npy", mmap_mode="r", allow_pickle=False)
         self.lengths = np.load(p / "doc_lengths.npy", allow_pickle=False)
         ip = self.indptr
-        if (not isinstance(self.vocab, dict) or ip.ndim != 1 or len(ip) != len(self.vocab) + 1 or ip[0] != 0
+        if (ip.ndim != 1 or len(ip) != len(self.vocab) + 1 or ip[0] != 0
                 or ip[-1] != len(self.docs) or len(self.docs) != len(self.tfs) or np.any(np.diff(ip) < 0)):
             raise IndexFormatError(f"the native BM25 index {p} is inconsistent (offsets do not match the postings); "
                                    "run `ldr check` and rebuild the index")

@@ -1,0 +1,75 @@
+"""A native BM25 segment's vocabulary: term i is row i of an Arrow IPC file, and the term ids sorted by
+term sit beside it, so that opening a segment reads two flat files instead of parsing a JSON object
+(0.9 s of a cold search at a million terms) and a query finds its few terms by binary search.
+Segments written before these files keep their vocab.json, read as before.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+TERMS, ORDER, LEGACY = "vocab.arrow", "vocab_order.npy", "vocab.json"
+_SCHEMA = pa.schema([("term", pa.string())])
+
+
+def write_vocabulary(folder: Path, terms: list[str]) -> None:
+    """`terms` in id order."""
+    import pyarrow.compute as pc
+
+    arr = pa.array(terms, pa.string())
+    with pa.OSFile(str(folder / TERMS), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as w:
+        w.write_table(pa.table({"term": arr}, schema=_SCHEMA))
+    # Arrow sorts UTF-8 by bytes, which is code-point order: the order Python compares str in
+    np.save(folder / ORDER, pc.sort_indices(arr).to_numpy().astype(np.int64))
+
+
+class Vocabulary:
+    """Term → id of one segment (`get`, `len`, `items`), from either layout."""
+
+    def __init__(self, folder: Path):
+        folder = Path(folder)
+        self._dict: dict[str, int] | None = None
+        if not (folder / TERMS).is_file():
+            import json
+            vocab = json.loads((folder / LEGACY).read_text(encoding="utf-8"))
+            if not isinstance(vocab, dict):
+                raise ValueError(f"{LEGACY} is not an object")
+            self._dict, self._n = vocab, len(vocab)
+            return
+        # read, not mapped: a file replaced under a live mapping would be a bus error
+        with pa.OSFile(str(folder / TERMS), "rb") as fh:
+            table = pa.ipc.open_file(fh).read_all()
+        if table.schema != _SCHEMA:
+            raise ValueError(f"{TERMS} has columns {table.schema.names}")
+        self._terms = table.column("term").combine_chunks()
+        self._order = np.load(folder / ORDER, allow_pickle=False)
+        self._n = len(self._terms)
+        if self._order.shape != (self._n,) or self._order.dtype.kind not in "iu" or \
+                (self._n and (self._order.min() < 0 or self._order.max() >= self._n)):
+            raise ValueError(f"{ORDER} does not index {TERMS}")
+
+    def __len__(self) -> int:
+        return self._n
+
+    def get(self, term: str) -> int | None:
+        if self._dict is not None:
+            return self._dict.get(term)
+        terms, order = self._terms, self._order
+        lo, hi = 0, self._n
+        while lo < hi:          # ~20 steps at a million terms, each one string read
+            mid = (lo + hi) // 2
+            if terms[int(order[mid])].as_py() < term:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self._n and terms[int(order[lo])].as_py() == term:
+            return int(order[lo])
+        return None
+
+    def items(self):
+        """(term, id) pairs, in id order."""
+        if self._dict is not None:
+            return self._dict.items()
+        return zip(self._terms.to_pylist(), range(self._n))
