@@ -11,11 +11,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from ..components.topk import IdOrder
 from ..corpus import Doc
 from ..errors import IndexFormatError
-from .docstore import Docstore
+from .docstore import Docstore, StringColumn
 from .manifest import check_uids
 from ..paths import inside
 from .segment import read_deletes
@@ -39,9 +40,11 @@ class Segments:
         self.rows = n
         self.deleted = np.concatenate(deleted) if deleted else np.zeros(0, bool)
         self.live = ~self.deleted
-        one = len(self.stores) == 1                     # the common case after a merge: no copies
-        self.ids: list[str] = self.stores[0].ids if one else [i for s in self.stores for i in s.ids]
-        self.titles: list[str] = self.stores[0].titles if one else [t for s in self.stores for t in s.titles]
+        # read on access, as each store's (a search reads a few dozen of a million)
+        def joined(name):
+            arrays = [getattr(s, name).array for s in self.stores]
+            return StringColumn(pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()))
+        self.ids, self.titles = joined("ids"), joined("titles")
         self.uids = np.concatenate([s.uids for s in self.stores]) if self.stores else np.zeros(0, np.int64)
         check_uids(root, manifest, self.uids)
         self.count = int(self.live.sum())
@@ -63,7 +66,8 @@ class Segments:
     def row_of(self) -> dict[str, int]:
         """{id: docno} of the live documents, checked for an id held twice (never written by ldr)."""
         if self._row_of is None:
-            row_of = {self.ids[d]: d for d in np.flatnonzero(self.live).tolist()}
+            ids = list(self.ids)
+            row_of = {ids[d]: d for d in np.flatnonzero(self.live).tolist()}
             if len(row_of) != self.count:
                 raise IndexFormatError(f"{self.root}: two live documents share an id; run `ldr check` and rebuild "
                                        "the index")
@@ -153,4 +157,5 @@ class Segments:
         return np.where(self.uids[found] == uids, found, -1)
 
     def live_ids(self) -> list[str]:
-        return [self.ids[d] for d in np.flatnonzero(self.live).tolist()]
+        ids = list(self.ids)
+        return [ids[d] for d in np.flatnonzero(self.live).tolist()]

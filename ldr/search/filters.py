@@ -183,9 +183,9 @@ def key(filters: dict) -> str:
 def _values(segments, field: str) -> list:
     """The field's value per docno (None where a document lacks it)."""
     if field == "id":
-        return segments.ids
+        return list(segments.ids)
     if field == "title":
-        return segments.titles
+        return list(segments.titles)
     docs = segments.all_meta()
     if field == "ldr.path":
         return [d.path for d in docs]
