@@ -19,7 +19,9 @@ class IdOrder:
     def __getitem__(self, docnos):
         if isinstance(docnos, (int, np.integer)):
             return self.ids[int(docnos)]
-        keys = np.array([self.ids[d] for d in np.asarray(docnos, dtype=np.int64).tolist()], dtype=object)
+        docnos = np.asarray(docnos, dtype=np.int64)
+        take = getattr(self.ids, "take", None)       # an Arrow column reads them in one call
+        keys = np.array(take(docnos) if take is not None else [self.ids[d] for d in docnos.tolist()], dtype=object)
         rank = np.empty(len(keys), dtype=np.int64)
         rank[np.argsort(keys, kind="stable")] = np.arange(len(keys))
         return rank
