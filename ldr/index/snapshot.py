@@ -43,7 +43,7 @@ class Segments:
         # read on access, as each store's (a search reads a few dozen of a million)
         def joined(name):
             arrays = [getattr(s, name).array for s in self.stores]
-            return StringColumn(pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()))
+            return StringColumn(pa.concat_arrays(arrays) if arrays else pa.nulls(0, pa.string()))
         self.ids, self.titles = joined("ids"), joined("titles")
         self.uids = np.concatenate([s.uids for s in self.stores]) if self.stores else np.zeros(0, np.int64)
         check_uids(root, manifest, self.uids)
