@@ -79,11 +79,13 @@ def _stores(root: Path, manifest: dict, progress) -> list[str]:
 
     out = []
     comps = manifest["components"]
-    segs = None
+    opened: list = []
 
     def live_ids():
-        Segments(root, manifest).row_of                  # no id held by two live documents
+        opened.append(Segments(root, manifest))
+        opened[0].row_of                                 # no id held by two live documents
     _step(out, "live ids", live_ids)
+    segs = opened[0] if opened else None
     for name, kind in registry.kinds(comps):
         if kind.uses_store(comps[name]):
             segs = segs or Segments(root, manifest)

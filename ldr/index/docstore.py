@@ -29,8 +29,8 @@ SCHEMA = pa.schema([
     ("source", pa.string()),  # ldr's own: where the document was read ("c.jsonl line 3"), or null
     ("path", pa.string()),    # the file it came from, or null
 ])
-# what opening a segment reads, beside the Parquet file: uid, id, title and length as an Arrow IPC
-# file, memory-mapped. Read from the Parquet file's 64-row groups these took 1.3 s of a cold search
+# what opening a segment reads, beside the Parquet file: uid, id, title and length as one Arrow IPC
+# file, read whole in milliseconds. Read from the Parquet file's 64-row groups these took 1.3 s of a cold search
 # at a million documents; segments written before it exists are read from the Parquet file as before.
 KEYS = "docstore.keys.arrow"
 KEY_COLUMNS = ["uid", "id", "title", "length"]

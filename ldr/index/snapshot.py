@@ -42,6 +42,8 @@ class Segments:
         self.live = ~self.deleted
         # read on access, as each store's (a search reads a few dozen of a million)
         def joined(name):
+            if len(self.stores) == 1:                   # the common case after a merge: no copy
+                return getattr(self.stores[0], name)
             arrays = [getattr(s, name).array for s in self.stores]
             return StringColumn(pa.concat_arrays(arrays) if arrays else pa.nulls(0, pa.string()))
         self.ids, self.titles = joined("ids"), joined("titles")
