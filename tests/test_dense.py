@@ -90,6 +90,21 @@ def test_faiss_auto_is_exact_for_small_segments_and_hnsw_past_the_threshold(tmp_
                             dense=DenseSettings(strategy="truncate", device="cpu"))
     for q in ("keeper relit the lamp", "remote control market price", "unique7 bearing rust"):
         assert [h.id for h in idx.search(q, k=5)] == [h.id for h in exact.search(q, k=5)]
+    builds = []
+    real_build = faiss_store.build_faiss
+    monkeypatch.setattr(faiss_store, "build_faiss", lambda v, fs: builds.append(len(v)) or real_build(v, fs))
     idx.merge()
-    assert [s["dense"]["faiss"]["index"] for s in ldr.open(path).manifest["segments"]] == ["hnsw"]
+    # the first segment is whole: its graph grows by the one new vector, no graph is built
+    assert builds == [] and [s["dense"]["faiss"]["index"] for s in ldr.open(path).manifest["segments"]] == ["hnsw"]
     assert check_index(path)[1] == []
+    idx = ldr.open(path)
+    for q in ("keeper relit the lamp", "remote control market price", "unique7 bearing rust"):
+        assert [(h.id, round(h.score, 5)) for h in idx.search(q, k=5)] == \
+            [(h.id, round(h.score, 5)) for h in exact.search(q, k=5)]
+    # a deleted row cannot leave an HNSW graph: that merge builds the graph from the live vectors
+    idx.delete(["d3"])
+    idx.add([ldr.Doc("late", "a late storm over the reef")])
+    builds.clear()
+    idx.merge()
+    assert builds == [41] and check_index(path)[1] == []
+    assert "d3" not in [h.id for h in ldr.open(path).search("unique3", k=41)]

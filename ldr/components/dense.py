@@ -9,7 +9,8 @@ import numpy as np
 from .topk import top_k
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
-from .faiss_store import DenseSearcher, DenseWriter, FaissSettings, load_vectors, one_thread, save_dense
+from .faiss_store import (DenseSearcher, DenseWriter, FaissSettings, concrete, graph_to_grow, grow_graph,
+                          load_vectors, one_thread, save_dense, write_dense)
 
 
 class MultiDense:
@@ -130,16 +131,21 @@ class Dense(ModelComponent):
                            ("path", "vectors", "multi_vector", "faiss"), ("dim", "model"))
 
     def merge_parts(self, state: MergeState):
+        """Copy the live vectors; when the first source's HNSW graph can be grown (faiss_store.
+        graph_to_grow), only the other sources' vectors are inserted, instead of every vector."""
         import faiss
 
+        fs = FaissSettings(**state.comp["faiss"])
+        sources = [(part, rows, np.load(part.folder / "owner.npy", allow_pickle=False))
+                   for part, rows in zip(state.sources, state.row_maps)]
+        n_total = sum(int((rows[owner] >= 0).sum()) for _, rows, owner in sources)
+        grow = bool(sources) and graph_to_grow(sources[0][0], sources[0][1], fs, n_total)
         vecs, owners, spans = [], [], []
-        for part, rows in zip(state.sources, state.row_maps):
+        for i, (part, rows, owner) in enumerate(sources):
             p = part.folder
-
-            index = faiss.read_index(str(p / "faiss.index"))
-            owner = np.load(p / "owner.npy", allow_pickle=False)
             keep = rows[owner] >= 0
-            vecs.append(np.asarray(load_vectors(p, index))[keep])
+            if not (grow and i == 0):       # a grown graph keeps its own vectors
+                vecs.append(np.asarray(load_vectors(p, faiss.read_index(str(p / "faiss.index"))))[keep])
             owners.append(rows[owner][keep])
             # segments written before spans were kept: -1 marks "unknown" for their vectors
             sp = np.load(p / "spans.npy", allow_pickle=False) if (p / "spans.npy").is_file() \
@@ -151,8 +157,11 @@ class Dense(ModelComponent):
         vectors = np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32)
         owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
-        return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner,
-                          FaissSettings(**state.comp["faiss"]), allow_small=True, spans=spans)
+        if grow:
+            return write_dense(out, grow_graph(sources[0][0].folder, vectors, fs), owner,
+                               concrete(fs, n_total), spans)
+        return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, fs,
+                          allow_small=True, spans=spans)
 
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):

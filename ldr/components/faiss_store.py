@@ -138,15 +138,47 @@ def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSett
     if fs.index == "ivfpq" and len(vectors) < 1024 and allow_small:
         fs = FaissSettings(**{**fs.to_dict(), "index": "flat"})
     fs = concrete(fs, len(vectors))     # the part records what it holds; the component keeps `auto`
-    index = build_faiss(vectors, fs)
+    return write_dense(path, build_faiss(vectors, fs), owner, fs, spans,
+                       vectors if fs.index == "ivfpq" else None)
+
+
+def write_dense(path: Path, index, owner: np.ndarray, fs: FaissSettings, spans: np.ndarray | None = None,
+                exact: np.ndarray | None = None) -> dict:
+    """Write a built (or grown) index with its owner and spans; the part's manifest entry."""
+    import faiss
+
     faiss.write_index(index, str(path / "faiss.index"))
     np.save(path / "owner.npy", owner)
     if spans is not None:
         np.save(path / "spans.npy", np.asarray(spans, dtype=np.int64).reshape(-1, 2))
-    if fs.index == "ivfpq":
-        np.save(path / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
-    return {"path": path.name, "vectors": int(len(vectors)),
+    if exact is not None:
+        np.save(path / "vectors.npy", np.ascontiguousarray(exact, dtype=np.float32))
+    return {"path": path.name, "vectors": int(index.ntotal),
             "multi_vector": bool(len(owner) and len(np.unique(owner)) != len(owner)), "faiss": fs.to_dict()}
+
+
+def graph_to_grow(first, rows: np.ndarray, fs: FaissSettings, n_total: int) -> bool:
+    """Whether a merge can grow the first source's HNSW graph instead of building one: HNSW is
+    built by inserting vectors one after another, so inserting the other sources' vectors into
+    the first's graph is the build itself, resumed (Lucene's merge does the same). It needs the
+    first source whole (FAISS cannot remove a vector from a graph: a source with deleted rows is
+    rebuilt) and at the front of the merged segment, so vector ids stay in document order."""
+    if first is None or n_total <= 0:
+        return False
+    had = first.entry.get("faiss", {})
+    return (concrete(fs, n_total).index == "hnsw" and had.get("index") == "hnsw"
+            and had.get("hnsw_m") == fs.hnsw_m and bool(len(rows)) and bool((rows == np.arange(len(rows))).all()))
+
+
+def grow_graph(folder: Path, vectors: np.ndarray, fs: FaissSettings):
+    """The first source's HNSW index (read whole: it is written anew) with `vectors` inserted."""
+    import faiss
+
+    index = faiss.read_index(str(Path(folder) / "faiss.index"))
+    index.hnsw.efConstruction = fs.ef_construction
+    if len(vectors):
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index
 
 
 def load_vectors(path: Path, index) -> np.ndarray:
