@@ -28,6 +28,30 @@ if "LDR_CACHE_DIR" not in os.environ:
         os.environ["LDR_CACHE_DIR"] = str(ROOT / ".pytest_cache" / "ldr")
 
 
+def pytest_configure(config):
+    # the suite meets some 20 model settings in one process; ldr keeps 8 loaded by default, which
+    # held the suite's peak at 4.7 GB. Three hold what one test module uses at once.
+    from ldr.components import ENCODERS
+    ENCODERS.max_models = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_memory_between_modules():
+    """A module's indexes and models go with its fixtures and its loaded encoders: hand the freed
+    memory back to the OS (glibc keeps it otherwise, and the next module's peak stacks on top)."""
+    yield
+    import ctypes
+    import gc
+
+    from ldr.components import ENCODERS
+    ENCODERS.clear()
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):      # not glibc
+        pass
+
+
 @pytest.fixture
 def sample_corpus() -> Path:
     return SAMPLE

@@ -3,6 +3,7 @@ row groups, no {id: row} table until an id is looked up, passage spans mapped. W
 open before is still checked where it matters (a lookup, a write, `ldr check`)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import ldr
@@ -125,3 +126,23 @@ def test_passage_spans_are_mapped_at_open_and_checked_in_full_by_ldr_check(tmp_p
     mp.write_text(json.dumps(m))
     assert ldr.open(idx).search("herons at dawn", k=2)
     assert any("spans.npy" in p and "ordered offsets" in p for p in check_index(idx)[1])
+
+
+def test_an_hnsw_graph_is_read_ahead_in_one_pass_and_a_bad_file_is_left_to_the_open(tmp_path):
+    """prefetch_graph reads the graph part of faiss.index into the page cache before FAISS touches
+    it page by page; it never fails an open itself (missing, short or odd files are the open's to
+    report) and the index answers the same after it."""
+    import faiss
+    from ldr.components.faiss_store import DenseSearcher, FaissSettings, build_faiss, prefetch_graph
+    rng = np.random.default_rng(2)
+    vecs = rng.standard_normal((600, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    fs = FaissSettings(index="hnsw")
+    faiss.write_index(build_faiss(vecs, fs), str(tmp_path / "faiss.index"))
+    np.save(tmp_path / "owner.npy", np.arange(600))
+    prefetch_graph(tmp_path / "faiss.index", 600, 16)
+    prefetch_graph(tmp_path / "faiss.index", 10**9, 16)        # more vectors than the file holds
+    prefetch_graph(tmp_path / "missing.index", 600, 16)
+    comp = {"faiss": fs.to_dict(), "vectors": 600, "dim": 16}
+    s = DenseSearcher(tmp_path, comp, encoder=None)
+    assert s.search_vectors(vecs[[3, 77]], 1) == [[(3, pytest.approx(1.0, abs=1e-5))], [(77, pytest.approx(1.0, abs=1e-5))]]

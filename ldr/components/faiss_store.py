@@ -9,8 +9,8 @@ when FAISS sees one.
 from __future__ import annotations
 
 import contextlib
-
 import logging
+import os
 from dataclasses import asdict, dataclass
 
 from ..schema import setting
@@ -133,8 +133,6 @@ def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSett
     """Write faiss.index + owner.npy + spans.npy (each vector's characters in its document: a hit
     shows its best passages from them) (+ vectors.npy for IVF-PQ, whose codes cannot be merged
     back into exact vectors). A segment too small to train IVF-PQ is stored flat (exact) when allowed."""
-    import faiss
-
     if fs.index == "ivfpq" and len(vectors) < 1024 and allow_small:
         fs = FaissSettings(**{**fs.to_dict(), "index": "flat"})
     fs = concrete(fs, len(vectors))     # the part records what it holds; the component keeps `auto`
@@ -207,6 +205,29 @@ def check_dense(path: Path, index, owner: np.ndarray, comp: dict, n_docs: int | 
         raise IndexFormatError(f"the dense index {path} is damaged: {'; '.join(problems)}. Rebuild it with `ldr index`")
 
 
+def prefetch_graph(file: Path, vectors: int, dim: int) -> None:
+    """Read an HNSW file's graph (all but its vectors, which FAISS writes last) into the page cache in
+    one sequential pass. FAISS maps the file with MADV_RANDOM and then touches every page of the
+    graph at open, one small read per page from disk: 3.9 s at 1M vectors, against 0.13 s for
+    MADV_POPULATE_READ (Linux 5.14+; older kernels: one buffered read) and ~3 ms when cached."""
+    import mmap
+
+    try:
+        with open(file, "rb") as fh:
+            graph = os.fstat(fh.fileno()).st_size - int(vectors) * int(dim) * 4
+            if graph <= 0:
+                return
+            with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+                with mmap.mmap(fh.fileno(), graph, prot=mmap.PROT_READ) as m:
+                    m.madvise(getattr(mmap, "MADV_POPULATE_READ", 22))
+                    return
+            buf, pos = bytearray(16 << 20), 0
+            while pos < graph and (n := fh.readinto(memoryview(buf)[:min(len(buf), graph - pos)])):
+                pos += n
+    except OSError:        # the open below reports a missing or unreadable file
+        pass
+
+
 @contextlib.contextmanager
 def one_thread():
     """FAISS on one OpenMP thread for this thread's searches (OpenMP's thread count is per calling
@@ -233,6 +254,7 @@ class DenseSearcher:
             # the graph in memory, its vectors mapped: a cold search at 400k vectors opened the
             # index in 0.10 s instead of 0.43 s (1.69 s from disk), and pages in what it visits
             flags = getattr(faiss, "IO_FLAG_MMAP_IFC", 0) | faiss.IO_FLAG_READ_ONLY
+            prefetch_graph(Path(path) / "faiss.index", comp.get("vectors", 0), comp.get("dim", 0))
         try:
             self.index = faiss.read_index(str(Path(path) / "faiss.index"), flags)
         except RuntimeError:
