@@ -181,7 +181,7 @@ def test_eval_cli_writes_runs_metrics_report_and_plots(tmp_path):
 def test_eval_synthetic_passkey_all_stages(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["eval", "--bench", "longembed", "--tasks", "passkey", "--lengths", "256,512",
-                                  "--max-queries", "5", "--out", str(out), "-q"])
+                                  "--synthetic-docs", "12", "--max-queries", "5", "--out", str(out), "-q"])
     assert r.exit_code == 0, r.output
     m = json.loads((out / "metrics.json").read_text())
     pk = m["tasks"]["passkey"]
@@ -194,6 +194,8 @@ def test_eval_synthetic_passkey_all_stages(tmp_path):
     assert "p_t_holm" in sig["windows_vs_fused"]
     assert "p_t_holm" in sig["reranked_vs_fused"] and "## Significance" in (out / "report.md").read_text()
     assert m["default_stage"] == "windows"     # what a plain `ldr search` returns
+    assert m["settings"]["partial"] == "max 5 queries per task; lengths 256,512; 12 documents per length; tasks passkey"
+    assert {r["documents"] for n, r in m["raw"].items() if n.startswith("passkey")} == {12}
 
 
 @pytest.mark.slow

@@ -31,6 +31,8 @@ from .search import parse_stages
 @click.option("--haystack", type=click.Path(exists=True), default=None,
               help="Synthetic needle: folder of .txt essays to hide facts in.")
 @click.option("--lengths", default=None, help="passkey/needle context lengths, e.g. 256,512,1024.")
+@click.option("--synthetic-docs", type=click.IntRange(min=2), default=None,
+              help="passkey/needle: documents per length (default LongEmbed's 100); fewer is quicker, not comparable.")
 @click.option("--split", default="test", show_default=True)
 @click.option("--max-queries", type=int, default=None, help="Evaluate only the first N queries per task.")
 @click.option("--depth", type=int, default=None, help="Candidates per retriever (default: the search's).")
@@ -43,8 +45,8 @@ from .search import parse_stages
 @click.option("--shards", type=click.IntRange(min=1), default=None,
               help="Evaluate sharded indexes of this many shards (BM25 native, scored with global statistics).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, haystack, lengths, split, max_queries,
-             depth, out_dir, cache, seed, rerank_model, stage, shards, quiet, **options):
+def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, haystack, lengths, synthetic_docs, split,
+             max_queries, depth, out_dir, cache, seed, rerank_model, stage, shards, quiet, **options):
     """Evaluate every stage on a benchmark (writes TREC runs, metrics.json, report.md and plots),
     or score and compare run files: --qrels QRELS --run A.trec --run B.trec."""
     from pathlib import Path
@@ -59,7 +61,7 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
 
     task_list = [t.strip() for t in tasks.split(",")] if tasks else None
     length_list = [int(x) for x in lengths.split(",")] if lengths else None
-    loaded = load(bench, task_list, data, length_list, haystack, split, seed)
+    loaded = load(bench, task_list, data, length_list, haystack, split, seed, synthetic_docs)
     if bench == "mldr":
         from ..eval.benchmarks import mldr_leakage
         for m in mldr_leakage(build_models(options) + [rerank_model]):
@@ -76,10 +78,12 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
         partial.append(f"max {max_queries} queries per task")
     if length_list:
         partial.append(f"lengths {lengths}")
+    if synthetic_docs:
+        partial.append(f"{synthetic_docs} documents per length")
     if task_list:
         partial.append(f"tasks {tasks}")
     settings = {"data": str(data) if data else ("synthetic" if bench == "longembed" else "hub"),
-                "haystack": haystack, "split": split, "max_queries": max_queries, "lengths": length_list,
+                "haystack": haystack, "synthetic_docs": synthetic_docs, "split": split, "max_queries": max_queries, "lengths": length_list,
                 "tasks": task_list, "depth": depth, "seed": seed, "partial": "; ".join(partial) or None,
                 "build": given(options), "stages": parse_stages(stage) or None, "shards": shards}
     opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,

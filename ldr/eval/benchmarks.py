@@ -80,13 +80,13 @@ def _by_length(name, corpus_rows, query_rows, qrel_rows, lengths, fp) -> list[Ta
 
 
 def longembed(tasks=LONGEMBED_TASKS, data: Path | None = None, lengths=None, haystack: Path | None = None,
-              seed: int = 0) -> list[Task]:
+              seed: int = 0, docs: int | None = None) -> list[Task]:
     out: list[Task] = []
     for name in tasks:
         if name not in LONGEMBED_TASKS:
             raise DataError(f"unknown LongEmbed task {name!r}; tasks: {', '.join(LONGEMBED_TASKS)}")
         if data is None and name in SYNTHETIC:
-            out.extend(_synthetic(name, lengths, haystack, seed))
+            out.extend(_synthetic(name, lengths, haystack, seed, docs))
             continue
         if data is not None:
             rows = {s: _local_rows(data, name, s, f"LongEmbed {name}", "longembed") for s in ("corpus", "queries", "qrels")}
@@ -106,17 +106,21 @@ def longembed(tasks=LONGEMBED_TASKS, data: Path | None = None, lengths=None, hay
     return out
 
 
-def _synthetic(name: str, lengths, haystack: Path | None, seed: int) -> list[Task]:
+def _synthetic(name: str, lengths, haystack: Path | None, seed: int, docs: int | None = None) -> list[Task]:
+    """`docs`: documents per length (default LongEmbed's 100, with 50 queries); fewer makes a
+    quicker and easier task, not comparable with published figures (the report says partial)."""
     lengths = tuple(lengths) if lengths else synthetic.LENGTHS
+    size = {} if docs is None else {"n_docs": docs, "n_queries": min(50, docs)}
+    suffix = "" if docs is None else f"-{docs}docs"
     if name == "passkey":
-        task = synthetic.passkey(lengths=lengths, seed=seed)
-        fp = f"synthetic-passkey-{seed}"
+        task = synthetic.passkey(lengths=lengths, seed=seed, **size)
+        fp = f"synthetic-passkey-{seed}{suffix}"
     else:
         if haystack is None:
             raise DataError("the synthetic needle task needs a haystack folder of .txt files: --haystack DIR "
                             "(e.g. ../shared/data/paul-graham-essays)")
-        task = synthetic.needle(haystack, lengths=lengths, seed=seed)
-        fp = f"synthetic-needle-{seed}-{fingerprint(Path(haystack))}"
+        task = synthetic.needle(haystack, lengths=lengths, seed=seed, **size)
+        fp = f"synthetic-needle-{seed}{suffix}-{fingerprint(Path(haystack))}"
     return _by_length(name, task.corpus, task.queries, task.qrels, None, fp)
 
 
@@ -188,10 +192,11 @@ def beir(folder: Path, split: str = "test") -> list[Task]:
     return [Task(folder.name, lambda: iter_corpus(corpus), queries, qrels, fingerprint=fingerprint(folder, extra=split))]
 
 
-def load(bench: str, tasks=None, data=None, lengths=None, haystack=None, split="test", seed=0) -> list[Task]:
+def load(bench: str, tasks=None, data=None, lengths=None, haystack=None, split="test", seed=0,
+         synthetic_docs: int | None = None) -> list[Task]:
     data = Path(data) if data else None
     if bench == "longembed":
-        return longembed(tasks or LONGEMBED_TASKS, data, lengths, haystack, seed)
+        return longembed(tasks or LONGEMBED_TASKS, data, lengths, haystack, seed, synthetic_docs)
     if bench == "loco":
         return loco(tasks or LOCO_TASKS, data)
     if bench == "mldr":

@@ -19,6 +19,7 @@ def training_kwargs(s, n_rows: int, metric: str, work: str, device: str | None, 
                 per_device_train_batch_size=s.batch_size, per_device_eval_batch_size=s.batch_size,
                 learning_rate=s.learning_rate, **warmup(s.warmup_ratio), seed=s.seed, eval_strategy="steps",
                 eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps, save_total_limit=2,
+                save_only_model=True,   # the best checkpoint is loaded at the end; no resuming, so no optimizer state
                 load_best_model_at_end=True, metric_for_best_model=metric, greater_is_better=True,
                 logging_steps=max(1, eval_steps // 2), report_to="none", disable_tqdm=not progress,
                 use_cpu=(device or "cpu") == "cpu", dataloader_num_workers=0)
