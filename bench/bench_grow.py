@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,21 @@ def recall_at_10(index, vectors: np.ndarray, rng, n_queries: int = 500) -> float
     return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(truth, got)]))
 
 
+def one_query_ms(index, vectors: np.ndarray, rng, n: int = 200) -> dict:
+    """One query at a time on one thread, as a search does: p50/p95 of the index search alone (ms)."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    times = []
+    for row in rng.integers(0, len(vectors), n):
+        t = time.perf_counter()
+        index.search(vectors[row:row + 1], 100)
+        times.append((time.perf_counter() - t) * 1e3)
+    faiss.omp_set_num_threads(threads)
+    return {"p50": round(float(np.percentile(times, 50)), 2), "p95": round(float(np.percentile(times, 95)), 2)}
+
+
 def faiss_only(args) -> dict:
     import faiss
 
@@ -76,7 +92,10 @@ def faiss_only(args) -> dict:
     grown.hnsw.efSearch = 128
     out = {"mode": "faiss", "vectors": n, "added": extra, "dim": d, "threads": faiss.omp_get_max_threads(),
            "full_build_s": round(full, 1), "grow_s": round(grow, 2), "grow_share": round(grow / full, 4),
-           "recall10_grown": recall_at_10(grown, np.concatenate([base, more]), rng)}
+           "index_gb": round((work / "grown.index").stat().st_size / 1e9, 2),
+           "search_ms": one_query_ms(grown, more, rng),
+           "recall10_grown": recall_at_10(grown, np.concatenate([base, more]), rng),
+           "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 1)}
     print(json.dumps(out), file=sys.stderr, flush=True)      # kept should the rebuild run out of time
     if args.rebuild:           # the previous code's merge: a graph built from all n + 1% vectors
         t = time.perf_counter()
