@@ -42,6 +42,12 @@ class SerialEncoder:
     def finish_documents(self, job, progress=None):
         return self._finish_documents(job, progress)  # the model alone: torch and ORT runs are thread-safe
 
+    def release_memory(self) -> None:
+        """Give back what the engine keeps from its largest batch, after a write (runtime.OrtModel)."""
+        release = getattr(getattr(self, "model", None), "release_memory", None)
+        if release is not None:
+            release()
+
 
 LONG_TEXT = 1 << 20   # characters tokenised per call for long documents
 

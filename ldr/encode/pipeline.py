@@ -113,6 +113,9 @@ class BatchedWriter:
         self._flush()
         if self._pipe is not None:
             self._pipe.drain()
+        release = getattr(self._encoder, "release_memory", None)     # the batches' memory, not the model
+        if release is not None:
+            release()
 
     def _prepare_batch(self, docnos: list[int], texts: list[str], body_starts: list[int]):
         """Tokenise (on the feeding thread); returns what _write_prepared needs."""
