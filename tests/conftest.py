@@ -35,13 +35,8 @@ def pytest_configure(config):
     ENCODERS.max_models = 3
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _release_memory_between_modules():
-    """A module's indexes go with its fixtures: hand the freed memory back to the OS (glibc keeps
-    it otherwise, and the next module's peak stacks on top). Loaded encoders stay: clearing them
-    made the suite slower and its peak higher, since a fixture that outlives the module keeps its
-    copy while the next module loads another."""
-    yield
+def release_memory() -> None:
+    """Collect garbage and hand the freed memory back to the OS (glibc keeps it otherwise)."""
     import ctypes
     import gc
     gc.collect()
@@ -49,6 +44,29 @@ def _release_memory_between_modules():
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):      # not glibc
         pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_memory_between_modules():
+    """A module's indexes go with its fixtures: hand the freed memory back to the OS, or the next
+    module's peak stacks on top. Loaded encoders stay: clearing them after every module made the
+    suite slower and its peak higher, since a fixture that outlives the module keeps its copy
+    while the next module loads another. Modules that load the 470 MB multilingual model ask for
+    `fresh_encoders`."""
+    yield
+    release_memory()
+
+
+@pytest.fixture(scope="module")
+def fresh_encoders():
+    """No encoder of earlier modules kept beside this module's large ones (the suite's peak was
+    multilingual-e5 loaded beside three English models), nor this module's after it."""
+    from ldr.components import ENCODERS
+    ENCODERS.clear()
+    release_memory()
+    yield
+    ENCODERS.clear()
+    release_memory()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from conftest import ROOT, cli_run
 from ldr import language_defaults
 
 DE = ROOT / "corpora" / "de"
+pytestmark = pytest.mark.usefixtures("fresh_encoders")
 
 
 @pytest.fixture(scope="module")

