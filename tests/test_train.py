@@ -11,7 +11,18 @@ import ldr
 from ldr.cli import main
 from ldr.train.mining import mine, split_queries
 
+from conftest import release_memory
 from test_tune import beir  # noqa: F401  (the module fixture: index + BEIR folder)
+
+# a training's models, optimiser state and checkpoints are freed after each test, not kept beside
+# the next one's (the suite's peak was here)
+pytestmark = pytest.mark.usefixtures("fresh_encoders")
+
+
+@pytest.fixture(autouse=True)
+def _release_after_each():
+    yield
+    release_memory()
 
 
 @pytest.fixture(scope="module")
