@@ -204,7 +204,8 @@ def fuse(raw: Path, dest: Path, model_type: str, num_heads: int, hidden_size: in
     copies: on multilingual-e5 (a 470 MB graph, most of it the 250k-token embedding) it peaked at
     3.8 GB and took 6-9 s. So the weights go to a side file first and the optimizer sees a graph
     that only names them; the few it combines (attention's Q/K/V) it reads from that file, through
-    a path relative to the working directory. Same fused graph, 0.6 GB, 1.5 s."""
+    a path relative to the working directory: this runs in the export's own child process
+    (`isolated`), which may change it. Same fused graph, 0.6 GB, 1.5 s."""
     import shutil
 
     import onnx
@@ -224,7 +225,6 @@ def fuse(raw: Path, dest: Path, model_type: str, num_heads: int, hidden_size: in
         onnx.save(opt.model, "fused.onnx")
         stats = {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
         del opt
-        os.chdir(here)
         onnx.save(onnx.load(str(work / "fused.onnx")), str(dest))     # one self-contained file again
     finally:
         os.chdir(here)
