@@ -85,7 +85,8 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     settings = {"data": str(data) if data else ("synthetic" if bench == "longembed" else "hub"),
                 "haystack": haystack, "synthetic_docs": synthetic_docs, "split": split, "max_queries": max_queries,
                 "lengths": length_list, "tasks": task_list, "depth": depth, "seed": seed,
-                "partial": "; ".join(partial) or None, "build": given(options), "stages": parse_stages(stage) or None, "shards": shards}
+                "partial": "; ".join(partial) or None, "build": given(options),
+                "stages": parse_stages(stage) or None, "shards": shards}
     opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
                        rerank_model=rerank_model, stages=parse_stages(stage) or None)
     settings["reranker"] = rerank_model or "passage"
