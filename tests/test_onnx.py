@@ -82,7 +82,8 @@ def test_tokenizer_without_transformers_gives_the_same_ids():
 
 
 def test_export_cache_is_reused(tmp_path, monkeypatch):
-    monkeypatch.setenv("LDR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LDR_CACHE_DIR", "cache")     # relative: the export's fusion step changes directory
     from ldr.encode.models import resolve
     path = resolve("splade-tiny")[0]
     first = onnx_export.exported("splade", path)

@@ -211,6 +211,7 @@ def fuse(raw: Path, dest: Path, model_type: str, num_heads: int, hidden_size: in
     import onnx
     from onnxruntime.transformers.optimizer import optimize_model
 
+    raw, dest = Path(raw).resolve(), Path(dest).resolve()      # the working directory changes below
     work = Path(tempfile.mkdtemp(prefix="fuse-", dir=dest.parent))
     here = os.getcwd()
     try:
