@@ -58,6 +58,14 @@ def test_the_window_vocabulary_starts_afresh_past_its_bound():
     fresh = PassageFinder(WindowTerms(Analyzer())).best_window("bridge bearing", {}, [0, 1, 2], docs.__getitem__,
                                                                {d: d for d in docs})
     assert finder.best_window("bridge bearing", {}, [0, 1, 2], docs.__getitem__, {d: d for d in docs}) == fresh
+    # the words whose terms are remembered have a bound of their own (the vocabulary stays)
+    terms = WindowTerms(Analyzer(), max_words=300)
+    finder = PassageFinder(terms)
+    for round_ in range(50):
+        text = "the bridge bearing " + " ".join(f"w{round_}x{j}" for j in rng.integers(0, 10 ** 6, 40))
+        finder.best_window("bridge bearing", {}, [0], lambda d: text, {0: 10_000 + round_})
+        assert len(terms._words) <= 300 + 43
+    assert finder.best_window("bridge bearing", {}, [0, 1, 2], docs.__getitem__, {d: d for d in docs}) == fresh
 
 
 class _Toy(Component):

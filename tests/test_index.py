@@ -34,7 +34,7 @@ def test_build_open_search_and_manifest(tmp_path):
     # a BM25-only index's default: BM25, then the window stage
     assert "zebra17" in hits[0].text and hits[0].scores["windows"] == hits[0].score and "bm25" in hits[0].scores
     m = manifest_of(tmp_path / "idx")
-    assert m["format_version"] == 3 and m["generation"] == 1 and m["doc_count"] == 50 and len(m["checksum"]) == 64
+    assert m["format_version"] == 4 and m["generation"] == 1 and m["doc_count"] == 50 and len(m["checksum"]) == 64
     assert m["components"]["bm25"]["backend"] == "tantivy"
     assert m["components"]["bm25"]["k1"] == 1.2 and m["components"]["bm25"]["b"] == 0.75
     assert "segments/seg-000001/docstore.parquet" in m["files"] and all(len(f["sha256"]) == 64 for f in m["files"].values())

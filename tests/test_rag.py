@@ -11,7 +11,7 @@ import ldr
 from conftest import cli_run
 from ldr.errors import ConfigError, QueryError
 from ldr.search import filters as F
-from ldr.search.passages import word_windows
+from ldr.search.window_terms import word_windows
 
 FILLER = ("The committee reviewed the quarterly figures and agreed to revisit the budget at the next session. "
           "Several members asked for more detail on travel costs and the timetable for the office move. ")

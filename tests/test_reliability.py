@@ -507,8 +507,9 @@ def test_docstores_written_before_the_namespace_read_as_before(tmp_path):
 
 
 def test_many_texts_are_read_at_once_and_equal_the_one_at_a_time_reads(tmp_path):
-    """The window stage reads 50 candidates' texts: one docstore read per segment, across row
-    groups, in the order asked, equal to reading each alone; metadata likewise."""
+    """The window stage reads 50 candidates' texts: each from its own frame of the texts file (no
+    Parquet row group decoded), in the order asked, equal to reading each alone; metadata in one
+    Parquet read across row groups."""
     from ldr.index.docstore import Docstore, DocstoreWriter
 
     w = DocstoreWriter(tmp_path, rows_per_group=3)
@@ -526,7 +527,37 @@ def test_many_texts_are_read_at_once_and_equal_the_one_at_a_time_reads(tmp_path)
     real = store._pf.read_row_groups
     store._pf.read_row_groups = lambda *a, **k: calls.append(a) or real(*a, **k)
     store.texts(rows)
+    assert calls == []
+    store.meta_docs(rows)
     assert calls == [([0, 1, 3],)]
+    assert [d.text for _, _, d in store.iter_docs(batch_size=4)] == [d.text for d in docs]
+
+
+def test_a_flipped_byte_in_a_text_is_an_error_and_check_names_it(tmp_path):
+    """A segment's texts file is checked frame by frame: a flipped byte is a clear error on read,
+    never different text, and `ldr check` reports it; the other documents still read."""
+    import numpy as np
+
+    from ldr.errors import IndexFormatError
+    from ldr.index.doctexts import FRAMES, INDEX
+
+    # random words: the file is past the size whose SHA-256 an open checks (manifest.SMALL_FILE),
+    # as a large index's is, so the frame's own checksum is what catches the byte
+    docs = [{"id": f"d{i}", "text": f"the heron {i} " + " ".join(os.urandom(8).hex() for _ in range(30000))}
+            for i in range(4)]
+    idx = ldr.Index.build(docs, tmp_path / "i", dense=None, sparse=None, progress=False)
+    seg = next((tmp_path / "i" / "segments").iterdir())
+    index = np.load(seg / INDEX)
+    a, e = int(index[2, 0]), int(index[2, 1])
+    raw = bytearray((seg / FRAMES).read_bytes())
+    raw[(a + e) // 2] ^= 0xFF
+    (seg / FRAMES).write_bytes(bytes(raw))
+    idx = ldr.Index(tmp_path / "i")
+    assert idx.document("d1").text == docs[1]["text"]
+    with pytest.raises(IndexFormatError, match=r"docstore.texts.zst is damaged.*checksum"):
+        idx.document("d2")
+    problems = check_index(tmp_path / "i")[1]
+    assert any("docstore.texts.zst" in p for p in problems), problems
 
 
 def test_a_search_reads_its_candidates_texts_together(tmp_path):
@@ -593,3 +624,65 @@ def test_tantivy_scores_before_a_merge_stay_within_the_documented_bound(tmp_path
         assert diff <= bound, (q, diff, bound)
         worst = max(worst, diff / bound)
     assert worst > 0.01          # the bound is not vacuous: scores really differ before the merge
+
+
+def _write_format3(monkeypatch) -> None:
+    """Docstores written as before the texts file (format 3): the texts in the Parquet rows, no
+    texts file, no mark in the Parquet metadata (undone by monkeypatch.undo())."""
+    import ldr.index.docstore as ds
+
+    class Format3:
+        def __init__(self, root):
+            pass
+
+        def add(self, text):
+            pass
+
+        close = abort = lambda self: None
+
+    real = ds.rows_table
+    monkeypatch.setattr(ds, "TextsWriter", Format3)
+    monkeypatch.setattr(ds, "WRITTEN_SCHEMA", ds.SCHEMA)
+    monkeypatch.setattr(ds, "rows_table", lambda docs, uids, lengths=None, texts=True: real(docs, uids, lengths))
+
+
+def test_a_segment_written_before_the_texts_file_reads_adds_and_merges(tmp_path, monkeypatch):
+    """Format 3 segments kept their texts in the Parquet rows: they still read, search with
+    passages, take additions beside them, and a merge writes their texts into a texts file."""
+    from ldr.index.doctexts import FRAMES
+
+    _write_format3(monkeypatch)
+    docs = [{"id": f"d{i}", "text": f"godwits feed on the mudflat {i}. " * (5 + i)} for i in range(8)]
+    path = tmp_path / "i"
+    ldr.Index.build(docs[:5], path, dense=None, sparse=None, progress=False)
+    monkeypatch.undo()
+    assert not list(path.glob(f"segments/*/{FRAMES}"))
+    ldr.Index(path).add(docs[5:])
+    assert len(list(path.glob(f"segments/*/{FRAMES}"))) == 1
+    for stage in ("before", "merged"):
+        idx = ldr.Index(path)
+        assert [idx.document(d["id"]).text for d in docs] == [d["text"] for d in docs], stage
+        hits = idx.search("mudflat 6", k=8, passages=1, with_text=True)
+        assert {h.id for h in hits} == {d["id"] for d in docs} and hits[0].passages, stage
+        assert all(h.text == docs[int(h.id[1:])]["text"] for h in hits), stage
+        assert check_index(path)[1] == [], stage
+        ldr.Index(path).merge()
+    assert len(list(path.glob(f"segments/*/{FRAMES}"))) == 1
+
+
+def test_a_stray_texts_file_beside_an_older_segment_is_never_read(tmp_path, monkeypatch):
+    """Only a docstore whose Parquet file names the texts file reads one: a file put beside a
+    segment written before it is ignored (an index reads only files ldr wrote and lists)."""
+    import shutil
+
+    from ldr.index.doctexts import FRAMES, INDEX
+
+    _write_format3(monkeypatch)
+    old = ldr.Index.build([{"id": "a", "text": "the old text"}], tmp_path / "old", dense=None, sparse=None)
+    monkeypatch.undo()
+    ldr.Index.build([{"id": "a", "text": "a foreign text"}], tmp_path / "new", dense=None, sparse=None)
+    seg_old, seg_new = (next((tmp_path / n / "segments").iterdir()) for n in ("old", "new"))
+    for f in (FRAMES, INDEX):
+        shutil.copy(seg_new / f, seg_old / f)
+    assert ldr.Index(tmp_path / "old").document("a").text == "the old text"
+    del old

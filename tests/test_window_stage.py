@@ -95,3 +95,23 @@ def test_a_gpu_runs_the_second_stage_its_language_measured(monkeypatch):
     monkeypatch.setattr(o, "_CUDA", False)
     assert model(plain) is None
     assert model(plain, device="cuda:0") == want
+
+
+@pytest.mark.parametrize("language", ["en", "de", "zh"])
+def test_a_windows_terms_by_its_words_are_the_analyzers_terms(language):
+    """The window stage analyses each whitespace-separated word once and remembers it: the terms
+    of a text put together word by word are the analyzer's terms of the whole text, whatever the
+    punctuation, Unicode spaces, long tokens, stopwords or script."""
+    from ldr.components.bm25_store.analysis import Analyzer
+    from ldr.search.passages import WindowTerms
+
+    texts = {
+        "en": "The  running-dogs ran,\tfaster\u3000than e-mail's foo_bar\xa0x " + "a" * 45 + " (and) the END.\n\nIt's 3.5%!",
+        "de": "Die Häuser\u2009wurden gebaut; Straßenbahn-Haltestelle, über 1.000 Bäume — und „Gänsefüßchen“.",
+        "zh": "东京都的天气很好。 Tokyo 的人口  很多，北京\u3000大学",
+    }
+    wt = WindowTerms(Analyzer(language=language))
+    for text in (texts[language], texts[language].upper()):
+        ids, vocab = wt.word_ids(wt.words(text))
+        names = {i: t for t, i in vocab.items()}
+        assert [names[i] for got in ids for i in got] == wt.terms(text)

@@ -43,7 +43,8 @@ def top_k(docs: np.ndarray, vals: np.ndarray, k: int, tiebreak=None) -> list[tup
 
 def top_k_dense(scores: np.ndarray, k: int, tiebreak=None) -> list[tuple[int, float]]:
     """The k best documents of a score per document, skipping documents that scored 0."""
-    hit = np.flatnonzero(scores)
+    # a bool mask's nonzero: 1.0 ms at a million documents, a float array's 3.2 ms (bench/README.md)
+    hit = np.flatnonzero(scores != 0)
     return top_k(hit, scores[hit], k, tiebreak)
 
 

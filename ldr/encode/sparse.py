@@ -132,7 +132,7 @@ class _SparseCore(SerialEncoder):
             job = self._prepare_documents(texts, prune=False, first_window_only=True)
         out = []
         for row in self._matrix(job):
-            terms = np.flatnonzero(row)
+            terms = np.flatnonzero(row != 0)
             out.append((terms.astype(np.int32), row[terms]))
         return out
 

@@ -56,6 +56,8 @@ def _segments(root: Path, manifest: dict, progress) -> list[str]:
             for g in range(len(store._starts) - 1):   # reads every page: page checksums are verified
                 store._column(g, "text")
                 store._column(g, "meta")
+            if store.text_file is not None:                   # every frame against its checksum
+                store.text_file.verify()
             read_deletes(root, e)
             store.row_of                                  # ids unique (built lazily elsewhere)
             keys = read_keys(seg, store._pf)

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from ..corpus import Doc
 from ..corpus.text import count_words
 from ..errors import IndexFormatError
+from .doctexts import FRAMES, Texts, TextsWriter
 
 FILE = "docstore.parquet"
 SCHEMA = pa.schema([
@@ -36,15 +37,18 @@ KEYS = "docstore.keys.arrow"
 KEY_COLUMNS = ["uid", "id", "title", "length"]
 KEYS_SCHEMA = pa.schema([f for f in SCHEMA if f.name in KEY_COLUMNS])
 KEYS_BATCH = 1 << 16
+TEXTS_KEY = "ldr.texts"    # Parquet metadata: the rows' texts are in this file of the segment (doctexts)
+WRITTEN_SCHEMA = SCHEMA.with_metadata({TEXTS_KEY: FRAMES})
 
 
-def rows_table(docs: list[Doc], uids: list[int], lengths: list[int] | None = None) -> pa.Table:
-    """Documents as docstore rows (the Ray staging files share the layout)."""
+def rows_table(docs: list[Doc], uids: list[int], lengths: list[int] | None = None, texts: bool = True) -> pa.Table:
+    """Documents as docstore rows (the Ray staging files share the layout); `texts=False`: the
+    text column empty (a segment keeps its texts in doctexts' file)."""
     return pa.table({
         "uid": uids,
         "id": [d.id for d in docs],
         "title": [d.title for d in docs],
-        "text": [d.text for d in docs],
+        "text": [d.text if texts else "" for d in docs],
         "length": lengths if lengths is not None else [count_words(d.text) for d in docs],
         "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for d in docs],
         "source": [d.source for d in docs],
@@ -83,27 +87,30 @@ class DocstoreWriter:
 
     def __init__(self, root: Path, rows_per_group: int = 64, bytes_per_group: int = 4 << 20):
         self.path = Path(root) / FILE
-        # page checksums: a flipped byte in a text page is an error on read, not different text
-        # no min/max statistics or dictionary for the text: they would copy whole long texts into
-        # the page headers and the footer (measured: half the memory of writing a 100 MB text)
-        self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd", write_page_checksum=True,
-                                        write_statistics=["uid", "id", "length"], use_dictionary=["id", "title", "meta"])
+        # page checksums: a flipped byte in a page is an error on read, not different metadata; the
+        # text column stays in the schema (empty): the texts are in doctexts' file, as it says
+        self._writer = pq.ParquetWriter(self.path, WRITTEN_SCHEMA, compression="zstd",
+                                        write_page_checksum=True, write_statistics=["uid", "id", "length"],
+                                        use_dictionary=["id", "title", "meta"])
         self._rows: list[Doc] = []
         self._uids: list[int] = []
         self._group, self._group_bytes, self._pending = rows_per_group, bytes_per_group, 0
         self.count = 0
+        self._texts = TextsWriter(Path(root))
         self._keys_sink = pa.OSFile(str(Path(root) / KEYS), "wb")
         self._keys = pa.ipc.new_file(self._keys_sink, KEYS_SCHEMA)
         self._key_tables: list[pa.Table] = []
         self._key_rows = 0
 
     def add(self, doc: Doc, uid: int | None = None) -> int:
+        self._texts.add(doc.text)
         self._rows.append(doc)
         self._uids.append(self.count if uid is None else uid)
         self.count += 1
         self._pending += len(doc.text)
-        # a row group holds at most 64 documents or ~4 MB of text: reading one hit's text reads its
-        # row group, so small groups keep reads proportional to what is shown
+        # a row group holds at most 64 documents or ~4 MB of text (the documents kept until it is
+        # written): reading one hit's metadata reads its row group, so small groups keep reads
+        # proportional to what is shown
         if len(self._rows) >= self._group or self._pending >= self._group_bytes:
             self._flush()
         return self.count - 1
@@ -111,7 +118,7 @@ class DocstoreWriter:
     def _flush(self) -> None:
         if not self._rows:
             return
-        table = rows_table(self._rows, self._uids)
+        table = rows_table(self._rows, self._uids, texts=False)
         self._writer.write_table(table)
         self._key_tables.append(table.select(KEY_COLUMNS))
         self._key_rows += len(table)
@@ -134,10 +141,12 @@ class DocstoreWriter:
         self._flush_keys()
         self._keys.close()
         self._keys_sink.close()
+        self._texts.close()
 
     def abort(self) -> None:
         self._writer.close()
         self._keys_sink.close()
+        self._texts.abort()
 
 
 def _int64s(column) -> np.ndarray:
@@ -196,7 +205,8 @@ def _damaged(path: Path, e: Exception) -> IndexFormatError:
 
 
 class Docstore:
-    """Read side: ids and lengths in memory, text fetched per row group on demand."""
+    """Read side: ids and lengths in memory; texts read per document (doctexts), or per row group
+    from a segment written before its texts file; metadata per row group, on demand."""
 
     def __init__(self, root: Path, expected_rows: int | None = None):
         self.path = Path(root) / FILE
@@ -221,6 +231,13 @@ class Docstore:
                                    "rebuild the index with `ldr index`")
         if ids.null_count:
             raise IndexFormatError(f"{self.path} has documents without an id; rebuild the index with `ldr index`")
+        try:
+            # the Parquet file (listed and checked by the manifest) says whether its texts are in
+            # the texts file: a stray file beside a segment written before it is never read
+            marked = (self._pf.schema_arrow.metadata or {}).get(TEXTS_KEY.encode()) == FRAMES.encode()
+            self.text_file = Texts(Path(root), len(self.ids)) if marked else None
+        except Exception as e:
+            raise _damaged(Path(root) / FRAMES, e) from None
         self._row_of: dict[str, int] | None = None     # built at the first lookup by id: a search needs none
         self._starts = [0]
         for g in range(md.num_row_groups):
@@ -255,15 +272,26 @@ class Docstore:
             raise _damaged(self.path, e) from None
 
     def text(self, row: int) -> str:
+        if self.text_file is not None:
+            return self._texts([row])[0]
         g = bisect.bisect_right(self._starts, row) - 1
         with self._lock:
             if self._cache is None or self._cache[0] != g:
                 self._cache = (g, self._column(g, "text"))
             return self._cache[1][row - self._starts[g]]
 
+    def _texts(self, rows) -> list[str]:
+        try:
+            return self.text_file.get(rows)
+        except Exception as e:
+            raise _damaged(self.text_file.path, e) from None
+
     def _rows(self, rows: list[int], names: list[str]) -> dict[str, list]:
-        """Columns `names` of `rows`, in that order, read with one call for all their row groups:
-        a call per row group costs ~0.5 ms of fixed overhead, the window stage reads 50 texts."""
+        """Columns `names` of `rows`, in that order, read with one call for all their row groups
+        (a call per row group costs ~0.5 ms of fixed overhead); texts from their own file."""
+        if self.text_file is not None and "text" in names:
+            out = self._rows(rows, [c for c in names if c != "text"]) if len(names) > 1 else {}
+            return {**out, "text": self._texts(rows)}
         at = [bisect.bisect_right(self._starts, r) - 1 for r in rows]
         groups = sorted(set(at))
         first, n = {}, 0
@@ -328,11 +356,16 @@ class Docstore:
     def iter_docs(self, batch_size: int = 64):
         """Stream (row, uid, Doc) in row order, meta included (merges copy documents this way)."""
         row = 0
+        names = [c for c in self._columns if c != "text" or self.text_file is None]
         try:
-            for batch in self._pf.iter_batches(batch_size=batch_size, columns=self._columns):
+            for batch in self._pf.iter_batches(batch_size=batch_size, columns=names):
                 d = batch.to_pydict()
+                if self.text_file is not None:
+                    d["text"] = self._texts(range(row, row + batch.num_rows))
                 for i in range(batch.num_rows):
                     yield row, int(self.uids[row]), doc_of(d, i)
                     row += 1
+        except IndexFormatError:
+            raise
         except Exception as e:
             raise _damaged(self.path, e) from None

@@ -30,7 +30,8 @@ from ..paths import MANIFEST, REBUILD as _REBUILD, inside  # noqa: F401  (re-exp
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3          # 2: the manifest carries its own checksum; 3: segments and generations
+FORMAT_VERSION = 4          # 2: the manifest carries its own checksum; 3: segments and generations;
+#                             4: a segment keeps its texts in their own file (index/doctexts.py)
 SMALL_FILE = 1 << 20        # files below this are hashed at every open
 
 

@@ -4,7 +4,7 @@ kept at index time) and by BM25 over the query's terms inside each window. A RAG
 puts these, not a 50-page document, into its prompt.
 
 Windows are the union of the vector kinds' windows when the index has them for the document;
-otherwise (other strategies, vector-less indexes) windows of WORDS words every STRIDE words.
+otherwise (other strategies, vector-less indexes) word windows (window_terms.WORDS words every STRIDE).
 Term scores are BM25 over the windows of the documents being looked at (idf and average length
 among those windows), with the index's analyzer, so "running" in the query matches "run" in the
 text as BM25 does.
@@ -14,15 +14,13 @@ combined with the index's fusion weights, so passage scores compare across hits.
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .normalise import minmax
+from .window_terms import WindowTerms
 
-WORDS, STRIDE = 160, 80
-_WORD = re.compile(r"\S+")
 _MARKABLE = re.compile(r"\w+", re.UNICODE)
 
 
@@ -38,88 +36,6 @@ class Passage:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def word_windows(text: str, size: int = WORDS, stride: int = STRIDE) -> list[tuple[int, int]]:
-    """Windows of `size` words every `stride` words (the last one ends at the text's end)."""
-    starts, ends = [], []
-    for m in _WORD.finditer(text):
-        starts.append(m.start())
-        ends.append(m.end())
-    n = len(starts)
-    if n == 0:
-        return []
-    if n <= size:
-        return [(starts[0], ends[-1])]
-    out = [(starts[i], ends[i + size - 1]) for i in range(0, n - size + 1, stride)]
-    if (n - size) % stride:
-        out.append((starts[n - size], ends[-1]))
-    return out
-
-
-class WindowTerms:
-    """The analysed terms of each window of documents, kept by a key that never changes for the
-    same text (the document's uid): a document's windows are analysed once, and each later query
-    only counts its terms (numpy), instead of analysing megabytes of text per search. Bounded by
-    `max_tokens` (int32 term ids, least recently used dropped first); thread-safe."""
-
-    def __init__(self, analyzer, max_tokens: int = 16_000_000, max_terms: int = 1_000_000):
-        """`analyzer`: the index's BM25 Analyzer settings (built once here, used by every search).
-        `max_tokens` bounds the analysed windows kept (int32 term ids: 4 bytes each), `max_terms`
-        the vocabulary and the text lengths: past it they start afresh (documents come and go on
-        a living index, and their terms would otherwise stay for ever)."""
-        import threading
-
-        from ..components.bm25_store.analysis import cjk_pretokenize
-        from ..components.bm25_store.tantivy_backend import text_analyzer
-
-        self._an = text_analyzer(analyzer)
-        self._pre = cjk_pretokenize if analyzer.is_cjk else (lambda t: t)
-        # swapped for new objects, never cleared in place: a search holding the old ones finishes
-        # consistently (each entry keeps the vocabulary its term ids index)
-        self.vocab: dict[str, int] = {}
-        self._docs: OrderedDict = OrderedDict()
-        self.lengths: dict = {}    # uid → its text's length: a cached document's text is never read again
-        self._tokens, self.max_tokens, self.max_terms = 0, max_tokens, max_terms
-        self._lock = threading.Lock()
-
-    def terms(self, text: str) -> list[str]:
-        return self._an.analyze(self._pre(text))
-
-    def get(self, key, text, spans) -> tuple:
-        """(spans (m, 2), indptr (m + 1), term ids, the vocabulary they index) of a document's
-        windows: `spans` when given
-        (the dense passages), else word windows. `text`: the text, or a function returning it
-        (called only on a miss: reading a long text from the docstore costs more than scoring it)."""
-        with self._lock:
-            hit = self._docs.get(key) if key is not None else None
-            if hit is not None:
-                self._docs.move_to_end(key)
-                return hit
-        text = text() if callable(text) else text
-        win = np.asarray(spans if spans is not None else word_windows(text), dtype=np.int64).reshape(-1, 2)
-        per = [self.terms(text[a:e]) for a, e in win.tolist()]
-        flat = [t for toks in per for t in toks]
-        with self._lock:
-            if len(self.vocab) > self.max_terms or len(self.lengths) > self.max_terms:
-                self.vocab, self._docs, self.lengths, self._tokens = {}, OrderedDict(), {}, 0
-            # new terms first (dict.fromkeys: the distinct ones, in C), then one C-level lookup per
-            # token: faster than numpy's unique over strings (bench/README.md)
-            vocab = self.vocab
-            for t in dict.fromkeys(flat):
-                if t not in vocab:
-                    vocab[t] = len(vocab)
-            ids = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int32, count=len(flat))
-            indptr = np.zeros(len(per) + 1, dtype=np.int64)
-            np.cumsum([len(t) for t in per], out=indptr[1:])
-            entry = (win, indptr, ids, vocab)
-            if key is not None:
-                self._docs[key] = entry
-                self._tokens += len(ids)
-                while self._tokens > self.max_tokens and len(self._docs) > 1:
-                    _, (_, _, old, _) = self._docs.popitem(last=False)
-                    self._tokens -= len(old)
-        return entry
 
 
 class PassageFinder:
@@ -288,13 +204,20 @@ class PassageFinder:
 
     def marks(self, text: str, qterms: set[str]) -> list[tuple[int, int]]:
         """Character ranges of the words in `text` that match a query term (for highlighting)."""
-        out, seen = [], {}
-        for m in _MARKABLE.finditer(text):
-            w = m.group(0).lower()
-            if w not in seen:
-                seen[w] = bool(qterms.intersection(self.terms(w)))
-            if seen[w]:
+        found = list(_MARKABLE.finditer(text))
+        words = [m.group(0).lower() for m in found]
+        if not self.cache.pretokenizes:            # a word is one piece: its terms are the word's
+            ids, vocab = self.cache.word_ids(words)
+            wanted = {vocab[t] for t in qterms if t in vocab}
+            return [(m.start(), m.end()) for m, got in zip(found, ids) if not wanted.isdisjoint(got)]
+        pieces = [self.cache.words(w) for w in words]
+        ids, vocab = self.cache.word_ids([p for ps in pieces for p in ps])
+        wanted = {vocab[t] for t in qterms if t in vocab}
+        out, at = [], 0
+        for m, ps in zip(found, pieces):
+            if any(not wanted.isdisjoint(ids[j]) for j in range(at, at + len(ps))):
                 out.append((m.start(), m.end()))
+            at += len(ps)
         return out
 
 
