@@ -74,7 +74,7 @@ class ShardedIndex:
 
     @property
     def docstore(self) -> ShardMap:
-        """Global document numbers: `.ids`, `.titles`, `.id_rank` (as an Index's docstore has them)."""
+        """Global document numbers: `.ids`, `.titles`, `.id_order` (as an Index's docstore has them)."""
         return self.map
 
     def search_defaults(self) -> dict:

@@ -123,7 +123,7 @@ def test_rerank_weight_mixes_the_second_stage_with_the_fused_score(beir):
             assert [h.score for h in hits] == pytest.approx(list(final))
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
             # what tune derives from the weight-1 run is what the pipeline does with the weight
-            assert _reweighted(alone, w, index.docstore.ids, index.docstore.id_rank) == [h.id for h in hits], (q, w)
+            assert _reweighted(alone, w, index.docstore.ids, index.docstore.id_order) == [h.id for h in hits], (q, w)
     assert [h.id for h in index.search(queries["q001"], k=5, rerank="passage", rerank_depth=5, rerank_weight=0)] == \
         [h.id for h in index.search(queries["q001"], k=5, rerank=False)]
     for bad in (1.5, -0.1, "half", True):

@@ -265,7 +265,7 @@ class _Tuning:
             kw["rrf_k"] = s.get("rrf_k", 60)
         cut = max(self.cut, 10)
         k = max(cut, s.get("rerank_depth") or 0) if _reranks(s) else cut
-        tiebreak, ids = self.index.docstore.id_rank, self.index.docstore.ids
+        tiebreak, ids = self.index.docstore.id_order, self.index.docstore.ids
         runs = [{} for _ in weights]
         for qid, res in tqdm(self.index.search_many({q: self.queries[q] for q in self.qids}, k=k, **kw),
                              total=len(self.qids), desc=f"tune: {describe(s)}", disable=not self.opts.progress,

@@ -282,6 +282,8 @@ class Docstore:
 
     def _texts(self, rows) -> list[str]:
         try:
+            if isinstance(rows, range) and rows.step == 1:      # consecutive rows: one read
+                return self.text_file.span(rows.start, rows.stop)
             return self.text_file.get(rows)
         except Exception as e:
             raise _damaged(self.text_file.path, e) from None

@@ -83,7 +83,7 @@ class Segments:
         return self.row_of[doc_id]
 
     @property
-    def id_rank(self) -> IdOrder:
+    def id_order(self) -> IdOrder:
         """Ties in score are broken by id: a ranking depends neither on indexing order nor on how
         segments were assembled."""
         return self._id_order

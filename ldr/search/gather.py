@@ -42,7 +42,7 @@ class ShardMap:
         return out
 
     @property
-    def id_rank(self) -> IdOrder:
+    def id_order(self) -> IdOrder:
         return self._id_order
 
 
@@ -50,7 +50,7 @@ def gather(parts: list[Candidates], shards: ShardMap, query: str, depth: dict[st
     """One Candidates from each shard's first stages: per kind, the best `depth[kind]` of every
     shard's list (global numbers), ordered by score then id; a kind's time is its slowest shard's."""
     out = Candidates(query)
-    rank = shards.id_rank
+    rank = shards.id_order
     for kind in parts[0].lists if parts else []:
         rows = [(shards.offsets[s] + d, sc) for s, c in enumerate(parts) for d, sc in c.lists.get(kind, [])]
         rows.sort(key=lambda r: (-r[1], rank[r[0]]))
@@ -104,7 +104,7 @@ class ShardedSource(FinderReads):
         raise RuntimeError("a sharded plan's first stages run on the shards")
 
     def tiebreak(self):
-        return self.shards.id_rank
+        return self.shards.id_order
 
     def score_bound(self, kind: str) -> float | None:
         bound = getattr(self.sources[0].retriever(kind), "bound", None)

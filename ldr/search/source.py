@@ -63,7 +63,7 @@ class IndexSource(FinderReads):
         return bound(self.query) if bound is not None else None
 
     def tiebreak(self):
-        return self.store.id_rank
+        return self.store.id_order
 
     def prefetch(self, docnos) -> None:
         """Read the texts of `docnos` not read yet, together (a docstore read per document costs
