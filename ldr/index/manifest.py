@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
+
 from .._version import __version__
 from ..errors import IndexFormatError, NotAnIndex
 from ..paths import MANIFEST, REBUILD as _REBUILD, inside  # noqa: F401  (re-exported)
@@ -304,8 +306,10 @@ def verify_files(root: Path, manifest: dict, full: bool = True, small: int = SMA
 def check_uids(root: Path, manifest: dict, uids) -> None:
     """Every row's uid is below the manifest's `next_uid` (a uid handed out again would make a
     document added later collide with one already there). Raises IndexFormatError."""
-    if "next_uid" in manifest and len(uids) and int(max(uids)) >= manifest["next_uid"]:
-        raise IndexFormatError(f"{root}: a document has uid {int(max(uids))} but the manifest's next_uid is "
+    # numpy's max: the builtin over a million uids took 40 ms of every open
+    top = int(np.max(np.asarray(uids))) if len(uids) else -1
+    if "next_uid" in manifest and top >= manifest["next_uid"]:
+        raise IndexFormatError(f"{root}: a document has uid {top} but the manifest's next_uid is "
                                f"{manifest['next_uid']}: the manifest is damaged; {_REBUILD}")
 
 

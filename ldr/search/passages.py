@@ -124,13 +124,15 @@ class PassageFinder:
         owner, _, vec, parts = self._windows(reps, docnos, text_of, keys)
         out = {d: {self.term_kind: 0.0, **{k: float("nan") for k in self.vectors}} for d in docnos}
         if len(owner):
-            top = int(owner.max()) + 1
+            # per document among these (not per docno: an array as long as the index, filled per
+            # kind, cost ~1.5 ms a query at a million documents)
+            docs, at = np.unique(owner, return_inverse=True)
             for kind, scores in [(self.term_kind, self._bm25(parts, self.query_terms(query)))] + list(vec.items()):
-                best = np.full(top, -np.inf)
-                np.fmax.at(best, owner, scores)         # fmax: a window a kind did not score is skipped
-                for d in docnos:
-                    if np.isfinite(best[d]):
-                        out[d][kind] = float(best[d])
+                best = np.full(len(docs), -np.inf)
+                np.fmax.at(best, at, scores)         # fmax: a window a kind did not score is skipped
+                for d, v, ok in zip(docs.tolist(), best.tolist(), np.isfinite(best).tolist()):
+                    if ok:
+                        out[d][kind] = v
         return out
 
     def find(self, query: str, reps: dict, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
