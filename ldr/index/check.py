@@ -54,9 +54,10 @@ def _segments(root: Path, manifest: dict, progress) -> list[str]:
         def docstore():
             store = Docstore(seg, e["docs"])
             for g in range(len(store._starts) - 1):   # reads every page: page checksums are verified
-                store._column(g, "text")
+                if store.text_file is None:               # format 3: the texts are in these pages
+                    store._column(g, "text")
                 store._column(g, "meta")
-            if store.text_file is not None:                   # every frame against its checksum
+            if store.text_file is not None:               # format 4: every frame against its checksum
                 store.text_file.verify()
             read_deletes(root, e)
             store.row_of                                  # ids unique (built lazily elsewhere)

@@ -74,33 +74,32 @@ class Texts:
 
     def get(self, rows) -> list[str]:
         """The texts of `rows`, in that order."""
-        return [self._text(int(r), *self._frame(int(r))) for r in rows]
+        out, fd = [], self._fh.fileno()
+        for r in rows:
+            a, e, n, crc = self.index[int(r)].tolist()      # the index row read once
+            if not 0 <= a <= e or e - a > (1 << 31):
+                raise ValueError(f"row {r}'s frame [{a}, {e}) is not a frame")
+            out.append(self._text(r, os.pread(fd, e - a, a) if e > a else b"", e - a, n, crc))
+        return out
 
     def span(self, a: int, b: int) -> list[str]:
         """The texts of rows a..b-1, read with one `pread`."""
         if b <= a:
             return []
-        start, end = int(self.index[a, 0]), int(self.index[b - 1, 1])
+        rows = self.index[a:b].tolist()
+        start, end = rows[0][0], rows[-1][1]
         if not 0 <= start <= end or end - start > (1 << 31):
             raise ValueError(f"rows {a}..{b - 1} have no frames [{start}, {end})")
         block = os.pread(self._fh.fileno(), end - start, start)
         out = []
-        for r in range(a, b):
-            f0, f1 = int(self.index[r, 0]) - start, int(self.index[r, 1]) - start
-            if not 0 <= f0 <= f1 <= len(block):
+        for r, (f0, f1, n, crc) in enumerate(rows, start=a):
+            if not start <= f0 <= f1 <= start + len(block):
                 raise ValueError(f"row {r}'s frame is outside the rows' block")
-            out.append(self._text(r, block[f0:f1]))
+            out.append(self._text(r, block[f0 - start:f1 - start], f1 - f0, n, crc))
         return out
 
-    def _frame(self, r: int) -> tuple[bytes]:
-        a, e = int(self.index[r, 0]), int(self.index[r, 1])
-        if not 0 <= a <= e or e - a > (1 << 31):
-            raise ValueError(f"row {r}'s frame [{a}, {e}) is not a frame")
-        return (os.pread(self._fh.fileno(), e - a, a) if e > a else b"",)
-
-    def _text(self, r: int, frame: bytes) -> str:
-        n, crc = int(self.index[r, 2]), int(self.index[r, 3])
-        if len(frame) != int(self.index[r, 1]) - int(self.index[r, 0]) or zlib.crc32(frame) != crc:
+    def _text(self, r: int, frame: bytes, size: int, n: int, crc: int) -> str:
+        if len(frame) != size or zlib.crc32(frame) != crc:
             raise ValueError(f"{FRAMES}: row {r}'s text does not match its checksum")
         return self._codec.decompress(frame, decompressed_size=n, asbytes=True).decode("utf-8") if n else ""
 
