@@ -33,6 +33,16 @@ def train_data(beir):  # noqa: F811
     return idx, data, queries, qrels
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Small random models for the tests of a loss's mechanics (mined examples, OPL, listwise and its
+    cached mini-batches): a step there is ~30x cheaper than MiniLM's. The trainings from the packaged
+    models (the CLI's defaults) are the tests that also check the ranking changes."""
+    from tiny_models import make
+    root = tmp_path_factory.mktemp("tiny")
+    return {"dense": str(make("bert", root / "dense")), "reranker": str(make("bert-classifier", root / "cross"))}
+
+
 def falls(curve: list[dict]) -> bool:
     losses = [c["loss"] for c in curve]
     return len(losses) >= 4 and np.mean(losses[-2:]) < np.mean(losses[:2])
@@ -80,7 +90,7 @@ def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_pat
     assert changed > 0
 
 
-def test_train_dense_with_opl_on_examples_mined_before(train_data, tmp_path):
+def test_train_dense_with_opl_on_examples_mined_before(train_data, tiny, tmp_path):
     idx, data, queries, qrels = train_data
     from ldr.train.dense import DenseTrainSettings
     from ldr.train.run import train
@@ -88,8 +98,8 @@ def test_train_dense_with_opl_on_examples_mined_before(train_data, tmp_path):
     examples, _ = mine(ldr.Index(idx), queries, qrels, sorted(qrels), negatives=4, progress=False)
     mined = {ex.qid: ex for ex in examples if ex.qid != "q003"}
     info = train("dense", data, tmp_path / "opl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
-                 mined=mined,
-                 settings=DenseTrainSettings(loss="opl", epochs=2, batch_size=2, negatives=2, learning_rate=1e-4,
+                 mined=mined, base_model=tiny["dense"],
+                 settings=DenseTrainSettings(loss="opl", epochs=2, batch_size=2, negatives=2, learning_rate=1e-3,
                                              max_seq_length=64, eval_steps=4))   # a dev evaluation per 4 steps
     assert info["settings"]["loss"] == "opl" and falls(info["loss_curve"])
     assert info["skipped_queries"] == 1 and info["train_queries"] + info["dev_queries"] == 23
@@ -119,7 +129,7 @@ def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
 
 
 @pytest.mark.parametrize("mini_batch", [None, 3])     # 3: the cached loss, a step's 16 pairs in 6 chunks
-def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path, mini_batch):
+def test_train_reranker_listwise_on_examples_mined_before(train_data, tiny, tmp_path, mini_batch):
     idx, data, queries, qrels = train_data
     from ldr.train.reranker import RerankerTrainSettings, tuples
     from ldr.train.run import train
@@ -132,9 +142,12 @@ def test_train_reranker_listwise_on_examples_mined_before(train_data, tmp_path, 
     assert dropped == 1 and cols["query"] == [few.query] * len(few.positives)
     assert cols["negative_1"] == cols["negative_2"] == cols["negative_3"] == [few.negatives[0]] * len(few.positives)
     info = train("reranker", data, tmp_path / "mnrl", index_path=str(idx), dev_fraction=0.25, progress=False, indexes=ldr.Index,
-                 mined=mined, settings=RerankerTrainSettings(loss="mnrl", epochs=2, batch_size=4, negatives=2,
-                                                             max_length=64, learning_rate=1e-4,
-                                                             mini_batch=mini_batch, eval_steps=4))
+                 mined=mined, base_model=tiny["reranker"],
+                 # a random model needs more steps than MiniLM's 2 epochs to learn to rank: 12 epochs of
+                 # the tiny model cost a third of those
+                 settings=RerankerTrainSettings(loss="mnrl", epochs=12, batch_size=4, negatives=2,
+                                                max_length=64, learning_rate=3e-3,
+                                                mini_batch=mini_batch, eval_steps=24))
     assert info["settings"]["loss"] == "mnrl" and info["settings"]["mini_batch"] == mini_batch
     assert falls(info["loss_curve"]), info["loss_curve"]
     assert info["queries_without_negatives"] == ("q002" not in info["dev_qids"])
