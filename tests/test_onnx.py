@@ -81,35 +81,37 @@ def test_tokenizer_without_transformers_gives_the_same_ids():
     assert o.tokenizer.pad_token_id == t.tokenizer.pad_token_id
 
 
-def test_export_cache_is_reused(tmp_path, monkeypatch):
+def test_the_export_runs_in_a_child_into_a_relative_cache_and_is_reused(tmp_path, monkeypatch):
+    """torch and the optimizer's copies of the graph leave with the child (the build's process
+    never imports torch for a cold cache); a relative LDR_CACHE_DIR holds (the export's fusion step
+    changes directory); the next load reuses the export and writes nothing."""
+    script = (
+        "import sys, json; from ldr.encode.sparse import load_sparse, SparseSettings; "
+        "enc = load_sparse(SparseSettings(backend='onnx')); "
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'vocab': enc.vocab_size}))")
+    env = dict(os.environ, LDR_CACHE_DIR="cache")
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "vocab": 30522}
+    first, = (tmp_path / "cache" / "onnx").glob("splade-*")
+    assert (first / "model.onnx").is_file() and not list((tmp_path / "cache" / "onnx").glob(".*"))  # none half-written
+
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LDR_CACHE_DIR", "cache")     # relative: the export's fusion step changes directory
+    monkeypatch.setenv("LDR_CACHE_DIR", "cache")
     from ldr.encode.models import resolve
     path = resolve("splade-tiny")[0]
-    first = onnx_export.exported("splade", path)
     stamp = (first / "model.onnx").stat().st_mtime_ns
     calls = []
     monkeypatch.setattr(onnx_export, "_export", lambda *a: calls.append(a))
+    monkeypatch.setattr(onnx_export, "isolated", lambda *a: calls.append(a))
     again = onnx_export.exported("splade", path)
-    assert again == first and not calls and (first / "model.onnx").stat().st_mtime_ns == stamp
+    assert again.resolve() == first.resolve() and not calls and (first / "model.onnx").stat().st_mtime_ns == stamp
     # int8 is another cache entry, keyed by the quantisation settings
     assert onnx_export.export_key("splade", Path(path), True)[0] != onnx_export.export_key("splade", Path(path), False)[0]
-    assert not list((tmp_path / "cache" / "onnx").glob(".*"))       # no half-written exports left
 
 
-def test_the_export_runs_in_a_child_and_its_failures_are_model_errors(tmp_path):
-    """torch and the optimizer's copies of the graph leave with the child (the build's process
-    never imports torch for a cold cache); a model the child cannot export is an error that names
-    why, not a traceback."""
-    script = (
-        "import sys, json; from ldr.encode.dense import load_dense, DenseSettings; "
-        "enc = load_dense(DenseSettings(backend='onnx')); "
-        "print(json.dumps({'torch': 'torch' in sys.modules, 'dim': enc.dim}))")
-    env = dict(os.environ, LDR_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "dim": 384}
-    assert len(list((tmp_path / "cache" / "onnx").glob("dense-*/model.onnx"))) == 1
-
+def test_a_model_the_child_cannot_export_is_a_model_error(tmp_path):
+    """A failed export names why, not a traceback."""
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "bert"}))
