@@ -584,7 +584,7 @@ def test_the_build_progress_bar_moves_with_encoded_tokens(tmp_path, capsys):
     (redrawn while the last batch finishes), not documents read."""
     import re
 
-    docs = [{"id": f"d{i}", "text": " ".join(f"word{j} about herons {i}" for j in range(2500))} for i in range(3)]
+    docs = [{"id": f"d{i}", "text": " ".join(f"word{j} about herons {i}" for j in range(1000))} for i in range(3)]
     ldr.Index.build(docs, tmp_path / "i", sparse=None, progress=True)
     frames = [f for f in capsys.readouterr().err.split("\r") if "tok" in f and "/" in f]
     done = [tuple(map(float, m.groups())) for f in frames if (m := re.search(r"([\d.]+)k?/([\d.]+)k? ", f))]
