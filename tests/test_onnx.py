@@ -61,6 +61,33 @@ def test_onnx_int8_is_close_and_recorded():
     assert np.array_equal(enc.encode_queries(["budget"]), enc.encode_queries(["budget", TEXTS[0]])[:1])
 
 
+def test_int8_quantises_the_cached_fp32_export(tmp_path, monkeypatch):
+    """An int8 export is the fp32 export's graph quantised: from a cached fp32 export, no torch
+    and no second trace (the graph is byte for byte the one a direct int8 export writes: checked by
+    hand for MiniLM and SPLADE, bench/README.md)."""
+    import shutil
+
+    import onnx
+
+    from ldr.encode.models import resolve
+    path = resolve("splade-tiny")[0]
+    fp32 = onnx_export.exported("splade", path)                 # the suite's cache
+    monkeypatch.setenv("LDR_CACHE_DIR", str(tmp_path / "cache"))
+    shutil.copytree(fp32, tmp_path / "cache" / "onnx" / fp32.name)
+    calls = []
+    real = onnx_export.isolated
+    monkeypatch.setattr(onnx_export, "isolated", lambda *a: calls.append(a[-1]) or real(*a))
+    q = onnx_export.exported("splade", path, int8=True)
+    assert calls == [tmp_path / "cache" / "onnx" / fp32.name]   # one child, quantising the fp32 export
+    a, b = (json.loads((f / "meta.json").read_text()) for f in (fp32, q))
+    assert b.pop("export")["int8"] == runtime.quantization_config() and a.pop("export")["int8"] is None and a == b
+    assert all((fp32 / f).read_bytes() == (q / f).read_bytes() for f in ("tokenizer.json", "head_weight.npy"))
+    assert any(n.op_type == "MatMulInteger" for n in onnx.load(str(q / "model.onnx")).graph.node)
+    ref = load_sparse(SparseSettings(top_k=None, backend="onnx")).encode_documents(TEXTS).toarray()
+    got = load_sparse(SparseSettings(top_k=None, backend="onnx-int8")).encode_documents(TEXTS).toarray()
+    assert _cos(ref[:2], got[:2]).min() > 0.95 and calls == calls[:1]      # loaded from the cache
+
+
 def test_onnx_splade_matches_torch():
     t = SparseEncoder(SparseSettings(device="cpu", top_k=None))
     o = load_sparse(SparseSettings(top_k=None, backend="onnx"))     # auto is bf16 on AMX CPUs

@@ -15,15 +15,18 @@ from . import onnx_export
 
 
 def main(argv: list[str]) -> int:
-    kind, model_dir, out, settings, trust, spec = argv
-    if spec:
+    kind, model_dir, out, settings, trust, spec, base = argv
+    if spec and not base:     # int8 from an fp32 export runs no wrapper
         module, _, name = spec.partition(":")
         if not module.startswith("ldr."):
             print(f"{onnx_export.FAILED}refusing an export wrapper outside ldr: {module}", file=sys.stderr)
             return 2
         onnx_export.WRAPPERS[kind] = getattr(importlib.import_module(module), name)
     try:
-        onnx_export._export(kind, Path(model_dir), Path(out), json.loads(settings), trust == "1")
+        if base:     # int8 from the fp32 export: no torch, no wrapper
+            onnx_export.quantised(Path(base), Path(out), json.loads(settings))
+        else:
+            onnx_export._export(kind, Path(model_dir), Path(out), json.loads(settings), trust == "1")
     except LdrError as e:
         print(f"{onnx_export.FAILED}{e}", file=sys.stderr)
         return 2

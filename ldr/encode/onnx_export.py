@@ -70,16 +70,22 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
     log.warning("exporting %s (%s%s) to ONNX Runtime once; later runs reuse %s", label(model_dir), kind,
                 ", int8" if int8 else "", folder)
 
+    # int8 quantises the fp32 export's graph, which is exactly the graph an int8 export would
+    # quantise: from the cached fp32 export it needs no torch and no tracing (MiniLM: 2 s, not 11 s)
+    base = exported(kind, model_dir, False, trust_remote_code) if int8 else None
+
+    def make(work: Path) -> None:
+        isolated(kind, model_dir, work, settings, trust_remote_code, base)
+
     def elsewhere(e: OSError) -> Path:
         # a read-only or unwritable cache: export for this process only, and say how to fix it
         log.warning("the ONNX cache %s is not writable (%s); exporting into a temporary folder for this run "
                     "only. Set LDR_CACHE_DIR to a writable folder to keep exports.", folder.parent, e.strerror or e)
         work = Path(tempfile.mkdtemp(prefix=f"ldr-onnx-{kind}-"))
-        isolated(kind, model_dir, work, settings, trust_remote_code)
+        make(work)
         return work
 
-    return build_once(folder, "meta.json", lambda work: isolated(kind, model_dir, work, settings, trust_remote_code),
-                      elsewhere)
+    return build_once(folder, "meta.json", make, elsewhere)
 
 
 def query_engine_ready(kind: str, path: str, trust_remote_code: bool = False, wrapper=None) -> None:
@@ -109,11 +115,13 @@ class ExportFailed(RuntimeError):
     PyTorch on it (runtime.with_fallback), an explicit ONNX backend reports it."""
 
 
-def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool) -> None:
-    """`_export` in a child Python (ldr.encode.export_child). Exporting MiniLM imports torch and
-    transformers and keeps the optimizer's copies of the graph: 1.3 GB that stayed in the
-    build's process beside the encoders (a first `ldr index` of six transcripts peaked at 1.8 GB,
-    later ones at 0.8 GB); the child takes them with it when it exits."""
+def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool,
+             base: Path | None = None) -> None:
+    """`_export` in a child Python (ldr.encode.export_child); with `base` (the fp32 export of the
+    same model), `quantised` instead. Exporting MiniLM imports torch and transformers and keeps the
+    optimizer's copies of the graph: 1.3 GB that stayed in the build's process beside the encoders
+    (a first `ldr index` of six transcripts peaked at 1.8 GB, later ones at 0.8 GB); the child takes
+    them with it when it exits."""
     wrapper = WRAPPERS.get(kind)
     spec = f"{wrapper.__module__}:{wrapper.__qualname__}" if wrapper is not None else ""
     env = dict(os.environ)
@@ -121,7 +129,7 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     cmd = [sys.executable, "-P", "-m", "ldr.encode.export_child", kind, str(model_dir), str(out),
-           json.dumps(settings), "1" if trust_remote_code else "0", spec]
+           json.dumps(settings), "1" if trust_remote_code else "0", spec, str(base or "")]
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           errors="replace")
     if proc.returncode == 0:
@@ -197,6 +205,24 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
+def quantised(base: Path, out: Path, settings: dict) -> None:
+    """The int8 export `settings` from `base`, the fp32 export of the same model: its graph
+    quantised, its tokenizer, arrays and description copied (the description names the int8
+    settings). What `_export` writes for int8, without torch."""
+    import shutil
+
+    meta = json.loads((base / "meta.json").read_text())
+    if meta.get("export", {}).get("weights") != settings["weights"] or meta["export"].get("int8") is not None:
+        raise ModelError(f"{base} is not the fp32 export of the model to quantise")
+    q = settings["int8"]
+    quantise(base / "model.onnx", out / "model.onnx", q, layer_matmuls(base / "model.onnx", q.get("fp32_layers", ())))
+    for f in base.iterdir():
+        if f.suffix == ".npy" or f.name == "tokenizer.json":
+            shutil.copyfile(f, out / f.name)
+    meta["export"] = settings
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
 def fuse(raw: Path, dest: Path, model_type: str, num_heads: int, hidden_size: int) -> dict:
     """ONNX Runtime's transformer fusions of `raw` into `dest`; returns the fused operators' counts.
 
@@ -266,6 +292,8 @@ def _wrapped(kind: str, model_dir: Path, trust_remote_code: bool):
         raise ModelError(f"{model_dir} has no fast tokenizer (tokenizer.json); use --backend torch")
     if kind in WRAPPERS:     # registered by the encoder module that owns the kind (no import back)
         return WRAPPERS[kind](model_dir, trust_remote_code)
+    if kind not in ("splade", "cross"):     # a dense export without its wrapper would be a cross-encoder's graph
+        raise ModelError(f"no ONNX export of the {kind} kind is registered (its encoder module registers it)")
     from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
     cls = AutoModelForMaskedLM if kind == "splade" else AutoModelForSequenceClassification
