@@ -288,10 +288,16 @@ def _wrapped(kind: str, model_dir: Path, trust_remote_code: bool):
     """(torch module taking (input_ids, attention_mask), facts about the model, config, tokenizer)."""
     import torch
 
-    if not getattr(_tokenizer(model_dir, trust_remote_code), "is_fast", False):
-        raise ModelError(f"{model_dir} has no fast tokenizer (tokenizer.json); use --backend torch")
+    def fast(tokenizer):
+        # checked on the tokenizer the model is loaded with: loading multilingual-e5's 250k-token
+        # tokenizer a second time only to check it took 1.5 s of the export
+        if not getattr(tokenizer, "is_fast", False):
+            raise ModelError(f"{model_dir} has no fast tokenizer (tokenizer.json); use --backend torch")
+        return tokenizer
+
     if kind in WRAPPERS:     # registered by the encoder module that owns the kind (no import back)
-        return WRAPPERS[kind](model_dir, trust_remote_code)
+        module, meta, config, tokenizer = WRAPPERS[kind](model_dir, trust_remote_code)
+        return module, meta, config, fast(tokenizer)
     if kind not in ("splade", "cross"):     # a dense export without its wrapper would be a cross-encoder's graph
         raise ModelError(f"no ONNX export of the {kind} kind is registered (its encoder module registers it)")
     from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
@@ -302,7 +308,7 @@ def _wrapped(kind: str, model_dir: Path, trust_remote_code: bool):
     except OSError as e:
         raise ModelError(f"cannot load {model_dir} for export: {str(e)[:200]}") from None
     _eager(model)
-    tokenizer = _tokenizer(model_dir, trust_remote_code)
+    tokenizer = fast(_tokenizer(model_dir, trust_remote_code))
     meta = {"kind": kind, "architecture": type(model).__name__, "vocab_size": model.config.vocab_size,
             "max_position_embeddings": int(getattr(model.config, "max_position_embeddings", 512)),
             "model_type": model.config.model_type}
