@@ -79,7 +79,9 @@ def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_pat
     from ldr.encode.dense import DenseSettings
     base = ldr.Index(idx)
     docs = [base.document(i) for i in base.docstore.live_ids()]
-    new = ldr.Index.build(docs, tmp_path / "idx2", dense=DenseSettings(model=str(out), max_length=32, device="cpu"),
+    # on PyTorch: its ONNX export is any local folder's (test_onnx), 9 s of a first run here
+    new = ldr.Index.build(docs, tmp_path / "idx2", dense=DenseSettings(model=str(out), max_length=32, device="cpu",
+                                                                       backend="torch"),
                           sparse=None, bm25=None)
     assert new.components["dense"]["model"]["name"] == str(out)
     changed = 0
