@@ -80,7 +80,9 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
         threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
         for t in threads:
             t.start()
-        time.sleep(2)
+        deadline = time.time() + 60
+        while len(answered) < 16 and time.time() < deadline:     # the clients are answered
+            time.sleep(0.05)
         replica = next(a for a in list_actors(filters=[("state", "=", "ALIVE")]) if "ldr-shard-0" in (a.name or ""))
         ray.kill(ray.get_actor(replica.name, namespace="serve"))
         time.sleep(4)
