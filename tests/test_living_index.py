@@ -6,6 +6,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -280,11 +281,19 @@ def test_two_writers_and_a_stale_lock(tmp_path):
     # --wait: blocks until the first writer is done
     proc = subprocess.Popen([sys.executable, "-m", "ldr.cli", "delete", "d001", "-i", str(path), "--wait"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    time.sleep(3)
-    assert proc.poll() is None
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.time() + 120
+    while not any("waiting for it to finish" in x for x in lines) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert proc.poll() is None and f"pid {os.getpid()}" in "".join(lines)     # it says whom it waits for
     w.close()
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "1 deleted" in stdout, stderr
+    stdout = proc.stdout.read()
+    proc.wait(timeout=120)
+    reader.join()
+    assert proc.returncode == 0 and "1 deleted" in stdout, lines
     # a lock file naming a writer that is gone (no flock held) is taken over
     (path / "write.lock").write_text("pid 999999 on elsewhere\n")
     with IndexWriter(path) as w2:

@@ -51,11 +51,16 @@ class WriteLock:
         if fcntl is None:
             return
         deadline = None if wait is True else time.monotonic() + (0 if wait is False else float(wait))
+        said = False
         while True:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if wait is not False and not said:     # a CLI user sees why nothing moves
+                    log.warning("%s is being written by another process (%s); waiting for it to finish",
+                                root, _holder(self.path))
+                    said = True
                 if deadline is not None and time.monotonic() >= deadline:
                     holder = _holder(self.path)
                     os.close(self._fd)
