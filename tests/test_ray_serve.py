@@ -13,9 +13,13 @@ import pytest
 import ldr
 from ldr.sharded import ShardedIndex
 
+from conftest import manifest_of
+
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 httpx = pytest.importorskip("httpx")
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")   # Ray Data's own, as in test_ray.py
 
 QUERIES = ["corrosion of the bearing plates", "who relit the lamp", "when can the licence be terminated",
            "sourdough starter feeding"]
@@ -50,6 +54,23 @@ def _serve(idx, address, port):
             time.sleep(0.5)
     proc.kill()
     raise RuntimeError("server did not start")
+
+
+def test_a_build_on_nodes_of_one_cpu_runs_a_worker_per_node(cluster, tmp_path):
+    """Workers are sized by a node's CPUs, not the cluster's: on two 1-CPU nodes the default asked
+    for 2-CPU workers, which no node could run, and the build waited forever."""
+    from ldr.errors import ConfigError
+    from ldr.index.ray_build import RayOptions
+
+    docs = [{"id": f"d{i}", "text": f"document {i} about herons and the tide"} for i in range(6)]
+    idx = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None, progress=False,
+                          ray=RayOptions(address=cluster.address, shard_docs=2))
+    info = manifest_of(tmp_path / "idx")["settings"]["build"]["ray"]
+    assert len(idx) == 6 and info["nodes"] == 2 and info["workers"] == 2 and info["cpus_per_worker"] == 1
+    with pytest.raises(ConfigError, match="more CPUs than any node .*largest has 1"):
+        ldr.Index.build(docs, tmp_path / "two", dense=None, sparse=None, progress=False,
+                        ray=RayOptions(address=cluster.address, cpus_per_worker=2))
+    assert not (tmp_path / "two").exists()
 
 
 def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard(cluster, tmp_path):

@@ -98,7 +98,20 @@ class Cluster:
         logging.getLogger("ray.data").setLevel(logging.ERROR)
         res = self.ray.cluster_resources()
         self.cpus, self.gpus = float(res.get("CPU", 0)), float(res.get("GPU", 0))
-        self.nodes = sum(1 for n in self.ray.nodes() if n.get("Alive"))
+        # a worker runs on one node: what it may ask for is bounded by a node's CPUs, not the
+        # cluster's (two 1-CPU nodes never run a 2-CPU worker: such a build waited forever)
+        self.node_cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in self.ray.nodes() if n.get("Alive")]
+        self.nodes = len(self.node_cpus)
+
+    def fit(self, cpus: float, what: str = "--ray-cpus-per-worker") -> float:
+        """`cpus` if some node has that many, else a ConfigError (Ray would wait for such a node)."""
+        largest = max(self.node_cpus, default=0.0)
+        if largest <= 0:
+            raise ConfigError("the Ray cluster has no CPUs to run encoders on")
+        if cpus > largest:
+            raise ConfigError(f"{what} {cpus:g} is more CPUs than any node of the Ray cluster has (the largest has "
+                              f"{largest:g}, the cluster {self.cpus:g} in all); a worker runs on one node")
+        return cpus
 
     def plan(self, opts: RayOptions) -> tuple[int, float, float]:
         """(workers, CPUs per worker, GPUs per worker) for this cluster."""
@@ -106,12 +119,8 @@ class Cluster:
             cpus = opts.cpus_per_worker or 1
             workers = opts.workers or int(self.gpus)
             return workers, cpus, 1.0
-        if self.cpus <= 0:
-            raise ConfigError("the Ray cluster has no CPUs to run encoders on")
-        cpus = opts.cpus_per_worker or min(4.0, self.cpus)
-        if cpus > self.cpus:
-            raise ConfigError(f"--ray-cpus-per-worker {cpus:g} is more than the cluster's {self.cpus:g} CPUs")
-        workers = opts.workers or max(1, int(self.cpus // cpus))
+        cpus = self.fit(opts.cpus_per_worker or min(4.0, max(self.node_cpus, default=0.0)))
+        workers = opts.workers or max(1, sum(int(n // cpus) for n in self.node_cpus))
         return workers, cpus, 0.0
 
     def close(self) -> None:
