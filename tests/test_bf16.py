@@ -111,6 +111,10 @@ def test_auto_keeps_a_small_corpus_on_fp32_where_bf16_would_not_pay(monkeypatch)
     big = (Doc(id=f"b{i}", text="word " * 20_000) for i in range(10))      # 1M characters, streamed
     config, docs = BuildConfig().small_corpus(big)
     assert config.dense.backend == "auto" and len(list(docs)) == 10
+    # a document the build will skip (over --max-doc-mb, or empty) is not text to encode
+    skipped = [Doc(id="huge", text="x" * (1 << 20)), Doc(id="blank", text=" " * 500_000), *small]
+    config, docs = BuildConfig(max_doc_mb=0.5).small_corpus(iter(skipped))
+    assert config.dense.backend == runtime.EXACT and len(list(docs)) == 7
     config, _ = BuildConfig(dense=DenseSettings(backend="onnx")).small_corpus(iter(small))
     assert config.dense.backend == "onnx" and config.sparse.backend == runtime.EXACT   # asked: kept
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})                  # no bf16: nothing to hold

@@ -162,7 +162,7 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: 
             fn_constructor_kwargs={"staging": str(staging), "components": components,
                                    "settings": _settings_dicts(settings), "threads": max(1, int(cpus)), "env": env,
                                    "faults": opts.faults, "progress": progress},
-            max_restarts=-1, max_task_retries=opts.retries)
+            max_restarts=len(shards) * max(opts.retries, 1), max_task_retries=opts.retries)
     done = threading.Event()
 
     def poll():
