@@ -162,6 +162,8 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: 
             fn_constructor_kwargs={"staging": str(staging), "components": components,
                                    "settings": _settings_dicts(settings), "threads": max(1, int(cpus)), "env": env,
                                    "faults": opts.faults, "progress": progress},
+            # an actor restarts at most once per death its shards may cost: unbounded (-1), the actor
+            # of a build that failed kept restarting and held the cluster's CPUs from the next build
             max_restarts=len(shards) * max(opts.retries, 1), max_task_retries=opts.retries)
     done = threading.Event()
 
