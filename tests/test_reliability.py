@@ -579,12 +579,14 @@ def test_a_search_reads_its_candidates_texts_together(tmp_path):
     assert len(r) == 5 and all(h.text == docs[int(h.id[1:])]["text"] and h.passages for h in r)
 
 
-def test_the_build_progress_bar_moves_with_encoded_tokens(tmp_path, capsys):
+def test_the_build_progress_bar_moves_with_encoded_tokens(tmp_path, capsys, monkeypatch):
     """Item 12: a long document is many seconds of encoding; the bar counts model tokens encoded
     (redrawn while the last batch finishes), not documents read."""
     import re
 
-    docs = [{"id": f"d{i}", "text": " ".join(f"word{j} about herons {i}" for j in range(1000))} for i in range(3)]
+    from ldr.index import progress
+    monkeypatch.setattr(progress, "REDRAW_S", 0.05)     # frames enough on a machine of any speed
+    docs = [{"id": f"d{i}", "text": " ".join(f"word{j} about herons {i}" for j in range(500))} for i in range(3)]
     ldr.Index.build(docs, tmp_path / "i", sparse=None, progress=True)
     frames = [f for f in capsys.readouterr().err.split("\r") if "tok" in f and "/" in f]
     done = [tuple(map(float, m.groups())) for f in frames if (m := re.search(r"([\d.]+)k?/([\d.]+)k? ", f))]

@@ -14,9 +14,12 @@ import threading
 from tqdm.auto import tqdm
 
 
+REDRAW_S = 0.5      # how often the ticker redraws the bar
+
+
 class BuildBar:
-    def __init__(self, segment, total_docs: int | None, enabled: bool, every: float = 0.5):
-        self.segment, self.total, self.docs, self.every = segment, total_docs, 0, every
+    def __init__(self, segment, total_docs: int | None, enabled: bool, every: float | None = None):
+        self.segment, self.total, self.docs, self.every = segment, total_docs, 0, every or REDRAW_S
         self.tokens = segment.encodes
         self.bar = tqdm(desc="encoding" if self.tokens else "indexing", unit="tok" if self.tokens else "doc",
                         unit_scale=self.tokens, total=None if self.tokens else total_docs,
