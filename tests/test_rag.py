@@ -21,10 +21,10 @@ NEEDLE = "The secret launch code for the orbital telescope is PELICAN-7431."
 def _long_docs(n=6):
     docs = []
     for i in range(n):
-        parts = [FILLER * 40 + f"Document {i} talks about topic{i}. "]
+        parts = [FILLER * 20 + f"Document {i} talks about topic{i}. "]
         if i == 3:
             parts.append(NEEDLE + " ")
-        parts.append(FILLER * 40)
+        parts.append(FILLER * 20)
         docs.append({"id": f"doc{i}", "text": "".join(parts), "title": f"Minutes {i}",
                      "lang": "de" if i % 2 else "en", "year": 2018 + i})
     return docs
