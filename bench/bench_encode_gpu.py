@@ -13,31 +13,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from bench_encode import best_of as cpu_best_of, min_cos     # noqa: E402  (bench/ is the script's folder)
 from ldr.encode.dense import DenseEncoder, DenseSettings
 
 
 def best_of(fn, repeat: int):
-    fn()
-    torch.cuda.synchronize()
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t = time.perf_counter()
+    """bench_encode's best_of, each call waited for on the GPU (CUDA runs asynchronously)."""
+    def synced():
         out = fn()
         torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return best, out
-
-
-def min_cos(a: np.ndarray, b: np.ndarray) -> float:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True).clip(1e-12)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True).clip(1e-12)
-    return float((a * b).sum(1).min())
+        return out
+    return cpu_best_of(synced, repeat)
 
 
 def main():
