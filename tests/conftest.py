@@ -28,6 +28,50 @@ if "LDR_CACHE_DIR" not in os.environ:
         os.environ["LDR_CACHE_DIR"] = str(ROOT / ".pytest_cache" / "ldr")
 
 
+# The README runs the suite on two xdist workers: one mostly waits (Ray clusters, servers, child
+# processes) while the other computes. Each worker's encoders get its share of the CPUs, or four
+# thread pools fight over two cores (ONNX Runtime and OpenMP spin while they wait).
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    _share = str(max(1, len(os.sched_getaffinity(0)) // WORKERS))
+    os.environ.setdefault("LDR_THREADS", _share)
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
+
+# Modules that run in sequence on one worker, longest lanes first; every other module is a unit of
+# its own, in file order. "ray": one local Ray cluster at a time. "models": the modules that load
+# the large models (multilingual-e5, trainings of MiniLM, the exports), so that their memory peaks
+# never meet.
+LANES = {
+    "ray": ("test_ray", "test_ray_serve", "test_ray_processes"),
+    "models": ("test_language_defaults", "test_multilingual", "test_train", "test_tune", "test_onnx", "test_bf16"),
+}
+LANE_OF = {m: lane for lane, mods in LANES.items() for m in mods}
+
+
+def _unit(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0].rpartition("/")[2].removesuffix(".py")
+    return LANE_OF.get(module, module)
+
+
+def pytest_collection_modifyitems(config, items):
+    order = {lane: i for i, lane in enumerate(LANES)}
+    items.sort(key=lambda it: order.get(_unit(it.nodeid), len(order)))     # stable: file order kept
+
+
+@pytest.hookimpl(tryfirst=True)     # before xdist's own, which schedules by --dist
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        """xdist's --dist loadfile, with a lane of modules as one unit and the units in order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False      # xdist would sort the units by their count of tests
+    return Lanes(config, log)
+
+
 def pytest_configure(config):
     # the suite meets some 20 model settings in one process; ldr keeps 8 loaded by default, which
     # held the suite's peak at 4.7 GB. Three hold what one test module uses at once.

@@ -66,7 +66,7 @@ def test_ray_in_the_same_process_as_lucene_keeps_the_jvm_alive(tmp_path):
         from ldr import crash_signals
         docs = [{{"id": f"d{{i}}", "text": " ".join(["heron marsh reed tide"] * 50) + f" w{{i}}"}} for i in range(300)]
         ldr.Index.build(docs, {str(tmp_path / 'a')!r}, bm25="lucene", dense=None, sparse=None)
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         ray.shutdown()
         print("replaced", not crash_signals.jvm_handlers_intact())
         idx = ldr.Index.build(docs, {str(tmp_path / 'b')!r}, bm25="lucene", dense=None, sparse=None)
