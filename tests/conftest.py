@@ -77,6 +77,11 @@ def pytest_configure(config):
     # held the suite's peak at 4.7 GB. Three hold what one test module uses at once.
     from ldr.components import ENCODERS
     ENCODERS.max_models = 3
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        # ldr's bytecode, written once: the suite starts some 100 Python processes (CLI runs, export
+        # children, Ray workers, servers), and with PYTHONDONTWRITEBYTECODE set each compiled ldr again
+        import compileall
+        compileall.compile_dir(str(ROOT / "ldr"), quiet=1)
 
 
 def release_memory(everything: bool = False) -> None:
@@ -105,6 +110,40 @@ def _release_memory_between_modules():
     `fresh_encoders`."""
     yield
     release_memory()
+
+
+_RAY = {}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> str:
+    """A real local Ray cluster of two 1-CPU nodes (ray.cluster_utils.Cluster) that this process
+    has joined; its address. Started once for the "ray" lane, whose modules run in sequence on one
+    worker, and stopped when the lane ends: a cluster's start and stop took ~6 s per module."""
+    if "cluster" not in _RAY:
+        ray = pytest.importorskip("ray")
+        from ray.cluster_utils import Cluster
+
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        c.add_node(num_cpus=1)
+        ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+        _RAY["cluster"] = c
+    yield _RAY["cluster"].address
+    _stop_ray_cluster()
+
+
+def _stop_ray_cluster() -> None:
+    c = _RAY.pop("cluster", None)
+    if c is not None:
+        import ray
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.hookimpl(trylast=True)     # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item, nextitem):
+    if "cluster" in _RAY and (nextitem is None or _unit(nextitem.nodeid) != "ray"):
+        _stop_ray_cluster()      # its processes and their memory are not kept beside the next modules
 
 
 @pytest.fixture(scope="module")

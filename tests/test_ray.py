@@ -1,4 +1,4 @@
-"""`--ray`: building and adding on a real local Ray cluster (ray.init(num_cpus=2)) gives the index a
+"""`--ray`: building and adding on a real local Ray cluster (two 1-CPU nodes) gives the index a
 local build gives; a worker killed mid-build is retried; a shard that keeps failing commits nothing."""
 import json
 import logging
@@ -21,11 +21,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """A real local Ray cluster for this module; ldr joins it instead of starting its own."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
+def cluster(ray_cluster):
+    """A real local Ray cluster (conftest: two 1-CPU nodes); ldr joins it instead of starting its own."""
+    return ray_cluster
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +150,7 @@ def test_cli_add_on_a_running_cluster_replaces_and_adds(cluster, plain, tmp_path
     r = CliRunner().invoke(main, ["add", str(new), "-i", str(path), "--ray", cluster, "--ray-workers", "2",
                                   "--ray-cpus-per-worker", "1", "--ray-shard-docs", "1", "-q"])
     assert r.exit_code == 0, r.output
-    assert "encoded on Ray: 2 workers x 1 CPUs on 1 node, 2 shards" in r.output
+    assert "encoded on Ray: 2 workers x 1 CPUs on 2 nodes, 2 shards" in r.output
     assert "1 added, 1 replaced, 1 skipped" in r.output
     idx = ldr.Index(path)
     assert len(idx) == 24

@@ -1,6 +1,6 @@
 """Ray in processes of their own, as users start it: `ldr index --ray` from a folder holding another
-`ldr`, without the extra, and Ray started beside the Lucene backend's JVM. (The builds on the shared
-local cluster are in test_ray.py.)"""
+`ldr`, without the extra, and Ray joined beside the Lucene backend's JVM, each on the Ray modules'
+shared local cluster (conftest). (The builds in this process are in test_ray.py.)"""
 import os
 import subprocess
 import sys
@@ -39,7 +39,7 @@ def test_ray_options_without_ray_flag_and_without_the_extra(tmp_path, sample_cor
     assert not (tmp_path / "j").exists()
 
 
-def test_workers_import_the_drivers_ldr_whatever_folder_it_runs_from(tmp_path):
+def test_workers_import_the_drivers_ldr_whatever_folder_it_runs_from(tmp_path, ray_cluster):
     """Ray puts the driver's working directory first on each worker's sys.path: run from a folder
     holding another `ldr` (an old clone), the workers must still import the driver's package."""
     (tmp_path / "ldr").mkdir()
@@ -50,13 +50,14 @@ def test_workers_import_the_drivers_ldr_whatever_folder_it_runs_from(tmp_path):
         (corpus / f"d{i}.txt").write_text(f"document {i} about herons")
     script = Path(sys.executable).parent / "ldr"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
-    r = subprocess.run([str(script), "index", "corpus", "-o", "idx", "--dense", "none", "--sparse", "none", "--ray"],
+    r = subprocess.run([str(script), "index", "corpus", "-o", "idx", "--dense", "none", "--sparse", "none", "--ray",
+                        ray_cluster],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "decoy" not in r.stderr and len(ldr.open(tmp_path / "idx")) == 3
 
 
-def test_ray_in_the_same_process_as_lucene_keeps_the_jvm_alive(tmp_path):
+def test_ray_in_the_same_process_as_lucene_keeps_the_jvm_alive(tmp_path, ray_cluster):
     """Ray's init and shutdown replace the fault handlers the JVM runs on (its compiled code faults on
     purpose): the next Lucene call used to kill the process (exit 139) when a safepoint fell in it. Run as
     a user would, in a child; that each Lucene call puts the JVM's handlers back is checked outright."""
@@ -66,7 +67,7 @@ def test_ray_in_the_same_process_as_lucene_keeps_the_jvm_alive(tmp_path):
         from ldr import crash_signals
         docs = [{{"id": f"d{{i}}", "text": " ".join(["heron marsh reed tide"] * 50) + f" w{{i}}"}} for i in range(300)]
         ldr.Index.build(docs, {str(tmp_path / 'a')!r}, bm25="lucene", dense=None, sparse=None)
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        ray.init(address={ray_cluster!r}, log_to_driver=False, logging_level=logging.ERROR)   # joining replaces them too
         ray.shutdown()
         print("replaced", not crash_signals.jvm_handlers_intact())
         idx = ldr.Index.build(docs, {str(tmp_path / 'b')!r}, bm25="lucene", dense=None, sparse=None)

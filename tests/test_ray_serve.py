@@ -26,15 +26,8 @@ QUERIES = ["corrosion of the bearing plates", "who relit the lamp", "when can th
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=1)
-    ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
-    yield c
-    ray.shutdown()
-    c.shutdown()
+def cluster(ray_cluster):
+    return ray_cluster      # conftest: two 1-CPU nodes, shared by the Ray modules
 
 
 def _serve(idx, address, port):
@@ -64,12 +57,12 @@ def test_a_build_on_nodes_of_one_cpu_runs_a_worker_per_node(cluster, tmp_path):
 
     docs = [{"id": f"d{i}", "text": f"document {i} about herons and the tide"} for i in range(6)]
     idx = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None, progress=False,
-                          ray=RayOptions(address=cluster.address, shard_docs=2))
+                          ray=RayOptions(address=cluster, shard_docs=2))
     info = manifest_of(tmp_path / "idx")["settings"]["build"]["ray"]
     assert len(idx) == 6 and info["nodes"] == 2 and info["workers"] == 2 and info["cpus_per_worker"] == 1
     with pytest.raises(ConfigError, match="more CPUs than any node .*largest has 1"):
         ldr.Index.build(docs, tmp_path / "two", dense=None, sparse=None, progress=False,
-                        ray=RayOptions(address=cluster.address, cpus_per_worker=2))
+                        ray=RayOptions(address=cluster, cpus_per_worker=2))
     assert not (tmp_path / "two").exists()
 
 
@@ -82,7 +75,7 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
     idx = tmp_path / "idx"
     one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native", dense=None, sparse=None)
     ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
-    proc, http = _serve(idx, cluster.address, _free_port())
+    proc, http = _serve(idx, cluster, _free_port())
     try:
         for q in QUERIES:
             body = http.post("/search", json={"query": q, "k": 5}).json()
