@@ -29,11 +29,12 @@ if "LDR_CACHE_DIR" not in os.environ:
 
 
 # The README runs the suite on two xdist workers: one mostly waits (Ray clusters, servers, child
-# processes) while the other computes. Each worker's encoders get its share of the CPUs, or four
-# thread pools fight over two cores (ONNX Runtime and OpenMP spin while they wait).
+# processes) while the other computes. Each worker's encoders get its share of the CPUs: on 2 cores,
+# two threads per worker ran no faster than one (307.8 s against 306.9 s, bench/README.md).
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
-    _share = str(max(1, len(os.sched_getaffinity(0)) // WORKERS))
+    _cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _share = str(max(1, _cpus // WORKERS))
     os.environ.setdefault("LDR_THREADS", _share)
     os.environ.setdefault("OMP_NUM_THREADS", _share)
 
@@ -58,7 +59,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda it: order.get(_unit(it.nodeid), len(order)))     # stable: file order kept
 
 
-@pytest.hookimpl(tryfirst=True)     # before xdist's own, which schedules by --dist
+@pytest.hookimpl(tryfirst=True, optionalhook=True)     # before xdist's own, which schedules by --dist
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
