@@ -38,25 +38,38 @@ if WORKERS > 1:
     os.environ.setdefault("LDR_THREADS", _share)
     os.environ.setdefault("OMP_NUM_THREADS", _share)
 
-# Modules that run in sequence on one worker, longest lanes first; every other module is a unit of
-# its own, in file order. "ray": one local Ray cluster at a time. "models": the modules that load
-# the large models (multilingual-e5, trainings of MiniLM, the exports), so that their memory peaks
-# never meet.
+# Modules that run in sequence on one worker, the lanes first and in this order, each lane's
+# modules in its order; every other module is a unit of its own, in file order. "models": the
+# modules that load the large models (multilingual-e5 and its one-time export first, the trainings
+# of MiniLM, the exports), so that their memory peaks never meet. "light": modules that load no
+# PyTorch model, beside e5's export (a 2.7 GB child process). "ray": one local Ray cluster at a time.
 LANES = {
-    "ray": ("test_ray", "test_ray_serve", "test_ray_processes"),
-    "models": ("test_language_defaults", "test_multilingual", "test_train", "test_tune", "test_onnx", "test_bf16"),
+    "models": ("test_language_defaults", "test_multilingual", "test_bf16", "test_onnx", "test_train", "test_tune"),
+    "light": ("test_architecture", "test_bounds", "test_cli", "test_compare", "test_components", "test_corpus",
+              "test_docs", "test_fusion", "test_index", "test_open", "test_options", "test_runs_edges",
+              "test_sync_and_messages", "test_window_stage", "test_bad_input", "test_bm25"),
+    "ray": ("test_ray", "test_ray_processes", "test_ray_serve"),
 }
 LANE_OF = {m: lane for lane, mods in LANES.items() for m in mods}
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rpartition("/")[2].removesuffix(".py")
+
+
 def _unit(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0].rpartition("/")[2].removesuffix(".py")
-    return LANE_OF.get(module, module)
+    return LANE_OF.get(_module(nodeid), _module(nodeid))
 
 
 def pytest_collection_modifyitems(config, items):
-    order = {lane: i for i, lane in enumerate(LANES)}
-    items.sort(key=lambda it: order.get(_unit(it.nodeid), len(order)))     # stable: file order kept
+    lanes = list(LANES)
+
+    def place(item):
+        module = _module(item.nodeid)
+        lane = LANE_OF.get(module)
+        return (lanes.index(lane), LANES[lane].index(module)) if lane else (len(lanes), 0)
+
+    items.sort(key=place)       # stable: a module's tests, and the other modules, keep their order
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)     # before xdist's own, which schedules by --dist
@@ -125,7 +138,8 @@ def ray_cluster() -> str:
         ray = pytest.importorskip("ray")
         from ray.cluster_utils import Cluster
 
-        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        # no dashboard (as ldr starts its own clusters): its processes held ~320 MB
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         c.add_node(num_cpus=1)
         ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
         _RAY["cluster"] = c

@@ -68,7 +68,6 @@ def test_a_build_on_nodes_of_one_cpu_runs_a_worker_per_node(cluster, tmp_path):
 
 def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard(cluster, tmp_path):
     from ray import serve
-    from ray.util.state import list_actors
     from test_sharded import _docs
     from test_serve import _free_port
 
@@ -97,8 +96,10 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
         deadline = time.time() + 60
         while len(answered) < 16 and time.time() < deadline:     # the clients are answered
             time.sleep(0.05)
-        replica = next(a for a in list_actors(filters=[("state", "=", "ALIVE")]) if "ldr-shard-0" in (a.name or ""))
-        ray.kill(ray.get_actor(replica.name, namespace="serve"))
+        # the named actors come from Ray's GCS (the state API would need the dashboard)
+        replica = next(a for a in ray.util.list_named_actors(all_namespaces=True)
+                       if a["namespace"] == "serve" and "ldr-shard-0" in a["name"])
+        ray.kill(ray.get_actor(replica["name"], namespace="serve"))
         time.sleep(4)
         stop.set()
         for t in threads:
