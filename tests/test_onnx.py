@@ -111,15 +111,21 @@ def test_tokenizer_without_transformers_gives_the_same_ids():
 def test_the_export_runs_in_a_child_into_a_relative_cache_and_is_reused(tmp_path, monkeypatch):
     """torch and the optimizer's copies of the graph leave with the child (the build's process
     never imports torch for a cold cache); a relative LDR_CACHE_DIR holds (the export's fusion step
-    changes directory); the next load reuses the export and writes nothing."""
+    changes directory); two processes that load it at once export it once (the other waits for
+    it); the next load reuses the export and writes nothing."""
     script = (
         "import sys, json; from ldr.encode.sparse import load_sparse, SparseSettings; "
         "enc = load_sparse(SparseSettings(backend='onnx')); "
         "print(json.dumps({'torch': 'torch' in sys.modules, 'vocab': enc.vocab_size}))")
     env = dict(os.environ, LDR_CACHE_DIR="cache")
-    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
-                         check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "vocab": 30522}
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    for out, _ in outs:
+        assert json.loads(out.strip().splitlines()[-1]) == {"torch": False, "vocab": 30522}
+    # one export: the other process waited for it, or found it done
+    assert sum(err.count("to ONNX Runtime once") for _, err in outs) == 1, [err[-2000:] for _, err in outs]
     first, = (tmp_path / "cache" / "onnx").glob("splade-*")
     assert (first / "model.onnx").is_file() and not list((tmp_path / "cache" / "onnx").glob(".*"))  # none half-written
 

@@ -1,12 +1,10 @@
 """`--ray`: building and adding on a real local Ray cluster (two 1-CPU nodes) gives the index a
 local build gives; a worker killed mid-build is retried; a shard that keeps failing commits nothing."""
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
 from click.testing import CliRunner
 
 import ldr

@@ -66,15 +66,15 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
     folder = cache_root() / "onnx" / f"{kind}-{key}"
     if (folder / "meta.json").is_file() and (folder / "model.onnx").is_file():
         return folder
-    # shown by the CLI (a warning): the first run waits here for a minute or two with nothing moving
-    log.warning("exporting %s (%s%s) to ONNX Runtime once; later runs reuse %s", label(model_dir), kind,
-                ", int8" if int8 else "", folder)
-
     # int8 quantises the fp32 export's graph, which is exactly the graph an int8 export would
     # quantise: from the cached fp32 export it needs no torch and no tracing (MiniLM: 2 s, not 11 s)
     base = exported(kind, model_dir, False, trust_remote_code) if int8 else None
 
     def make(work: Path) -> None:
+        # shown by the CLI (a warning): the first run waits here for a minute or two with nothing
+        # moving; said by the process that exports (another one waiting for it says so itself)
+        log.warning("exporting %s (%s%s) to ONNX Runtime once; later runs reuse %s", label(model_dir), kind,
+                    ", int8" if int8 else "", folder)
         isolated(kind, model_dir, work, settings, trust_remote_code, base)
 
     def elsewhere(e: OSError) -> Path:
