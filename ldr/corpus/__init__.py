@@ -188,16 +188,22 @@ def _changed(docs: Iterable[Doc], report: IngestReport, unchanged) -> Iterator[D
             yield doc
 
 
+def oversized(text: str, max_doc_mb: float) -> bool:
+    """Over --max-doc-mb in UTF-8 (such a document is skipped); the character count first, since
+    no character takes more than 4 bytes."""
+    limit = int(max_doc_mb * (1 << 20))
+    return len(text) * 4 > limit and utf8_len(text) > limit
+
+
 def _checked(docs, report, max_doc_mb, unchanged) -> Iterator[Doc]:
     seen: dict[str, str] = {}
-    limit = int(max_doc_mb * (1 << 20))
     for doc in docs:
         if not isinstance(doc, Doc):
             raise CorpusError(f"expected ldr.Doc objects (or dicts with id/text), got {type(doc).__name__}")
         if not isinstance(doc.id, str) or not isinstance(doc.text, str) or not isinstance(doc.title, str):
             raise CorpusError(f"document {doc.id!r}: id, text and title must be strings")
         doc = _clean_meta(_clean(doc, report), report)
-        if len(doc.text) * 4 > limit and utf8_len(doc.text) > limit:
+        if oversized(doc.text, max_doc_mb):
             report.skip(f"larger than --max-doc-mb {max_doc_mb:g}",
                         f"{doc.source or doc.id} ({utf8_len(doc.text) / (1 << 20):.1f} MB; raise --max-doc-mb)")
             continue

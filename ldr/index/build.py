@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from ..corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport
+from ..corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport, oversized
 from ..errors import ConfigError
 from ..components.bm25_store.analysis import Analyzer
 from ..components.faiss_store import FaissSettings
@@ -142,12 +142,11 @@ class BuildConfig:
         if not auto or not bf16_fast():
             return self, docs
         it, head, chars = iter(docs), [], 0
-        limit = self.max_doc_mb * (1 << 20)
         for doc in it:
             head.append(doc)
             # what will be encoded: a document skipped as too large (or empty) counts for nothing (a
             # 1 MB file skipped beside 23 short ones made such a build start PyTorch for bf16)
-            chars += len(doc.text) if len(doc.text) <= limit and doc.text.strip() else 0
+            chars += len(doc.text) if doc.text.strip() and not oversized(doc.text, self.max_doc_mb) else 0
             if chars >= BF16_MIN_CHARS:
                 return self, itertools.chain(head, it)
         held = {n: dataclasses.replace(getattr(self, n), backend=EXACT) for n in auto}

@@ -103,9 +103,14 @@ class Cluster:
         self.node_cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in self.ray.nodes() if n.get("Alive")]
         self.nodes = len(self.node_cpus)
 
+    @property
+    def largest_node(self) -> float:
+        """The CPUs of the largest live node: the most one worker can ask for."""
+        return max(self.node_cpus, default=0.0)
+
     def fit(self, cpus: float, what: str = "--ray-cpus-per-worker") -> float:
         """`cpus` if some node has that many, else a ConfigError (Ray would wait for such a node)."""
-        largest = max(self.node_cpus, default=0.0)
+        largest = self.largest_node
         if largest <= 0:
             raise ConfigError("the Ray cluster has no CPUs to run encoders on")
         if cpus > largest:
@@ -119,7 +124,7 @@ class Cluster:
             cpus = opts.cpus_per_worker or 1
             workers = opts.workers or int(self.gpus)
             return workers, cpus, 1.0
-        cpus = self.fit(opts.cpus_per_worker or min(4.0, max(self.node_cpus, default=0.0)))
+        cpus = self.fit(opts.cpus_per_worker or min(4.0, self.largest_node))
         workers = opts.workers or max(1, sum(int(n // cpus) for n in self.node_cpus))
         return workers, cpus, 0.0
 

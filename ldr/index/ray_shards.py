@@ -27,8 +27,9 @@ def build_on_ray(paths: list[Path], files: list[Path], counts: list[int], config
     cluster = Cluster(opts.address)
     try:
         ray = cluster.ray
-        cpus = cluster.fit(opts.cpus_per_worker or max(1.0, min(4.0, cluster.cpus / max(len(paths), 1),
-                                                                 max(cluster.node_cpus, default=1.0))))
+        # default: the cluster's CPUs shared by the shards, 1 to 4, and no more than a node holds
+        share = min(4.0, cluster.cpus / max(len(paths), 1), cluster.largest_node)
+        cpus = cluster.fit(opts.cpus_per_worker or max(1.0, share))
         task = ray.remote(num_cpus=cpus, max_retries=RETRIES, retry_exceptions=False)(_build_shard)
         refs = [task.remote(str(p), str(f), config, c, max(1, int(cpus))) for p, f, c in zip(paths, files, counts)]
         try:
