@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ldr.search",),                 # the query side: options, the plan and its stages, fusion
     ("ldr.rerank",),                 # second stages (cross-encoder, passage rescorer) behind the rerank stage's protocol
     ("ldr.eval", "ldr.train"),       # measuring and training, given an Index
-    ("ldr.api", "ldr.sharded"),     # the composition root a RAG application imports
+    ("ldr.api", "ldr.sharded", "ldr.handle"),     # the composition root a RAG application imports (handle: what both share)
     ("ldr.serve", "ldr.integrations"),
     ("ldr.cli",),
     ("ldr",),                        # the package root re-exports the API

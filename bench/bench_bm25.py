@@ -1,4 +1,4 @@
-"""BM25: ldr (tantivy and Lucene backends) vs pyserini used directly vs bm25s, on one BEIR folder,
+"""BM25: ldr (tantivy, native and Lucene backends) vs pyserini used directly vs bm25s, on one BEIR folder,
 in the same run. Each system runs in its own subprocess so that peak RSS is its own.
 
     python bench/bench_bm25.py [--data ../shared/data/qmsum-train] [--systems ...]
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("ldr-tantivy", "ldr-lucene", "pyserini", "bm25s", "bm25s-stem")
+SYSTEMS = ("ldr-tantivy", "ldr-native", "ldr-lucene", "pyserini", "bm25s", "bm25s-stem")
 
 
 def _corpus(data: Path):
@@ -28,7 +28,7 @@ def _corpus(data: Path):
         yield r["_id"], (r.get("title", "") + "\n" + r["text"]).strip()
 
 
-def run_one(system: str, data: Path, depth: int) -> dict:
+def run_one(system: str, data: Path, depth: int, mode: str | None = None) -> dict:
     from ldr.eval.beir import load_qrels, load_queries
     from ldr.eval.metrics import evaluate
 
@@ -42,7 +42,9 @@ def run_one(system: str, data: Path, depth: int) -> dict:
     if system.startswith("ldr-"):
         import ldr
         idx = ldr.Index.build(data / "corpus.jsonl", tmp / "idx", bm25=system[4:], dense=None, sparse=None)
-        search = lambda q: [(h.id, h.score) for h in idx.search(q, k=depth, with_text=False)]
+        # the default search of a BM25-only index (window stage included), or `--mode bm25` alone
+        search = lambda q: [(h.id, h.score) for h in idx.search(q, k=depth, with_text=False, passages=0,
+                                                                **({"mode": mode} if mode else {}))]
     elif system == "pyserini":
         from pyserini.index.lucene import LuceneIndexer
         from pyserini.search.lucene import LuceneSearcher
@@ -87,20 +89,22 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT.parent / "shared/data/qmsum-train"))
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--depth", type=int, default=1000)
+    ap.add_argument("--mode", default=None, help="ldr's search mode (default: the index's; bm25: BM25 alone)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     data = Path(args.data)
     if args.one:
-        print(json.dumps(run_one(args.one, data, args.depth)))
+        print(json.dumps(run_one(args.one, data, args.depth, args.mode)))
         return
     rows = []
     for system in args.systems.split(","):
-        out = subprocess.run([sys.executable, __file__, "--one", system, "--data", str(data), "--depth", str(args.depth)],
+        out = subprocess.run([sys.executable, __file__, "--one", system, "--data", str(data), "--depth", str(args.depth)]
+                             + (["--mode", args.mode] if args.mode else []),
                              capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     mb = (data / "corpus.jsonl").stat().st_size / 1e6
     base = next((r for r in rows if r["system"] == "ldr-tantivy"), rows[0])
-    print(f"data: {data} ({mb:.1f} MB); top-{args.depth} per query, one query at a time")
+    print(f"data: {data} ({mb:.1f} MB); top-{args.depth} per query, one query at a time; ldr mode {args.mode or 'default'}")
     print("| system | index s | MB/s | peak RSS MB | q/s | p50 ms | p95 ms | nDCG@10 | R@100 | q/s vs ldr-tantivy |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:

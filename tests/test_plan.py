@@ -91,19 +91,25 @@ def test_a_plan_prints_its_stages_and_where_each_setting_came_from(idx):
 def test_a_split_plan_answers_as_the_whole_one(idx):
     """The first stages on one side, the rest over the gathered candidates: the hits a
     coordinator would return are the unsplit search's."""
-    from ldr.search.source import IndexSource
+    import pickle
+
+    from ldr.search.gather import ShardedSource, gather
 
     plan = idx.plan("gannets kittiwakes reef", k=5)
     first, rest = plan.split()
     assert first.rest == () and rest.first == () and first.stages + rest.stages == plan.stages
-    view = idx._view
-    source = IndexSource(plan.query, lambda n: idx.retriever(n, view), view.segments,
-                         finder=idx._finder(view, plan.settings.weights, plan.kinds))
-    gathered = first.run_first(source)
+    first, rest = pickle.loads(pickle.dumps(first)), pickle.loads(pickle.dumps(rest))   # values that travel
+    shard = idx.as_shard()
+    gathered = first.run_first(shard.source(plan.query, None, {}))        # the shard's side
     assert set(gathered.lists) == {"bm25"} and not gathered.rows
-    rows = rest.run_rest(gathered, source).rows
+    one = idx._snapshot()
+    cands = gather([gathered], one.map, plan.query, {s.kind: s.depth for s in first.first})
+    finder = idx._run(one).finder(plan.settings.weights, {n: shard.retriever(n) for n in plan.kinds})
+    source = ShardedSource(plan.query, {}, one.map, [shard.source(plan.query, None, {})], finder,
+                           lambda k: shard.retriever(k).encode(plan.query), None)
+    rows = rest.run_rest(cands, source).rows
     whole = idx.search("gannets kittiwakes reef", k=5)
-    assert [(view.segments.ids[d], s) for d, s, _ in rows] == [(h.id, h.score) for h in whole]
+    assert [(one.map.ids[d], s) for d, s, _ in rows] == [(h.id, h.score) for h in whole]
 
 
 def test_options_are_checked_once_against_the_index(idx):
@@ -181,3 +187,24 @@ def test_a_stage_defined_here_runs_in_the_server(idx):
 
 def teardown_module():
     unregister_stage("boost")
+
+
+def test_explain_loads_no_model_and_a_plan_pickles(idx):
+    """Compiling a plan reads no document and loads no model (the second stage is a value bound
+    where the plan runs): `ldr search --explain` with a cross-encoder imports no model runtime."""
+    import pickle
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom ldr.cli import main\n"
+            f"r = CliRunner().invoke(main, ['search', 'reef', '-i', {str(idx.path)!r}, '--explain', "
+            "'--rerank-model', 'cross-encoder/ms-marco-MiniLM-L-12-v2'])\n"
+            "assert r.exit_code == 0, r.output\nprint(r.output)\n"
+            "print('LOADED', [m for m in ('torch', 'transformers', 'onnxruntime') if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "reranked   cross-encoder:cross-encoder/ms-marco-MiniLM-L-12-v2" in out.stdout
+    assert "LOADED []" in out.stdout
+    plan = idx.plan("reef", rerank_model="cross-encoder/ms-marco-MiniLM-L-12-v2")
+    again = pickle.loads(pickle.dumps(plan))
+    assert again.explain() == plan.explain() and again.stage("reranked").reranker.model == plan.stage("reranked").reranker.model

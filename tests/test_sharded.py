@@ -47,7 +47,7 @@ def _same(one, sharded, where: str):
 
 @pytest.fixture(scope="module")
 def unsharded(tmp_path_factory):
-    return ldr.Index.build(_docs(), tmp_path_factory.mktemp("one") / "idx", bm25="native")
+    return ldr.Index.build(_docs(), tmp_path_factory.mktemp("one") / "idx")
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -58,7 +58,7 @@ def test_a_sharded_index_answers_as_one_index_through_writes(unsharded, tmp_path
     _same(unsharded, sharded, "built")
     if n != 4:
         return
-    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native")       # changed alongside
+    one = ldr.Index.build(_docs(), tmp_path / "one")       # changed alongside
     for index in (one, sharded):
         index.add(_extra())
         index.add([ldr.Doc("sourdough-guide", "A shorter sourdough guide: feed the starter twice a day.", "Sourdough")])
@@ -77,7 +77,9 @@ def test_filters_and_bm25_statistics_are_the_whole_index(unsharded, tmp_path):
         b = sharded.search(q, mode="bm25", filters={"id": "bridge-inspection-report.html"})
         assert [(h.id, round(h.score, 6)) for h in a] == [(h.id, round(h.score, 6)) for h in b]
     # every shard scores with the same document count and average length
-    rep = sharded._reps("bearing plates", ["bm25"])["bm25"]
+    from ldr.search import searcher
+
+    rep = searcher.encode(sharded._snapshot(), "bearing plates", ["bm25"])["bm25"]
     whole = unsharded.retriever("bm25")
     assert (rep.n, rep.avgdl) == (whole.n, whole.avgdl) and rep.df == {t: whole._df(t) for t in rep.df} == \
         {"bear": 2, "plate": 1}
@@ -137,7 +139,7 @@ def test_a_write_killed_between_shard_and_cluster_commits_is_never_half_seen(tmp
     assert CliRunner().invoke(main, ["check", str(idx)]).exit_code == 0
     after = ldr.open(idx)
     assert len(after) == 12 and after.search("harbour master tides", k=1)[0].id.startswith("harbour-log")
-    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native", dense=None, sparse=None)
+    one = ldr.Index.build(_docs(), tmp_path / "one", dense=None, sparse=None)
     one.add(more)
     for q in QUERIES:
         assert [(h.id, round(h.score, 6)) for h in one.search(q)] == [(h.id, round(h.score, 6)) for h in after.search(q)]
@@ -148,7 +150,7 @@ def test_ldr_eval_on_shards_writes_the_runs_of_one_index(tmp_path):
 
     args = ["eval", "--bench", "longembed", "--tasks", "needle", "--haystack",
             str(ROOT.parent / "shared" / "data" / "paul-graham-essays"), "--lengths", "256", "--max-queries", "6",
-            "--dense", "none", "--sparse", "none", "--bm25", "native", "-q", "--cache", str(tmp_path / "cache")]
+            "--dense", "none", "--sparse", "none", "-q", "--cache", str(tmp_path / "cache")]
     if not (ROOT.parent / "shared" / "data" / "paul-graham-essays").is_dir():
         pytest.skip("../shared/data/paul-graham-essays is absent")
     r = CliRunner()
@@ -165,7 +167,7 @@ def test_a_server_answers_and_writes_a_sharded_index(tmp_path):
     from test_serve import Server
 
     idx = tmp_path / "idx"
-    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native", dense=None, sparse=None)
+    one = ldr.Index.build(_docs(), tmp_path / "one", dense=None, sparse=None)
     ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
     s = Server(idx)
     try:
@@ -192,7 +194,7 @@ def test_ldr_tune_chooses_and_commits_on_a_sharded_index_as_on_one_index(tmp_pat
     (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
     (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"{q}\t{d}\t{r}\n" for q, ds in qrels.items() for d, r in ds.items()))
-    ldr.Index.build(docs, tmp_path / "one", bm25="native", dense=None)
+    ldr.Index.build(docs, tmp_path / "one", dense=None)
     ShardedIndex.build(docs, tmp_path / "sh", shards=3, dense=None)
     r = CliRunner()
     args = ["tune", "--data", str(data), "--rerank-depths", "", "--json", "-q"]
@@ -220,3 +222,44 @@ def test_resharding_copies_the_encodings_and_answers_as_before(unsharded, tmp_pa
     resharded.add([ldr.Doc("sourdough-guide", "Feed the starter twice a day.", "Sourdough")])   # writes go on
     assert resharded.search("feed the starter", k=1, mode="bm25")[0].id == "sourdough-guide"
     assert ldr.open(tmp_path / "s3").generation == sharded.generation          # the source is left as it was
+
+
+def test_filters_on_a_field_some_shards_lack_and_on_an_empty_shard(tmp_path):
+    """A metadata field only some shards' documents have, and a shard with no document at all:
+    the sharded index answers as the default unsharded index (issue 55)."""
+    from ldr.index.cluster import shard_of
+
+    docs = [ldr.Doc(f"d{i}", f"harbour lamp tide {i} " + "keeper " * (i % 5), f"D{i}",
+                    {"topic": "sea"} if i == 3 else {}) for i in range(8)]
+    one = ldr.Index.build(docs, tmp_path / "one", dense=None, sparse=None)
+    n = 12                                   # more shards than documents: some are empty
+    sharded = ShardedIndex.build(docs, tmp_path / "s", shards=n, dense=None, sparse=None)
+    holders = {shard_of(d.id, n) for d in docs}
+    assert len(holders) < n and shard_of("d3", n) in holders
+    for filters in ({"topic": "sea"}, {"topic": {"!=": "sea"}}, {"id": ["d1", "d3"]}):
+        for mode in (None, "bm25"):
+            a = one.search("harbour lamp keeper", k=5, filters=filters, mode=mode)
+            b = sharded.search("harbour lamp keeper", k=5, filters=filters, mode=mode)
+            assert [(h.id, round(h.score, 5)) for h in a] == [(h.id, round(h.score, 5)) for h in b], (filters, mode)
+    from ldr.errors import QueryError
+
+    with pytest.raises(QueryError, match="no document has the field"):
+        sharded.search("harbour", filters={"colour": "red"})
+
+
+def test_a_missing_shard_is_flagged_whichever_it_is():
+    """The gather reads the plan's kinds, not the first shard's: shard 0 gone is `missing_shards: [0]`."""
+    from ldr.search.gather import gather
+    from ldr.search.stages.base import Candidates
+
+    class Store:
+        def __init__(self, ids):
+            self.ids, self.titles = ids, ids
+
+    from ldr.search.gather import ShardMap
+
+    m = ShardMap([Store(["a", "b"]), Store(["c"]), Store(["d"])])
+    two = Candidates("q", lists={"bm25": [(0, 2.0)]})
+    three = Candidates("q", lists={"bm25": [(0, 3.0)]})
+    got = gather([None, two, three], m, "q", {"bm25": 10})
+    assert got.lists == {"bm25": [(3, 3.0), (2, 2.0)]}

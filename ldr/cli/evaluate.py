@@ -67,11 +67,6 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
         for m in mldr_leakage(build_models(options) + [rerank_model]):
             click.echo(f"warning: {m} was trained on MLDR's train split: its MLDR scores are not a held-out "
                        "evaluation (nor are published MLDR numbers of models trained on it)", err=True)
-    if shards:
-        from ..components.bm25 import for_shards
-
-        source = click.get_current_context().get_parameter_source("bm25")
-        options = for_shards(options, source is not None and source.name != "DEFAULT")
     config = build_config(**options)
     partial = []
     if max_queries:

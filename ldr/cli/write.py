@@ -29,7 +29,7 @@ def _echo_language(info: dict | None) -> None:
 @click.option("--overwrite", is_flag=True, help="OUTPUT is an index already: replace its documents with CORPUS's.")
 @click.option("--shards", type=click.IntRange(min=1), default=None,
               help="Build a sharded index of this many shards (documents routed by a hash of their id; "
-                   "BM25 scored with the whole index's statistics, native backend).")
+                   "BM25 scored with the whole index's statistics: the native backend, the default).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_workers, ray_cpus_per_worker,
               ray_shard_docs, **options):
@@ -78,10 +78,6 @@ def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_work
 def _index_sharded(corpus, out, shards, options, report, quiet, wait, ray) -> None:
     from ..sharded import ShardedIndex
 
-    from ..components.bm25 import for_shards
-
-    source = click.get_current_context().get_parameter_source("bm25")
-    options = for_shards(options, source is not None and source.name != "DEFAULT")
     index = ShardedIndex.build(corpus, out, shards=shards, config=build_config(**options), report=report,
                                progress=not quiet, wait=wait, ray=ray)
     click.echo(report.summary())

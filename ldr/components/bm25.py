@@ -14,14 +14,6 @@ from .bm25_store.analysis import Analyzer
 from .bm25_store.base import open_searcher, open_writer, resolve_params
 
 
-def for_shards(options: dict, chosen: bool | None = None) -> dict:
-    """Build settings for a sharded index: BM25 on the native backend, the one that scores with the
-    whole index's statistics a coordinator passes in, unless the user chose another (`chosen`;
-    None: whether `options` names one)."""
-    chosen = ("bm25" in options) if chosen is None else chosen
-    return options if chosen else {**options, "bm25": "native"}
-
-
 class UidRetriever:
     """tantivy / Lucene hits come as (uid, score): map them to this generation's live docnos."""
 

@@ -39,8 +39,12 @@ class BuildConfig:
     flags (ldr/cli/build_options.py generates them); each kind's own settings (DenseSettings,
     SparseSettings, ColbertSettings, FaissSettings) declare theirs the same way."""
 
-    bm25: str | None = setting("tantivy", "--bm25", choices=("tantivy", "lucene", "native", "none"), enables=True,
-                               help="BM25 backend: tantivy; lucene (pyserini); native (ldr's own index, any k1/b).")
+    # native by default: it scores with the statistics of the live documents of the whole index, so
+    # an index answers the same however it was assembled (adds, deletes, merges, shards); tantivy
+    # and Lucene count deleted documents until their own merges (bench/README.md: as good, as fast)
+    bm25: str | None = setting("native", "--bm25", choices=("native", "tantivy", "lucene", "none"), enables=True,
+                               help="BM25 backend: native (ldr's own index, exact whole-index statistics, any k1/b, "
+                                    "shards); tantivy; lucene (pyserini).")
     # an ISO 639-1 code (the BM25 analyzer's language, and the models' when they are `auto`), or
     # `auto`: detected from the first documents (ldr/corpus/language.py)
     language: str = setting(AUTO, "--language",

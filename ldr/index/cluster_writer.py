@@ -108,8 +108,7 @@ class ClusterWriter:
             raise ConfigError(f"--shards must be at least 1 (got {n_shards})")
         if config.bm25 not in BM25_BACKENDS:
             raise ConfigError(f"a sharded index scores BM25 with the whole index's statistics, which the native "
-                              f"backend takes; --bm25 {config.bm25} cannot: use --bm25 native (the default with "
-                              "--shards) or none")
+                              f"backend takes; --bm25 {config.bm25} cannot: use --bm25 native (the default) or none")
         config, docs = config.resolved(docs)      # one language for every shard
         work = self.root / ".ldr-tmp-route"
         try:

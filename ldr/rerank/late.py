@@ -30,6 +30,15 @@ class KindRescorer:
         return np.asarray(scores, dtype=np.float64), {}
 
 
+def check_named(name: str, components: dict) -> None:
+    """ConfigError unless `--rerank NAME` names a second stage of an index with `components`."""
+    if name == "passage" or (name in components and registry.known(name) and registry.get(name).passage_features):
+        return
+    kinds = [n for n in registry.in_order(components) if registry.get(n).passage_features]
+    raise ConfigError(f"unknown reranker {name!r}; use passage, none, {', '.join(kinds + ['']) if kinds else ''}"
+                      "or --rerank-model MODEL")
+
+
 def named_reranker(name: str, weights: dict | None, components: dict, retriever):
     """The second stage `--rerank NAME` asks for, on an index with `components`; `retriever(kind)`
     loads a kind's reader (the passage rescorer takes those of the searched kinds itself)."""

@@ -196,13 +196,22 @@ def _values(segments, field: str) -> list:
     return [d.meta.get(field) for d in docs]
 
 
-def mask(filters: dict, segments) -> np.ndarray:
-    """Boolean mask over the generation's docnos: live and passing every filter."""
-    allow = segments.live.copy()
-    known = set(BUILTIN) | segments.meta_fields()
+def check_fields(filters: dict, fields: set) -> None:
+    """QueryError when a filter names a field no document has (`fields`: the metadata fields of
+    every document a search covers: one index's, or all of a sharded index's shards')."""
+    known = set(BUILTIN) | set(fields)
     unknown = sorted(set(filters) - known)
     if unknown:
         raise QueryError(f"no document has the field(s) {', '.join(unknown)}; fields: {', '.join(sorted(known))}")
+
+
+def mask(filters: dict, segments, check: bool = True) -> np.ndarray:
+    """Boolean mask over the generation's docnos: live and passing every filter. `check=False`:
+    the caller checked the fields against a larger whole (a shard lacking a field the others have
+    simply has no document that passes it)."""
+    allow = segments.live.copy()
+    if check:
+        check_fields(filters, segments.meta_fields())
     for field, cond in filters.items():
         values = _values(segments, field)
         cache: dict = {}   # few distinct values: each is matched once

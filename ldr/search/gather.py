@@ -25,9 +25,12 @@ class ShardMap:
         self.offsets = [0]
         for s in stores:
             self.offsets.append(self.offsets[-1] + len(s.ids))
-        self.ids = [i for s in stores for i in s.ids]
-        self.titles = [t for s in stores for t in s.titles]
-        self._id_order = IdOrder(self.ids)
+        if len(stores) == 1:       # one index: its own lists and order, nothing copied
+            self.ids, self.titles, self._id_order = stores[0].ids, stores[0].titles, None
+        else:
+            self.ids = [i for s in stores for i in s.ids]
+            self.titles = [t for s in stores for t in s.titles]
+            self._id_order = IdOrder(self.ids)
 
     def locate(self, docno: int) -> tuple[int, int]:
         s = bisect.bisect_right(self.offsets, docno) - 1
@@ -43,20 +46,29 @@ class ShardMap:
 
     @property
     def id_order(self) -> IdOrder:
-        return self._id_order
+        return self.stores[0].id_order if self._id_order is None else self._id_order
 
 
-def gather(parts: list[Candidates], shards: ShardMap, query: str, depth: dict[str, int]) -> Candidates:
-    """One Candidates from each shard's first stages: per kind, the best `depth[kind]` of every
-    shard's list (global numbers), ordered by score then id; a kind's time is its slowest shard's."""
+def gather(parts: list[Candidates | None], shards: ShardMap, query: str, depth: dict[str, int]) -> Candidates:
+    """One Candidates from each shard's first stages (None: a shard that did not answer): per kind
+    of the plan (`depth`), the best `depth[kind]` of every shard's list (global numbers), ordered
+    by score then id; a kind's time is its slowest shard's."""
     out = Candidates(query)
+    answered = [(s, c) for s, c in enumerate(parts) if c is not None]
+    if len(parts) == 1 and answered:            # one index: its lists are already in this order
+        c = answered[0][1]
+        for kind in depth:
+            out.lists[kind] = c.lists.get(kind, [])[:depth[kind]]
+            out.runs[kind] = dict(out.lists[kind])
+            out.timings[kind] = c.timings.get(kind, 0.0)
+        return out
     rank = shards.id_order
-    for kind in parts[0].lists if parts else []:
-        rows = [(shards.offsets[s] + d, sc) for s, c in enumerate(parts) for d, sc in c.lists.get(kind, [])]
+    for kind in depth:
+        rows = [(shards.offsets[s] + d, sc) for s, c in answered for d, sc in c.lists.get(kind, [])]
         rows.sort(key=lambda r: (-r[1], rank[r[0]]))
         out.lists[kind] = rows[:depth[kind]]
         out.runs[kind] = dict(out.lists[kind])
-        out.timings[kind] = max(c.timings.get(kind, 0.0) for c in parts)
+        out.timings[kind] = max((c.timings.get(kind, 0.0) for _, c in answered), default=0.0)
     return out
 
 
@@ -90,10 +102,15 @@ class ShardedSource(FinderReads):
     document, the query encoded once (BM25 with the whole index's statistics), passages and best
     windows found among the gathered candidates as one index finds them."""
 
-    def __init__(self, query: str, reps: dict, shards: ShardMap, sources: list, finder=None, encode=None):
-        """`encode(kind)`: the query for a kind no first stage searched (a second stage's)."""
+    def __init__(self, query: str, reps: dict, shards: ShardMap, sources: list, finder=None, encode=None,
+                 bind=None):
+        """`encode(kind)`: the query for a kind no first stage searched (a second stage's);
+        `bind(spec)`: the reranker a plan's RerankerSpec names, loaded where the plan runs."""
         self.query, self.reps, self.shards, self.sources = query, reps, shards, sources
-        self.finder, self.encode = finder, encode
+        self.finder, self.encode, self.bind = finder, encode, bind
+
+    def reranker(self, spec):
+        return self.bind(spec)
 
     def rep(self, kind: str):
         if kind not in self.reps:
@@ -108,7 +125,7 @@ class ShardedSource(FinderReads):
 
     def score_bound(self, kind: str) -> float | None:
         bound = getattr(self.sources[0].retriever(kind), "bound", None)
-        return bound(self.reps[kind]) if bound is not None else None
+        return bound(self.rep(kind)) if bound is not None else None
 
     def prefetch(self, docnos) -> None:
         for s, pairs in self.shards.group(docnos).items():

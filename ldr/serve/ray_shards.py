@@ -45,11 +45,13 @@ class ShardReplica:
         return self.open[generation]
 
     def first(self, generation: int, first, reps: dict, filters) -> dict:
-        from ..search.source import IndexSource
+        """The plan's first stages over this shard at `generation`; the coordinator checked the
+        filters' fields against every shard (one this shard lacks passes none of its documents)."""
+        from ..search import filters as _filters
 
-        ix = self._at(generation)
-        mask = ix.filter_mask(filters)
-        cands = first.run_first(IndexSource(first.query, ix.retriever, ix.docstore, mask, None, reps))
+        shard = self._at(generation).as_shard()
+        conds = _filters.normalise(filters)
+        cands = shard.first(first, reps, shard.mask(conds, False) if conds else None)
         return {"lists": cands.lists, "timings": cands.timings}
 
 
@@ -60,24 +62,26 @@ class RayShardedIndex(ShardedIndex):
         self.handles, self.timeout_s = handles, timeout_s
         super().__init__(path, **kw)
 
-    def _first_stages(self, first, reps: dict, sources: list, request) -> tuple[list, list[int]]:
-        calls = {i: self._call(i, first, reps, request.filters) for i in range(len(self.shards))}
-        parts, missing = [], []
-        for i in range(len(self.shards)):
-            got = self._result(i, calls[i], first, reps, request.filters)
-            cands = Candidates(first.query)
+    def _first_stages(self, snap, plan_first, reps: dict, masks, filters) -> list:
+        """Each shard's Candidates from its Serve deployment, at the generation `snap` names for
+        it; None for a shard none of whose replicas answered."""
+        gens = [s["generation"] for s in snap.cluster["shards"]]
+        calls = {i: self._call(i, gens[i], plan_first, reps, filters) for i in range(len(gens))}
+        parts = []
+        for i in range(len(gens)):
+            got = self._result(i, calls[i], gens[i], plan_first, reps, filters)
             if got is None:
-                missing.append(i)
+                parts.append(None)
             else:
+                cands = Candidates(plan_first.query)
                 cands.lists, cands.timings = got["lists"], got["timings"]
-            parts.append(cands)
-        return parts, missing
+                parts.append(cands)
+        return parts
 
-    def _call(self, i: int, first, reps, filters):
-        gen = self.cluster["shards"][i]["generation"]
-        return self.handles[i].first.remote(gen, first, reps, filters)
+    def _call(self, i: int, generation: int, first, reps, filters):
+        return self.handles[i].first.remote(generation, first, reps, filters)
 
-    def _result(self, i: int, call, first, reps, filters) -> dict | None:
+    def _result(self, i: int, call, generation: int, first, reps, filters) -> dict | None:
         """A shard's answer; a failed call (its replica died) is asked again (Serve picks a live
         replica); None when no replica answers within the time allowed."""
         deadline = time.monotonic() + self.timeout_s
@@ -92,7 +96,7 @@ class RayShardedIndex(ShardedIndex):
                     break
                 time.sleep(min(0.2 * (attempt + 1), max(0.0, deadline - time.monotonic())))
                 try:
-                    call = self._call(i, first, reps, filters)
+                    call = self._call(i, generation, first, reps, filters)
                 except Exception:
                     break
         log.warning("shard %d did not answer: its hits are missing from this result", i)

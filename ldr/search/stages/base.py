@@ -62,6 +62,7 @@ class QuerySource(Protocol):
     def tiebreak(self) -> Any: ...                        # docno → the rank of its id (equal scores)
     def score_bound(self, kind: str) -> float | None: ...  # the highest score a kind can give the query
     def meta(self, docnos: list[int]) -> dict: ...        # {docno: its metadata dict}
+    def reranker(self, spec: Any) -> Any: ...             # a plan's RerankerSpec bound where it runs
 
 
 class PlanStage(Protocol):

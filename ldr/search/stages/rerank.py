@@ -64,8 +64,24 @@ def order(rows: list, tiebreak) -> list:
 
 
 @dataclass(frozen=True)
+class RerankerSpec:
+    """The second stage a plan names, as a value (nothing loaded: a plan compiles, prints and
+    pickles without a model); the searcher binds it to a reranker where the plan runs
+    (`QuerySource.reranker(spec)`): a cross-encoder (`model`), the passage rescorer, or a kind's
+    exact scores."""
+    name: str                        # "cross-encoder:MODEL" | "passage" | a kind
+    model: str | None = None
+    weights: tuple = ()              # (kind, fusion weight) of the searched kinds
+    windows: int = 0                 # passages per document a cross-encoder scores by default
+    reads_text: bool = False
+
+    def passages_wanted(self, override: int | None) -> int:
+        return (override or self.windows) if self.model else 0
+
+
+@dataclass(frozen=True)
 class Rerank:
-    reranker: object = field(compare=False)
+    reranker: object = field(compare=False)     # a RerankerSpec (or a Reranker, bound already)
     depth: int = 100
     weight: float = 0.15
     windows: int | None = None          # passages per document a cross-encoder scores (None: its own)
@@ -80,11 +96,16 @@ class Rerank:
         n = self.reranker.passages_wanted(self.windows)
         return f"{self.reranker.name} over the top {self.depth}" + (f" ({n} passages each)" if n else "") + f", {mixed}"
 
-    def candidates(self, cands: Candidates, source: QuerySource, docnos: list[int]) -> list[Candidate]:
+    def bound(self, source: QuerySource):
+        r = self.reranker
+        return source.reranker(r) if isinstance(r, RerankerSpec) else r
+
+    def candidates(self, cands: Candidates, source: QuerySource, docnos: list[int], reranker=None) -> list[Candidate]:
         """The reranker's inputs: what it says it reads, read together."""
+        reranker = reranker or self.bound(source)
         out = [Candidate(d, cands.first_stage(d)) for d in docnos]
-        n = self.reranker.passages_wanted(self.windows)
-        if self.reranker.reads_text or n:
+        n = reranker.passages_wanted(self.windows)
+        if reranker.reads_text or n:
             source.prefetch(docnos)
             for c in out:
                 c.text = source.text(c.docno)
@@ -98,7 +119,8 @@ class Rerank:
         """(head rows, tail rows, the reranker's scores of the head, its features)."""
         head, tail = cands.rows[:self.depth], cands.rows[self.depth:]
         query = Query(source.query, source.rep, self.windows)
-        scores, feats = self.reranker.rescore(query, self.candidates(cands, source, [d for d, _, _ in head]))
+        reranker = self.bound(source)
+        scores, feats = reranker.rescore(query, self.candidates(cands, source, [d for d, _, _ in head], reranker))
         return head, tail, np.asarray(scores, dtype=np.float64), feats
 
     def run(self, cands: Candidates, source: QuerySource) -> Candidates:

@@ -1,0 +1,238 @@
+"""What an opened index and an opened sharded index share, written once: search, plan and batch
+search over a point in time (search/searcher.py: an unsharded index is the 1-shard case), the
+second stage bound where the plan runs, and the write calls (each class names its writer, so every
+write option reaches a sharded index's shards too)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Iterable
+
+from .corpus import DEFAULT_MAX_DOC_MB, IngestReport, corpus_docs
+from .errors import QueryError
+from .index.ray_build import RayOptions, ray_options
+from .search import searcher
+from .search.options import QueryOptions
+from .search.query import prepare
+from .search.stages.rerank import RerankerSpec
+
+
+class LocalShard:
+    """One pinned generation of an index on this machine as a shard of a search: `index` loads
+    its retrievers (once, shared by every search of that generation), `view` is the generation."""
+
+    def __init__(self, index, view):
+        self.index, self.view = index, view
+
+    @property
+    def store(self):
+        return self.view.segments
+
+    def retriever(self, kind: str):
+        return self.index.retriever(kind, self.view)
+
+    def mask(self, conds: dict, check: bool):
+        from .search import filters as _filters
+
+        return self.store.cached_mask(_filters.key(conds) + ("" if check else "/unchecked"),
+                                      lambda s: _filters.mask(conds, s, check))
+
+    def source(self, query: str, allow, reps: dict):
+        from .search.source import IndexSource
+        return IndexSource(query, self.retriever, self.store, allow, None, reps)
+
+    def first(self, plan_first, reps: dict, allow):
+        """This shard's Candidates from the plan's first stages (its own document numbers)."""
+        return plan_first.run_first(self.source(plan_first.query, allow, reps))
+
+
+class Handle:
+    """The shared half of Index and ShardedIndex. A subclass gives `_snapshot()` (the point in
+    time a search reads), `_writer(wait)`, `refresh()`, `path`, `device`, `trust_remote_code`."""
+
+    def _init_shared(self) -> None:
+        self._rerankers: dict = {}
+        self._window_terms: dict = {}   # analysed passage windows by uid, per analyzer (search/passages.py)
+        self._load_lock = threading.RLock()   # models load once, whichever thread asks first
+
+    # -- the second stage: a value in the plan, a model where it runs -------------------------
+    def cross_encoder(self, model: str):
+        """The cross-encoder `model` (any HF classifier, a packaged name or a folder), loaded once
+        per handle."""
+        with self._load_lock:
+            if model not in self._rerankers:
+                from .rerank.cross_encoder import CrossEncoderReranker, CrossEncoderSettings
+                self._rerankers[model] = CrossEncoderReranker(CrossEncoderSettings(
+                    model=model, device=self.device, trust_remote_code=self.trust_remote_code))
+        return self._rerankers[model]
+
+    def _spec(self, components: dict):
+        """The plan's second stage as a RerankerSpec (validated, nothing loaded)."""
+        def spec(opts, kinds: list[str]):
+            from .rerank.cross_encoder import CrossEncoderSettings
+            from .rerank.late import check_named
+
+            if opts.rerank_model:
+                loaded = self._rerankers.get(opts.rerank_model)
+                windows = (loaded.settings if loaded is not None else CrossEncoderSettings(opts.rerank_model)).max_windows
+                return RerankerSpec(f"cross-encoder:{opts.rerank_model}", opts.rerank_model, windows=windows,
+                                    reads_text=True)
+            if opts.rerank in (None, "none"):
+                return None
+            check_named(opts.rerank, components)
+            return RerankerSpec(opts.rerank, weights=tuple((n, (opts.weights or {}).get(n, 1.0)) for n in kinds))
+        return spec
+
+    def _bind(self, spec: RerankerSpec, dispatch):
+        if spec.model:
+            return self.cross_encoder(spec.model)
+        from .rerank.late import KindRescorer
+        from .rerank.passage import PassageRescorer
+
+        if spec.name == "passage":
+            return PassageRescorer(dict(spec.weights), {n: dispatch(n) for n, _ in spec.weights})
+        return KindRescorer(spec.name, dispatch(spec.name))
+
+    def _run(self, snap: searcher.Snapshot) -> searcher.Run:
+        from .search.passages import finder_for
+
+        components = snap.manifest["components"]
+        return searcher.Run(
+            first=lambda plan_first, reps, masks, filters: self._first_stages(snap, plan_first, reps, masks, filters),
+            finder=lambda weights, retrievers: finder_for(components, weights, retrievers, self._window_terms,
+                                                          self._load_lock),
+            bind=self._bind, device=self.device)
+
+    def _first_stages(self, snap, plan_first, reps: dict, masks, filters) -> list:
+        """Each shard's Candidates (None for a shard that did not answer): here, in this process
+        (`masks`: the filters' per shard)."""
+        allow = [None] * len(snap.shards) if masks is None else masks
+        if len(snap.shards) == 1:
+            return [snap.shards[0].first(plan_first, reps, allow[0])]
+        pool = self._pool()
+        return list(pool.map(lambda i: snap.shards[i].first(plan_first, reps, allow[i]), range(len(snap.shards))))
+
+    def _pool(self):
+        """One thread pool for every search of this handle (a pool per query cost ~1 ms)."""
+        with self._load_lock:
+            if getattr(self, "_threads", None) is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._threads = ThreadPoolExecutor(8, thread_name_prefix="ldr-shard")
+        return self._threads
+
+    def _close_pool(self) -> None:
+        if getattr(self, "_threads", None) is not None:
+            self._threads.shutdown(wait=False)
+            self._threads = None
+
+    # -- searching ----------------------------------------------------------------------------
+    def search(self, query: str, k: int = 10, **options):
+        """Top-k documents for `query`, best first; every hit carries each stage's score.
+
+        `options` are the fields of ldr.search.options.QueryOptions (one schema for the API, the
+        CLI, the server and the RAG adapters); None keeps the index's default:
+        mode, fusion, weights, rrf_k, depth: the first stage (every retriever of the index, fused,
+        as recorded in the manifest); `filters` ({"lang": "de", "path": "contracts/*"}, see
+        ldr/search/filters.py) restrict every retriever before fusion.
+        window_weight, window_depth: the top candidates rescored by their best window's BM25.
+        rerank (False skips it, "passage"), rerank_model (a cross-encoder), rerank_depth,
+        rerank_weight (0–1: the reranker's share of the final score, z-normalised mix with the
+        stage before), rerank_windows (best passages per document a cross-encoder scores).
+        stages: registered extra stages ({name: {setting: value}}).
+        passages=N gives each hit its N best passages (character offsets into its text); a hit's
+        full text is read only with with_text=True. `plan(query, ...)` shows what runs. The whole
+        search reads one generation (`result.generation`), whatever writers commit meanwhile.
+        """
+        t0 = time.perf_counter()
+        snap = self._snapshot()
+        return searcher.search(snap, prepare(query), QueryOptions.of(k=k, **options), self._run(snap),
+                               self._spec(snap.manifest["components"]), t0=t0)
+
+    def plan(self, query: str, k: int = 10, **options):
+        """The plan `search(query, k, **options)` would run (ldr/search/plan.py): print it with
+        `.explain()`. Compiling reads no document and loads no model."""
+        snap = self._snapshot()
+        request = QueryOptions.of(k=k, **options)
+        return searcher.compile_for(snap, prepare(query), request, snap.masks(request.filters), self.device,
+                                    self._spec(snap.manifest["components"]))
+
+    def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
+        """Search many queries ({qid: text} or [(qid, text)]), yielding (qid, SearchResult or the
+        QueryError that query raised) in order, all on one generation. Queries are encoded in
+        batches: a run of 1,000 queries takes a fraction of 1,000 `search` calls."""
+        items = list(queries.items()) if isinstance(queries, dict) else list(queries)
+        request = QueryOptions.of(k=k, **options)
+        snap = self._snapshot()
+        run, spec = self._run(snap), self._spec(snap.manifest["components"])
+        masks = snap.masks(request.filters)
+        try:
+            # the kinds every query of the batch searches (one plan's: they differ only in text)
+            kinds = searcher.compile_for(snap, "batch", request, masks, self.device, spec).kinds \
+                if snap.n_docs(masks) else []
+        except QueryError:
+            kinds = []
+        for i in range(0, len(items), batch_size):
+            ready = []
+            for qid, text in items[i:i + batch_size]:
+                try:
+                    ready.append((qid, prepare(text), None))
+                except QueryError as e:
+                    ready.append((qid, None, e))
+            texts = [t for _, t, e in ready if e is None]
+            reps = [{} for _ in texts]
+            for n in kinds:
+                r = snap.shards[0].retriever(n)
+                if hasattr(r, "encode_many"):
+                    for j, rep in enumerate(r.encode_many(texts)):
+                        reps[j][n] = rep
+            j = 0
+            for qid, text, err in ready:
+                if err is not None:
+                    yield qid, err
+                else:
+                    try:
+                        yield qid, searcher.search(snap, text, request, run, spec, t0=time.perf_counter(),
+                                                   reps=reps[j], masks=masks)
+                    except QueryError as e:
+                        yield qid, e
+                    j += 1
+                if progress is not None:
+                    progress(1)
+
+    # -- writing ------------------------------------------------------------------------------
+    def add(self, docs: str | os.PathLike | Iterable, *, wait: bool | float = False, progress: bool = False,
+            report: IngestReport | None = None, max_doc_mb: float = DEFAULT_MAX_DOC_MB, auto_merge: bool = True,
+            ray: "RayOptions | bool | None" = None) -> dict:
+        """Encode only these documents (a corpus path or Docs/dicts) and commit; an id already in
+        the index replaces its old copy. Returns {added, replaced (ids), skipped, generation}; this
+        handle then reads the new generation. `ray`: encode on a Ray cluster."""
+        report = report if report is not None else IngestReport()
+        with self._writer(wait) as w:
+            result = w.add(corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
+                           max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=ray_options(ray))
+        result["report"] = report
+        self.refresh()
+        return result
+
+    def delete(self, ids: Iterable[str], *, wait: bool | float = False) -> dict:
+        """Delete documents by id and commit. Returns {deleted (ids), missing (ids), generation}."""
+        with self._writer(wait) as w:
+            result = w.delete([ids] if isinstance(ids, str) else ids)
+        self.refresh()
+        return result
+
+    def merge(self, max_segments: int = 1, *, wait: bool | float = False) -> dict:
+        """Merge segments (deleted documents dropped, nothing re-encoded) and commit."""
+        with self._writer(wait) as w:
+            result = w.merge(max_segments)
+        self.refresh()
+        return result
+
+    def set_search_defaults(self, search: dict, record: dict | None = None, *, wait: bool | float = False) -> dict:
+        """Commit new query-time defaults (the manifest's `search` entry, as `ldr tune` writes it)
+        as a new generation; `record` goes into the history."""
+        with self._writer(wait) as w:
+            result = w.set_search_defaults(search, record or {})
+        self.refresh()
+        return result
