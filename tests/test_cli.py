@@ -20,7 +20,7 @@ def test_index_search_info(tmp_path, sample_corpus):
     assert data["query"] == "sourdough starter" and data["hits"][0]["id"] == "sourdough-guide"
     assert {"id", "score", "rank"} <= set(data["hits"][0])
     out = r.invoke(main, ["info", str(tmp_path / "idx")])
-    assert out.exit_code == 0 and "documents   6" in out.output and "tantivy" in out.output
+    assert out.exit_code == 0 and "documents   6" in out.output and "backend=native" in out.output
 
 
 def test_skips_are_reported(tmp_path):

@@ -35,7 +35,7 @@ def test_build_open_search_and_manifest(tmp_path):
     assert "zebra17" in hits[0].text and hits[0].scores["windows"] == hits[0].score and "bm25" in hits[0].scores
     m = manifest_of(tmp_path / "idx")
     assert m["format_version"] == 4 and m["generation"] == 1 and m["doc_count"] == 50 and len(m["checksum"]) == 64
-    assert m["components"]["bm25"]["backend"] == "tantivy"
+    assert m["components"]["bm25"]["backend"] == "native"
     assert m["components"]["bm25"]["k1"] == 1.2 and m["components"]["bm25"]["b"] == 0.75
     assert "segments/seg-000001/docstore.parquet" in m["files"] and all(len(f["sha256"]) == 64 for f in m["files"].values())
     assert idx.document("doc3").title == "Title 3"
@@ -96,8 +96,8 @@ def test_killed_build_leaves_old_index_intact(tmp_path):
     idx = ldr.open(target)
     assert [(h.id, h.score) for h in idx.search("topic3 zebra10", k=5)] == before
     assert len(idx) == 30 and idx.generation == 1
-    leftovers = sorted((target / "segments").iterdir()) + sorted((target / "bm25-generations").iterdir())
-    assert len(leftovers) == 4, leftovers        # the committed segment and tantivy folder + the dead build's
+    leftovers = sorted((target / "segments").iterdir())
+    assert len(leftovers) == 2, leftovers        # the committed segment + the dead build's
     # the next writer removes the dead build's leftovers; generation 1 stays while `idx` reads it
     build(_docs(3), target)
     assert sorted(p.name for p in (target / "segments").iterdir()) == ["seg-000001", "seg-000002"]

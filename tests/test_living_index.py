@@ -334,15 +334,15 @@ def test_format_2_indexes_open_as_generation_0(tmp_path, name):
     # `ldr index` over it commits generation 1 in place and removes the old files
     new = ldr.Index.build([make_doc(i) for i in range(3)], idx_path, dense=None, sparse=None)
     assert new.generation == 1 and len(new) == 3
-    assert sorted(p.name for p in idx_path.iterdir()) == ["bm25-generations", "manifest-000001.json", "readers",
-                                                         "segments", "write.lock"]
+    assert sorted(p.name for p in idx_path.iterdir()) == ["manifest-000001.json", "readers", "segments",
+                                                         "write.lock"]
 
 
 def test_unread_generations_are_collected(tmp_path):
     from ldr.index.build import BuildConfig
     path = tmp_path / "idx"
     with IndexWriter(path) as w:
-        w.rebuild([ldr.Doc("a", "alpha text")], BuildConfig(dense=None, sparse=None), progress=False)
+        w.rebuild([ldr.Doc("a", "alpha text")], BuildConfig(dense=None, sparse=None, bm25="tantivy"), progress=False)
         w.add([ldr.Doc("b", "beta text")], progress=False)
         w.delete(["a"])
     # no reader ever held generations 1 and 2: only generation 3's files remain

@@ -149,7 +149,7 @@ def test_manifest_paths_and_keys_are_checked(tmp_path, edit, match):
 
 def test_symlink_out_of_the_index_is_refused(tmp_path):
     idx = tmp_path / "idx"
-    build(docs(), idx)
+    build(docs(), idx, bm25="tantivy")     # an index store of its own: a folder a link could replace
     secret = tmp_path / "secret.txt"
     secret.write_text("private")
     meta = bm25_dir(idx) / "meta.json"
@@ -180,6 +180,15 @@ def full_index(tmp_path_factory):
     return root / "idx"
 
 
+@pytest.fixture(scope="module")
+def tantivy_index(tmp_path_factory):
+    """The same with tantivy's BM25 (an index store of its own) in place of the default native one."""
+    from ldr.encode.dense import DenseSettings
+    root = tmp_path_factory.mktemp("full-tantivy")
+    build(docs(12), root / "idx", dense=DenseSettings(max_length=16), sparse="splade-tiny", bm25="tantivy")
+    return root / "idx"
+
+
 def _copy(src: Path, dst: Path) -> Path:
     import shutil
     shutil.copytree(src, dst)
@@ -198,6 +207,10 @@ DAMAGE = {
     "doc_indptr": lambda i: np.save(_seg(i) / "sparse" / "doc_indptr.npy",
                                     np.load(_seg(i) / "sparse" / "doc_indptr.npy")[::-1].copy()),
     "faiss-header": lambda i: flip(_seg(i) / "dense" / "faiss.index", 0, 16),
+    "native-postings": lambda i: np.save(_seg(i) / "bm25" / "term_indptr.npy",
+                                         np.load(_seg(i) / "bm25" / "term_indptr.npy")[::-1].copy()),
+    "native-lengths": lambda i: np.save(_seg(i) / "bm25" / "doc_lengths.npy",
+                                        np.load(_seg(i) / "bm25" / "doc_lengths.npy")[:-1].copy()),
     "tantivy": lambda i: [flip(f, f.stat().st_size // 2) for f in sorted(bm25_dir(i).glob("*.idx"))],
     "tantivy-meta": lambda i: (bm25_dir(i) / "meta.json").write_text("{not json"),
 }
@@ -205,8 +218,9 @@ DAMAGE = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_damaged_files_are_caught(tmp_path, full_index, damage):
-    idx = _copy(full_index, tmp_path / "idx")
+def test_damaged_files_are_caught(tmp_path, request, damage):
+    source = "tantivy_index" if damage.startswith("tantivy") else "full_index"
+    idx = _copy(request.getfixturevalue(source), tmp_path / "idx")
     before = [h.id for h in ldr.open(idx).search("zebra3 topic1", k=5)]
     DAMAGE[damage](idx)
     # as found on disk: the open-time hash of small files catches it
