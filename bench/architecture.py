@@ -225,3 +225,33 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# components/ modules every layer may use: the registry, the protocol, the states a kind is
+# handed, top-k, and text analysis; every other module there is one kind's own
+SHARED_COMPONENTS = ("ldr.components", "ldr.components.base", "ldr.components.states", "ldr.components.topk",
+                     "ldr.components.analysis")
+# what ranks gathered candidates: it reads values (candidates, texts, features) through a source,
+# never storage, so it runs where no shard's files are
+COORDINATOR = ("ldr.search.stages", "ldr.search.fusion", "ldr.search.normalise", "ldr.search.calibration",
+               "ldr.search.gather", "ldr.search.searcher", "ldr.search.plan")
+
+
+def kind_reaches(graph: dict[str, set[str]], outside: tuple[str, ...] = ("ldr.search", "ldr.cli", "ldr.serve",
+                                                                           "ldr.api", "ldr.sharded", "ldr.handle",
+                                                                           "ldr.rerank", "ldr.eval", "ldr.integrations")
+                 ) -> list[tuple[str, str]]:
+    """Imports of one kind's module (components.bm25, components.bm25_store.*, ...) by the layers
+    above storage: they reach a kind through the registry's protocol, never by its path."""
+    def inside(m, pkgs):
+        return any(m == p or m.startswith(p + ".") for p in pkgs)
+    return sorted((a, b) for a, ds in graph.items() if inside(a, outside) for b in ds
+                  if b.startswith("ldr.components.") and b not in SHARED_COMPONENTS)
+
+
+def coordinator_storage(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports of storage (ldr.index) or of a kind's module by a coordinator-side module."""
+    def inside(m, pkgs):
+        return any(m == p or m.startswith(p + ".") for p in pkgs)
+    return sorted((a, b) for a, ds in graph.items() if inside(a, COORDINATOR) for b in ds
+                  if b.startswith("ldr.index") or (b.startswith("ldr.components.") and b not in SHARED_COMPONENTS))

@@ -83,7 +83,7 @@ def main():
 
     from ldr.components.faiss_store import DenseSearcher, FaissSettings, save_dense
 
-    from ldr.components.bm25_store.analysis import Analyzer
+    from ldr.components.analysis import Analyzer
     from ldr.components.bm25_store.tantivy_backend import TantivySearcher, TantivyWriter
     from ldr.corpus import Doc
 

@@ -8,7 +8,7 @@ from .errors import (BackendUnavailable, ConfigError, CorpusError, DataError, In
 from .index.build import BuildConfig  # noqa: E402
 from .index.ray_build import RayOptions  # noqa: E402
 from .search.hits import Hit  # noqa: E402
-from .sharded import ShardedIndex, open  # noqa: E402,A004
+from .sharded import ShardedIndex, open, reshard  # noqa: E402,A004
 
-__all__ = ["Index", "ShardedIndex", "open", "Doc", "Hit", "IngestReport", "BuildConfig", "RayOptions", "LdrError", "ConfigError",
+__all__ = ["Index", "ShardedIndex", "open", "reshard", "Doc", "Hit", "IngestReport", "BuildConfig", "RayOptions", "LdrError", "ConfigError",
            "CorpusError", "IndexFormatError", "BackendUnavailable", "ModelError", "DataError", "__version__"]

@@ -171,9 +171,21 @@ class ShardedIndex(Handle):
     def reshard(self, out: str | os.PathLike, shards: int, *, wait: bool | float = False) -> "ShardedIndex":
         """A new sharded index of `shards` shards at `out` with this one's documents, their
         encodings copied (nothing re-encoded); this index is left as it is."""
-        with self._writer(wait) as w:
+        return reshard(self, out, shards, wait=wait)
+
+
+def reshard(index: "Index | ShardedIndex", out: str | os.PathLike, shards: int, *,
+            wait: bool | float = False) -> ShardedIndex:
+    """A new sharded index of `shards` shards at `out` (a new or empty folder) with the documents
+    of `index`, sharded or not, their encodings copied (nothing re-encoded); `index` is left as it
+    is. `ldr.reshard(ldr.open("idx"), "idx4", 4)`; `ldr reshard -i idx -o idx4 --shards 4`."""
+    if isinstance(index, ShardedIndex):
+        with index._writer(wait) as w:
             w.reshard(Path(out).absolute(), shards)
-        return ShardedIndex(out, device=self.device, trust_remote_code=self.trust_remote_code)
+    else:
+        from .index.cluster_writer import reshard_index
+        reshard_index(index.path, out, shards, wait=wait)
+    return ShardedIndex(out, device=index.device, trust_remote_code=index.trust_remote_code)
 
 
 class Shards:

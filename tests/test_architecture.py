@@ -53,3 +53,27 @@ def test_no_private_names_across_packages():
 
 def test_modules_stay_small():
     assert [(n, p) for n, p in arch.largest(arch.modules(), 3) if n > 400] == []
+
+
+def test_only_components_reach_a_kind_and_the_coordinator_reads_no_storage():
+    """Issue 55: the query side, the CLI and the server reach a kind through the registry, never
+    by its module's path; the stages that rank gathered candidates import no storage."""
+    graph = arch.imports(arch.modules())
+    assert arch.kind_reaches(graph) == []
+    assert arch.coordinator_storage(graph) == []
+    probe = {"ldr.cli.x": {"ldr.components.bm25"}, "ldr.search.y": {"ldr.components.bm25_store.native_backend",
+                                                                    "ldr.components.analysis"},
+             "ldr.search.stages.z": {"ldr.index.snapshot"}, "ldr.index.w": {"ldr.components.dense"}}
+    assert arch.kind_reaches(probe) == [("ldr.cli.x", "ldr.components.bm25"),
+                                        ("ldr.search.y", "ldr.components.bm25_store.native_backend")]
+    assert arch.coordinator_storage(probe) == [("ldr.search.stages.z", "ldr.index.snapshot")]
+
+
+def test_the_sharded_index_is_thin():
+    """Search, compile, reranker and write paths exist once (ldr/handle.py, ldr/search/searcher.py):
+    the sharded index keeps only what is its own (opening a cluster generation, resharding)."""
+    mods = arch.modules()
+    src = mods["ldr.sharded"].read_text()
+    for name in ("def search(", "def _search(", "def _compile(", "def _reranker(", "def add(", "def delete(",
+                 "def merge(", "def search_many("):
+        assert name not in src and name not in mods["ldr.api"].read_text(), name

@@ -6,7 +6,7 @@ import pytest
 
 import ldr
 from ldr.errors import ConfigError
-from ldr.components.bm25_store.analysis import cjk_pretokenize
+from ldr.components.analysis import cjk_pretokenize
 
 
 def build(*args, **kw):

@@ -43,7 +43,7 @@ def test_an_integer_beyond_a_float_compares_exactly(idx):
 
 
 def test_the_window_vocabulary_starts_afresh_past_its_bound():
-    from ldr.components.bm25_store.analysis import Analyzer
+    from ldr.components.analysis import Analyzer
     from ldr.search.passages import PassageFinder, WindowTerms
 
     terms = WindowTerms(Analyzer(), max_terms=500)

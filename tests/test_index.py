@@ -171,7 +171,7 @@ def test_reading_a_hit_reads_a_small_row_group(tmp_path):
 
 
 def test_every_component_provides_its_protocol(tmp_path):
-    from ldr.components.bm25_store.analysis import Analyzer
+    from ldr.components.analysis import Analyzer
     from ldr.components.bm25_store.base import open_searcher, open_writer
     from ldr.components.faiss_store import DenseSearcher, DenseWriter
     from ldr.index.docstore import DocstoreWriter

@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 import ldr
 from ldr.sharded import ShardedIndex
 
@@ -48,50 +50,95 @@ print(n)
 """
 
 
-def test_searches_beside_a_writer_answer_from_the_generation_they_name(tmp_path):
-    start = 30
-    ix = ShardedIndex.build([doc(n) for n in range(start)], tmp_path / "idx", shards=3, dense=None, sparse=None)
-    (tmp_path / "start.json").write_text(json.dumps([f"doc-{n}" for n in range(start)]))
-    states = {ix.generation: {f"doc-{n}" for n in range(start)}}
+START = 30
+
+
+def _build(tmp_path):
+    ShardedIndex.build([doc(n) for n in range(START)], tmp_path / "idx", shards=3, dense=None, sparse=None)
+    (tmp_path / "start.json").write_text(json.dumps([f"doc-{n}" for n in range(START)]))
+
+
+def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3) -> int:
+    """Start the writer on the index `_build` made for `seconds`, run `search(n, rnd)` →
+    [(generation, ids, want(n, live))] from `threads` threads meanwhile; assert every answer is
+    its generation's. Returns the number of answers checked."""
+    start = START
+    states = {1: {f"doc-{n}" for n in range(start)}}
     log = tmp_path / "log.jsonl"
     script = WRITER.format(tests=os.path.dirname(__file__), path=str(tmp_path / "idx"), log=str(log),
-                           start=str(tmp_path / "start.json"), first=start, seconds=SECONDS)
-    writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+                           start=str(tmp_path / "start.json"), first=start, seconds=seconds)
     answers, errors, stop = [], [], threading.Event()
 
-    def searcher(seed: int):
+    def run(seed: int):
         rnd = random.Random(seed)
         while not stop.is_set():
+            n = rnd.randrange(0, start + int(4 * seconds) + 40)
             try:
-                ix.refresh()
-                n = rnd.randrange(0, start + int(4 * SECONDS) + 40)
-                res = ix.search(f"zq{n}", k=3, mode="bm25")
-                answers.append((n, res.generation, [h.id for h in res]))
-                hybrid = ix.search(f"zq{n} harbour lamp", k=5, filters={"id": [f"doc-{n}", "doc-1"]})
-                answers.append((n, hybrid.generation, sorted(h.id for h in hybrid), "filtered"))
+                answers.extend((n, *a) for a in search(n, rnd))
             except Exception as e:          # noqa: BLE001 (every failure is counted)
                 errors.append(f"{type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=searcher, args=(s,)) for s in range(3)]
-    for t in threads:
+    searchers = [threading.Thread(target=run, args=(s,)) for s in range(threads)]
+    writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    for t in searchers:
         t.start()
-    out, err = writer.communicate(timeout=SECONDS + 120)
+    _, err = writer.communicate(timeout=seconds + 120)
+    time.sleep(1.5)                         # searches after the last commit too
     stop.set()
-    for t in threads:
+    for t in searchers:
         t.join()
     assert writer.returncode == 0, err[-2000:]
     for line in log.read_text().splitlines():
         g, live = json.loads(line)
         states[g] = set(live)
-    assert len(states) > 5 and errors == []
-    wrong = []
-    for a in answers:
-        n, g, ids = a[:3]
-        live = states[g]
-        want = [f"doc-{n}"] if f"doc-{n}" in live else []
-        if len(a) == 4:
-            want = sorted({f"doc-{n}", "doc-1"} & live)
-        if ids != want:
-            wrong.append(a)
+    assert len(states) > 5 and errors[:3] == []
+    wrong = [(n, g, ids) for n, g, ids, want in answers if ids != want(n, states[g])]
     assert len(answers) > 50 and wrong == []
+    return len(answers)
+
+
+def _one(n, live):
+    return [f"doc-{n}"] if f"doc-{n}" in live else []
+
+
+def _filtered(n, live):
+    return sorted({f"doc-{n}", "doc-1"} & live)
+
+
+def test_searches_beside_a_writer_answer_from_the_generation_they_name(tmp_path):
+    _build(tmp_path)
+    ix = ShardedIndex(tmp_path / "idx")        # one handle, shared by the threads
+
+    def search(n, rnd):
+        ix.refresh()
+        res = ix.search(f"zq{n}", k=3, mode="bm25")
+        hybrid = ix.search(f"zq{n} harbour lamp", k=5, filters={"id": [f"doc-{n}", "doc-1"]})
+        return [(res.generation, [h.id for h in res], _one),
+                (hybrid.generation, sorted(h.id for h in hybrid), _filtered)]
+
+    _beside_a_writer(tmp_path, search, SECONDS)
+
+
+@pytest.mark.parametrize("flags", [[], ["--read-only"]])
+def test_a_server_beside_a_writer_answers_from_the_generation_it_names(tmp_path, flags):
+    """Through `ldr serve` (it follows new generations every second) over real HTTP."""
+    pytest.importorskip("fastapi")
+    import httpx
+    from test_serve import Server
+
+    _build(tmp_path)
+    server = Server(tmp_path / "idx", *flags)
+    http = httpx.Client(base_url=server.url, timeout=60)
+
+    def search(n, rnd):
+        r = http.post("/search", json={"query": f"zq{n}", "k": 3, "mode": "bm25"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        return [(body["generation"], [h["id"] for h in body["hits"]], _one)]
+
+    try:
+        _beside_a_writer(tmp_path, search, SECONDS / 2, threads=2)
+    finally:
+        http.close()
+        assert "Traceback" not in server.stop()

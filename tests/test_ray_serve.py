@@ -72,7 +72,7 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
     from test_serve import _free_port
 
     idx = tmp_path / "idx"
-    one = ldr.Index.build(_docs(), tmp_path / "one", bm25="native", dense=None, sparse=None)
+    one = ldr.Index.build(_docs(), tmp_path / "one", dense=None, sparse=None)
     ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
     proc, http = _serve(idx, cluster, _free_port())
     try:
@@ -108,6 +108,9 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
         serve.delete("ldr-shard-1")                 # every replica of shard 1 gone
         body = http.post("/search", json={"query": QUERIES[0], "k": 5}).json()
         assert body["missing_shards"] == [1]
+        serve.delete("ldr-shard-0")                 # and of shard 0: flagged too, never a 500
+        r = http.post("/search", json={"query": QUERIES[0], "k": 5})
+        assert r.status_code == 200 and r.json()["missing_shards"] == [0, 1] and r.json()["hits"] == [], r.text
     finally:
         http.close()
         proc.terminate()

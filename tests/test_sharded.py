@@ -263,3 +263,17 @@ def test_a_missing_shard_is_flagged_whichever_it_is():
     three = Candidates("q", lists={"bm25": [(0, 3.0)]})
     got = gather([None, two, three], m, "q", {"bm25": 10})
     assert got.lists == {"bm25": [(3, 3.0), (2, 2.0)]}
+
+
+def test_an_unsharded_index_reshards_without_re_encoding_and_never_over_an_index(unsharded, tmp_path):
+    """`ldr reshard -i IDX --shards 4` of the default index: the same answers, nothing encoded; a
+    reshard onto an existing index or a non-empty folder is refused and leaves it as it was."""
+    r = CliRunner().invoke(main, ["reshard", "-i", str(unsharded.path), "-o", str(tmp_path / "s4"), "--shards", "4"])
+    assert r.exit_code == 0 and "1 -> 4 shards" in r.output, r.output
+    four = ldr.open(tmp_path / "s4")
+    assert isinstance(four, ShardedIndex) and len(four) == len(unsharded)
+    _same(unsharded, four, "resharded 1 -> 4")
+    other = ldr.Index.build(_extra(), tmp_path / "other", dense=None, sparse=None)
+    r = CliRunner().invoke(main, ["reshard", "-i", str(tmp_path / "s4"), "-o", str(other.path), "--shards", "2"])
+    assert r.exit_code == 2 and "not empty" in r.output, r.output
+    assert [h.id for h in ldr.open(other.path).search("harbour", k=2)] == ["harbour-log"]

@@ -102,7 +102,7 @@ def test_a_windows_terms_by_its_words_are_the_analyzers_terms(language):
     """The window stage analyses each whitespace-separated word once and remembers it: the terms
     of a text put together word by word are the analyzer's terms of the whole text, whatever the
     punctuation, Unicode spaces, long tokens, stopwords or script."""
-    from ldr.components.bm25_store.analysis import Analyzer
+    from ldr.components.analysis import Analyzer
     from ldr.search.passages import WindowTerms
 
     texts = {

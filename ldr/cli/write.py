@@ -133,22 +133,21 @@ def _state(w) -> str:
 
 
 @main.command("reshard")
-@click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="A sharded index.")
-@click.option("-o", "--output", "out", required=True, type=click.Path(), help="The new sharded index's directory.")
+@click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="An index, sharded or not.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(),
+              help="The new sharded index's directory (new, or an empty folder).")
 @click.option("--shards", type=click.IntRange(min=1), required=True, help="Shards of the new index.")
 @click.option("--wait", is_flag=True, help="Wait for another writer of the index to finish instead of failing.")
 def reshard_cmd(index_path, out, shards, wait):
-    """Copy a sharded index into a new one of SHARDS shards: every document moves to the shard its
-    id routes to, with its vectors and postings as they are (nothing re-encoded)."""
-    from ..errors import ConfigError
-    from ..sharded import ShardedIndex, open as open_index
+    """Copy an index (sharded or not) into a new sharded one of SHARDS shards: every document moves
+    to the shard its id routes to, with its vectors and postings as they are (nothing re-encoded)."""
+    from ..sharded import open as open_index, reshard
 
     source = open_index(index_path)
-    if not isinstance(source, ShardedIndex):
-        raise ConfigError(f"{index_path} is not a sharded index; build one with `ldr index CORPUS -o IDX --shards N`")
-    new = source.reshard(out, shards, wait=wait)
+    before = len(source.shards) if hasattr(source, "shards") else 1
+    new = reshard(source, out, shards, wait=wait)
     sizes = ", ".join(str(s["live"]) for s in new.cluster["shards"])
-    click.echo(f"resharded {len(source.shards)} -> {shards} shards: {len(new)} documents in {out} ({sizes})")
+    click.echo(f"resharded {before} -> {shards} shards: {len(new)} documents in {out} ({sizes})")
 
 
 @main.command("delete")

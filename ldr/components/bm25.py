@@ -10,7 +10,7 @@ import numpy as np
 from ..paths import inside
 from .states import MergeState, ReadState, SegmentPart, WriteState, part_entry
 from .base import Component, Part
-from .bm25_store.analysis import Analyzer
+from .analysis import Analyzer
 from .bm25_store.base import open_searcher, open_writer, resolve_params
 
 

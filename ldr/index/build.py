@@ -16,7 +16,7 @@ from typing import Iterable
 
 from ..corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport, oversized
 from ..errors import ConfigError
-from ..components.bm25_store.analysis import Analyzer
+from ..components.analysis import Analyzer
 from ..components.faiss_store import FaissSettings
 from ..encode.dense import DenseSettings
 from ..encode.sparse import SparseSettings
@@ -90,7 +90,7 @@ class BuildConfig:
     def for_language(self, lang: str, info: dict | None = None) -> "BuildConfig":
         """These settings for a corpus in `lang`: its BM25 analyzer (plain lowercased words where
         there is no stemmer or segmenter for it), and the models left at `auto` made concrete."""
-        from ..components.bm25_store.analysis import LANGUAGES
+        from ..components.analysis import LANGUAGES
         from ..encode.models import DEFAULT_DENSE, DEFAULT_SPARSE, PACKAGED, packaged_path
 
         lang = lang.lower()

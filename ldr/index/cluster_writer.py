@@ -191,33 +191,9 @@ class ClusterWriter:
         """A new sharded index of `n_shards` shards at `out` holding this one's live documents: each
         new shard's segment is copied from the old shards' rows that route to it (vectors, postings,
         texts as they are: nothing re-encoded), numbered anew; then `out`'s cluster commits."""
-        from .docstore import Docstore
-        from .segment import merge, read_deletes
-
-        if n_shards < 1:
-            raise ConfigError(f"--shards must be at least 1 (got {n_shards})")
-        sources, first = [], None
-        for i, s in enumerate(self.current["shards"]):
-            m = read_manifest(self.shard_path(i), s["generation"])
-            first = first or m
-            for seg in m["segments"]:
-                ids = Docstore(self.shard_path(i) / seg["path"], seg["docs"]).ids
-                sources.append((self.shard_path(i), seg, read_deletes(self.shard_path(i), seg),
-                                np.array([shard_of(d, n_shards) for d in ids], dtype=np.int64)))
-        with ClusterWriter(out, wait=self.wait, create=True, threads=self.threads) as target:
-            if target.current is not None:
-                raise ConfigError(f"{out} is a sharded index already: reshard into a new directory")
-            for j in range(n_shards):
-                path = target.shard_path(j)
-                mine = [(r, seg, deleted | (route != j)) for r, seg, deleted, route in sources]
-                with IndexWriter(path, wait=self.wait, threads=self.threads, create=True) as w:
-                    segs = [merge(path, mine, 1, first["components"], uids_from=0)] \
-                        if any((~m).any() for _, _, m in mine) else []
-                    n = sum(s["docs"] for s in segs)
-                    w._commit("reshard", segs, {k: dict(v) for k, v in first["components"].items()},
-                              first.get("search", {}), first.get("ingest", {}), first.get("settings", {}),
-                              {"added": n, "next_uid": n, "next_segment": 2})
-            return target._commit("reshard", range(n_shards), {"from_shards": self.n_shards, "shards": n_shards})
+        shards = [(self.shard_path(i), read_manifest(self.shard_path(i), s["generation"]))
+                  for i, s in enumerate(self.current["shards"])]
+        return copy_routed(shards, out, n_shards, self.wait, self.threads, {"from_shards": self.n_shards})
 
     def set_search_defaults(self, search: dict, record: dict | None = None) -> dict:
         """New query-time defaults (`ldr tune`) on every shard, then the cluster commit."""
@@ -240,3 +216,58 @@ class ClusterWriter:
         self.current = manifest
         collect_cluster(self.root, KEEP)
         return {**(result or record), "generation": manifest["generation"]}
+
+
+def reshard_index(src, out, n_shards: int, wait: bool | float = False, threads: int = 0) -> dict:
+    """`ldr reshard -i IDX` of an unsharded index: its pinned newest generation copied into a new
+    sharded index at `out` (nothing re-encoded; the source is only read)."""
+    from .view import pin_manifest
+
+    manifest, pin = pin_manifest(Path(src))
+    try:
+        return copy_routed([(Path(src), manifest)], out, n_shards, wait, threads, {"from_shards": 0})
+    finally:
+        if pin is not None:
+            pin.close()
+
+
+def copy_routed(sources: list, out, n_shards: int, wait, threads: int, record: dict) -> dict:
+    """Commit a new sharded index at `out` whose shard j holds the live rows of `sources` ([(index
+    root, its manifest)]) whose ids route to j, every component's part copied as it is."""
+    from .docstore import Docstore
+    from .segment import merge, read_deletes
+
+    if n_shards < 1:
+        raise ConfigError(f"--shards must be at least 1 (got {n_shards})")
+    out = Path(out).absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"{out} exists and is not empty: reshard into a new directory (an index there would be "
+                          "hidden by the new one)")
+    from .. import components as registry
+
+    first = sources[0][1]
+    for name, kind in registry.kinds(first["components"]):
+        if kind.uses_store(first["components"][name]):     # tantivy / Lucene: one store, its own statistics
+            raise ConfigError(f"this index keeps {name} in an index store of its own, which a segment copy cannot "
+                              f"route and which scores with its own statistics: build it with the default {name} "
+                              "settings to shard it")
+    parts = []
+    for root, m in sources:
+        for seg in m["segments"]:
+            ids = Docstore(root / seg["path"], seg["docs"]).ids
+            parts.append((root, seg, read_deletes(root, seg), np.array([shard_of(d, n_shards) for d in ids],
+                                                                       dtype=np.int64)))
+    with ClusterWriter(out, wait=wait, create=True, threads=threads) as target:
+        if target.current is not None:
+            raise ConfigError(f"{out} is a sharded index already: reshard into a new directory")
+        for j in range(n_shards):
+            path = target.shard_path(j)
+            mine = [(r, seg, deleted | (route != j)) for r, seg, deleted, route in parts]
+            with IndexWriter(path, wait=wait, threads=threads, create=True) as w:
+                segs = [merge(path, mine, 1, first["components"], uids_from=0)] \
+                    if any((~m).any() for _, _, m in mine) else []
+                n = sum(s["docs"] for s in segs)
+                w._commit("reshard", segs, {k: dict(v) for k, v in first["components"].items()},
+                          first.get("search", {}), first.get("ingest", {}), first.get("settings", {}),
+                          {"added": n, "next_uid": n, "next_segment": 2})
+        return target._commit("reshard", range(n_shards), {**record, "shards": n_shards})

@@ -66,7 +66,7 @@ class PassageFinder:
         return self.cache.terms(text)
 
     def query_terms(self, query: str) -> set[str]:
-        from ..components.bm25_store.analysis import first_terms
+        from ..components.analysis import first_terms
         return set(first_terms(self.terms(query)))
 
     def _vector_windows(self, reps: dict, d: int, length: int):
@@ -268,7 +268,7 @@ def finder_for(components: dict, weights: dict | None, retrievers: dict, cache: 
     import json
 
     from .. import components as registry
-    from ..components.bm25_store.analysis import Analyzer
+    from ..components.analysis import Analyzer
 
     analyzer, term_kind, vector_kinds = None, "bm25", []
     for name, kind in registry.kinds(components):

@@ -14,7 +14,7 @@ from ..errors import QueryError
 log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 65_536
-from ..components.bm25_store.analysis import MAX_QUERY_TERMS  # noqa: F401,E402  (the BM25 component owns it)
+from ..components.analysis import MAX_QUERY_TERMS  # noqa: F401,E402  (the BM25 component owns it)
 
 
 def prepare(query) -> str:

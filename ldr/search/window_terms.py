@@ -45,8 +45,8 @@ class WindowTerms:
         whose terms are remembered (~200 bytes each)."""
         import threading
 
-        from ..components.bm25_store.analysis import cjk_pretokenize
-        from ..components.bm25_store.tantivy_backend import text_analyzer
+        from ..components.analysis import cjk_pretokenize
+        from ..components.analysis import text_analyzer
 
         self._an = text_analyzer(analyzer)
         self.pretokenizes = analyzer.is_cjk

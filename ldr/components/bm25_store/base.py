@@ -6,7 +6,7 @@ from typing import Protocol
 
 from ...errors import ConfigError, IndexFormatError
 from ..base import ComponentWriter, Retriever
-from .analysis import Analyzer, first_terms, index_text  # noqa: F401  (re-exported)
+from ..analysis import Analyzer, first_terms, index_text  # noqa: F401  (re-exported)
 
 
 class BM25Writer(ComponentWriter, Protocol):

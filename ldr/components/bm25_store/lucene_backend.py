@@ -14,8 +14,8 @@ from pathlib import Path
 from ... import crash_signals
 from ...corpus import Doc
 from ...errors import BackendUnavailable
-from .analysis import Analyzer
-from .analysis import index_text
+from ..analysis import Analyzer
+from ..analysis import index_text
 
 log = logging.getLogger(__name__)
 _JVM_READY = False
@@ -176,7 +176,7 @@ class LuceneSearcher:
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         if not query.strip() or k <= 0:
             return []
-        from .analysis import MAX_QUERY_TERMS
+        from ..analysis import MAX_QUERY_TERMS
         words = query.split()
         if len(words) > MAX_QUERY_TERMS:  # Lucene refuses more than 1,024 clauses
             query = " ".join(words[:MAX_QUERY_TERMS])

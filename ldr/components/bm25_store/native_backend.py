@@ -13,17 +13,17 @@ import numpy as np
 import pyarrow as pa
 
 from ...corpus import Doc
-from .analysis import Analyzer, cjk_pretokenize
+from ..analysis import Analyzer, cjk_pretokenize
 from ..topk import top_k_dense
-from .analysis import first_terms
+from ..analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
 from .vocabulary import Vocabulary, write_vocabulary
 
 
 def _analyzer(a: Analyzer):
-    from .tantivy_backend import text_analyzer as tantivy_analyzer
-    return tantivy_analyzer(a)
+    from ..analysis import text_analyzer
+    return text_analyzer(a)
 
 
 class NativeWriter:

@@ -10,26 +10,11 @@ from pathlib import Path
 import tantivy
 
 from ...corpus import Doc
-from .analysis import SNOWBALL, STOPWORD_LISTS, Analyzer, cjk_pretokenize
-from .analysis import first_terms
+from ..analysis import Analyzer, cjk_pretokenize, first_terms, text_analyzer
 
 TOKENIZER = "ldr"
 FIELD = "body"
 log = logging.getLogger(__name__)
-
-
-def text_analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
-    if a.is_cjk:
-        # Text is pre-tokenised in Python (cjk_pretokenize); tantivy only splits on spaces.
-        return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
-    b = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
-    b = b.filter(tantivy.Filter.lowercase())
-    lang = SNOWBALL.get(a.language)
-    if lang and a.stopwords and lang in STOPWORD_LISTS:
-        b = b.filter(tantivy.Filter.stopword(lang))
-    if lang and a.stemming:
-        b = b.filter(tantivy.Filter.stemmer(lang))
-    return b.build()
 
 
 KEY = "uid"          # format 2 indexes keyed documents by "docno" (their row), not indexed

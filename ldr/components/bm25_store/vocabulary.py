@@ -12,6 +12,7 @@ import pyarrow as pa
 
 TERMS, ORDER, LEGACY = "vocab.arrow", "vocab_order.npy", "vocab.json"
 _SCHEMA = pa.schema([("term", pa.string())])
+SEEN = 1 << 16           # looked-up terms a segment keeps (each binary search reads ~20 Arrow strings)
 
 
 def write_vocabulary(folder: Path, terms: list[str]) -> None:
@@ -31,6 +32,7 @@ class Vocabulary:
     def __init__(self, folder: Path):
         folder = Path(folder)
         self._dict: dict[str, int] | None = None
+        self._seen: dict[str, int | None] = {}   # terms looked up before (queries repeat their terms)
         if not (folder / TERMS).is_file():
             import json
             vocab = json.loads((folder / LEGACY).read_text(encoding="utf-8"))
@@ -56,6 +58,15 @@ class Vocabulary:
     def get(self, term: str) -> int | None:
         if self._dict is not None:
             return self._dict.get(term)
+        seen = self._seen
+        if term in seen:
+            return seen[term]
+        if len(seen) >= SEEN:
+            seen.clear()
+        found = seen[term] = self._search(term)
+        return found
+
+    def _search(self, term: str) -> int | None:
         terms, order = self._terms, self._order
         lo, hi = 0, self._n
         while lo < hi:          # ~20 steps at a million terms, each one string read

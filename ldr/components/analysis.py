@@ -1,4 +1,5 @@
-"""Analyzer settings shared by the BM25 backends.
+"""Text analysis shared by the BM25 backends and the query side's passage windows (a setting
+and tantivy's analyzers built from it, not a kind's storage).
 
 English by default (stop words + stemming). Languages are ISO 639-1 codes. `cjk` analyses
 Chinese/Japanese/Korean text as overlapping character bigrams (plus unigrams), the usual choice
@@ -9,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from ...corpus import Doc
-from ...errors import ConfigError
+from ..corpus import Doc
+from ..errors import ConfigError
 
 # ISO code → Snowball stemmer / stop-word list names used by tantivy.
 SNOWBALL = {
@@ -85,3 +86,20 @@ def first_terms(tokens: list[str]) -> list[str]:
 def index_text(doc: Doc) -> str:
     """What BM25 sees of a document: title and body."""
     return f"{doc.title}\n{doc.text}" if doc.title else doc.text
+
+
+def text_analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
+    """tantivy's analyzer for `a` (the native backend and the passage windows analyse with it too)."""
+    import tantivy
+
+    if a.is_cjk:
+        # Text is pre-tokenised in Python (cjk_pretokenize); tantivy only splits on spaces.
+        return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+    b = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
+    b = b.filter(tantivy.Filter.lowercase())
+    lang = SNOWBALL.get(a.language)
+    if lang and a.stopwords and lang in STOPWORD_LISTS:
+        b = b.filter(tantivy.Filter.stopword(lang))
+    if lang and a.stemming:
+        b = b.filter(tantivy.Filter.stemmer(lang))
+    return b.build()
