@@ -15,7 +15,7 @@ from .api import Index
 from .corpus import Doc, IngestReport, corpus_docs
 from .errors import IndexFormatError
 from .handle import Handle
-from .index.cluster import is_cluster, read_cluster, shard_of
+from .index.cluster import check_shard_manifest, is_cluster, read_cluster, shard_of
 from .index.ray_build import ray_options
 from .search.gather import ShardMap
 from .search.searcher import Snapshot
@@ -39,9 +39,10 @@ class ShardedIndex(Handle):
             cluster = read_cluster(self.path, generation)
             shards = []
             try:
-                for s in cluster["shards"]:
+                for i, s in enumerate(cluster["shards"]):
                     shards.append(Index(self.path / s["path"], verify=self.verify, device=self.device,
                                         trust_remote_code=self.trust_remote_code, generation=s["generation"]))
+                    check_shard_manifest(self.path, i, s, shards[-1].manifest)
             except IndexFormatError:
                 for sh in shards:
                     sh.close()

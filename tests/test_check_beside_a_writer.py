@@ -42,3 +42,22 @@ def test_check_reports_no_damage_while_a_writer_commits(tmp_path):
     doc.write_bytes(bytes(data))
     _, problems = check_index(idx)
     assert problems
+
+
+def test_check_of_a_sharded_index_beside_a_writer(tmp_path):
+    """Issue 57 item 3: the cluster generation and every shard's are pinned before any is read."""
+    from ldr.sharded import ShardedIndex
+
+    idx = tmp_path / "idx"
+    ShardedIndex.build([{"id": f"d{i}", "text": f"document {i} about bridges"} for i in range(30)], idx, shards=8,
+                       dense=None, sparse=None)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(idx), "30"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    checks, alarms = 0, []
+    while writer.poll() is None or checks < 5:
+        _, problems = check_index(idx)
+        checks += 1
+        alarms += problems
+    out, err = writer.communicate()
+    assert writer.returncode == 0 and "done" in out, err[-2000:]
+    assert checks >= 5 and alarms == []

@@ -277,3 +277,48 @@ def test_an_unsharded_index_reshards_without_re_encoding_and_never_over_an_index
     r = CliRunner().invoke(main, ["reshard", "-i", str(tmp_path / "s4"), "-o", str(other.path), "--shards", "2"])
     assert r.exit_code == 2 and "not empty" in r.output, r.output
     assert [h.id for h in ldr.open(other.path).search("harbour", k=2)] == ["harbour-log"]
+
+
+def test_sharded_writes_take_every_write_option(tmp_path):
+    """The write path exists once: `max_doc_mb` reaches the shards (it was checked against the 64 MB
+    default), and `ray` is refused with a message instead of dropped."""
+    from ldr.errors import ConfigError
+
+    sharded = ShardedIndex.build(_extra(), tmp_path / "s", shards=2, dense=None, sparse=None)
+    big = ldr.Doc("big", "lighthouse " * 20_000, "Big")            # ~0.22 MB
+    r = sharded.add([big, ldr.Doc("small", "a small note on the lamp", "Small")], max_doc_mb=0.1)
+    assert r["added"] == 1 and r["report"].n_skipped == 1 and len(sharded) == 3
+    with pytest.raises(ConfigError, match="Ray"):
+        sharded.add([ldr.Doc("x", "y")], ray=True)
+
+
+def test_a_swapped_shard_is_refused_and_a_shard_takes_no_writer_of_its_own(tmp_path):
+    """Issue 57 items 4 and 5: another index's shard at the same generation number is found by
+    `ldr check` and refused at open; `ldr add` into a shard folder is refused, the index intact."""
+    import shutil
+
+    from ldr.errors import IndexFormatError
+
+    s, t = tmp_path / "s", tmp_path / "t"
+    ShardedIndex.build(_docs(), s, shards=2, dense=None, sparse=None)
+    ShardedIndex.build(_docs() + _extra(), t, shards=2, dense=None, sparse=None)
+    r = CliRunner()
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "n.txt").write_text("a new note about tides")
+    out = r.invoke(main, ["add", str(more), "-i", str(s / "shards" / "shard-000")])
+    assert out.exit_code == 2 and "is a shard of the sharded index" in out.output, out.output
+    assert r.invoke(main, ["check", str(s)]).exit_code == 0 and len(ldr.open(s)) == 6
+    before = [h.id for h in ldr.open(s).search("harbour lamp")]
+    assert before
+    for i in range(2):
+        if len(ldr.open(t).shards[i]) != len(ldr.open(s).shards[i]):
+            shutil.rmtree(s / "shards" / f"shard-00{i}")
+            shutil.copytree(t / "shards" / f"shard-00{i}", s / "shards" / f"shard-00{i}")
+            break
+    else:
+        pytest.fail("no shard differs")
+    check = r.invoke(main, ["check", str(s)])
+    assert check.exit_code == 1 and "not the one the cluster committed" in check.output, check.output
+    with pytest.raises(IndexFormatError, match="not the one the cluster committed"):
+        ldr.open(s)

@@ -98,28 +98,82 @@ def _stores(root: Path, manifest: dict, progress) -> list[str]:
 
 
 def check_cluster(path: Path, progress: Callable[[str], None]) -> tuple[dict, list[str]]:
-    """A sharded index: every shard checked in full at the generation the cluster names, and any
-    shard whose newest generation is not that one named in `notes` (a write failed between the
+    """A sharded index: every shard checked in full at the generation the cluster names, all of
+    them pinned before any is read (a writer beside the check collects none of them); each shard
+    the one the cluster committed (its manifest's checksum) holding only documents routed to it;
+    any shard whose newest generation is not the named one in `notes` (a write failed between the
     shard's commit and the cluster's: no damage, readers never see it, the next write brings it
     back)."""
     from . import generations as gens
-    from .cluster import read_cluster
+    from .cluster import check_shard_manifest, read_cluster, shard_of
 
-    cluster = read_cluster(path)
-    problems, notes, files, docs, components = [], [], 0, 0, {}
-    for i, s in enumerate(cluster["shards"]):
-        shard = Path(path) / s["path"]
-        newest = (gens.generations(shard) or [None])[-1]
-        if newest != s["generation"]:
-            notes.append(f"shard {i} is at generation {newest}, the cluster names {s['generation']}: a write "
-                         "failed there (readers answer from the named one; the next write brings it back)")
-        manifest, found = check_index(shard, progress, s["generation"])
-        problems += [f"shard {i}: {p}" for p in found]
-        if manifest is not None:
+    cluster, pins = _pin_cluster(path)
+    try:
+        problems, notes, files, docs, components = [], [], 0, 0, {}
+        n = len(cluster["shards"])
+        for i, s in enumerate(cluster["shards"]):
+            shard = Path(path) / s["path"]
+            newest = (gens.generations(shard) or [None])[-1]
+            if newest != s["generation"]:
+                notes.append(f"shard {i} is at generation {newest}, the cluster names {s['generation']}: a write "
+                             "failed there (readers answer from the named one; the next write brings it back)")
+            if s["generation"] is None:
+                continue
+            manifest, found = check_index(shard, progress, s["generation"])
+            problems += [f"shard {i}: {p}" for p in found]
+            if manifest is None:
+                continue
+            try:
+                check_shard_manifest(Path(path), i, s, manifest)
+            except LdrError as e:
+                problems.append(str(e))
+            stray = [d for d in _live_ids(shard, manifest) if shard_of(d, n) != i]
+            if stray:
+                problems.append(f"shard {i} holds {len(stray)} document(s) routed to other shards (e.g. {stray[0]!r})")
             files, docs, components = files + len(manifest["files"]), docs + manifest["doc_count"], \
                 manifest["components"]
-    return {"files": range(files), "doc_count": docs, "components": components, "shards": len(cluster["shards"]),
-            "notes": notes}, problems
+        if docs != cluster["stats"]["docs"]:
+            problems.append(f"the shards hold {docs} documents, the cluster commit names {cluster['stats']['docs']}")
+        return {"files": range(files), "doc_count": docs, "components": components, "shards": n,
+                "notes": notes}, problems
+    finally:
+        for p in pins:
+            p.close()
+
+
+def _pin_cluster(path: Path) -> tuple[dict, list]:
+    """The newest cluster manifest with every shard generation it names pinned (a writer may
+    commit and collect between reading and pinning: then the newer one)."""
+    from . import generations as gens
+    from .cluster import read_cluster
+    from .manifest import read_manifest
+
+    for _ in range(20):
+        cluster, pins = read_cluster(path), []
+        try:
+            for s in cluster["shards"]:
+                if s["generation"] is not None:
+                    pins.append(gens.Pin(Path(path) / s["path"], s["generation"]))
+                    read_manifest(Path(path) / s["path"], s["generation"])     # still there once pinned
+            return cluster, pins
+        except LdrError:
+            for p in pins:
+                p.close()
+            if read_cluster(path)["generation"] == cluster["generation"]:
+                return cluster, []       # not a race: check_index reports what is wrong
+    return read_cluster(path), []
+
+
+def _live_ids(root: Path, manifest: dict) -> list[str]:
+    from .docstore import Docstore
+    from .segment import read_deletes
+
+    out = []
+    for seg in manifest["segments"]:
+        ids = Docstore(root / seg["path"], seg["docs"]).ids
+        deleted = read_deletes(root, seg)
+        out += [d for d, x in zip(ids, deleted) if not x]
+    return out
 
 
 def check_index(path: str | Path, progress: Callable[[str], None] = lambda _: None,

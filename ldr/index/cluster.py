@@ -109,6 +109,25 @@ def collect_cluster(root: Path, keep: int) -> None:
         part.unlink(missing_ok=True)
 
 
+def cluster_of_shard(path) -> Path | None:
+    """The sharded index `path` is a shard of (`<idx>/shards/shard-NNN`), or None."""
+    path = Path(path).absolute()
+    if path.parent.name == SHARDS and re.fullmatch(r"shard-\d{3,}", path.name) and is_cluster(path.parent.parent):
+        return path.parent.parent
+    return None
+
+
+def check_shard_manifest(root: Path, i: int, entry: dict, manifest: dict) -> None:
+    """IndexFormatError unless `manifest` is the shard generation the cluster committed: the same
+    manifest checksum (a shard folder swapped for another index's, at the same generation number,
+    differs) and document count."""
+    want = entry.get("manifest")
+    if want is not None and (manifest.get("checksum") != want or manifest.get("doc_count") != entry.get("live")):
+        raise IndexFormatError(f"shard {i} of {root} ({entry['path']}, generation {entry['generation']}) is not the "
+                               "one the cluster committed (another index's shard?): run `ldr check` and restore the "
+                               "shard's folder, or rebuild the index")
+
+
 def shard_entry(root: Path, i: int, manifest: dict | None) -> dict:
     """What the cluster manifest says of shard i at this shard manifest (None: no generation yet)."""
     if manifest is None:
@@ -121,7 +140,7 @@ def shard_entry(root: Path, i: int, manifest: dict | None) -> dict:
         store = Docstore(inside(root / shard_rel(i), seg["path"], "segment"), seg["docs"])
         tokens += int(store.lengths[~read_deletes(root / shard_rel(i), seg)].sum())
     return {"path": shard_rel(i), "generation": manifest["generation"], "docs": manifest["doc_count"],
-            "live": manifest["doc_count"], "tokens": tokens}
+            "live": manifest["doc_count"], "tokens": tokens, "manifest": manifest["checksum"]}
 
 
 def route_file(docs, n: int, folder: Path, report, max_doc_mb: float | None = None) -> tuple[list[Path], list[int]]:

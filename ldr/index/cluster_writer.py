@@ -92,7 +92,7 @@ class ClusterWriter:
                 continue
             log.warning("shard %d is at generation %s, the cluster names %d: bringing it back", i, newest,
                         s["generation"])
-            with IndexWriter(path, wait=self.wait, threads=self.threads) as w:
+            with IndexWriter(path, wait=self.wait, threads=self.threads, cluster=True) as w:
                 w.revert(s["generation"])
         return behind
 
@@ -118,7 +118,8 @@ class ClusterWriter:
                 self.ray_info = build_on_ray([self.shard_path(i) for i in range(n_shards)], files, counts, config, ray)
             else:
                 for i, f in enumerate(files):
-                    with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads, create=True) as w:
+                    with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads, create=True,
+                                     cluster=True) as w:
                         w.rebuild(routed_docs(f), config, IngestReport(), progress=progress, total=counts[i])
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -139,7 +140,7 @@ class ClusterWriter:
             for i, f in enumerate(files):
                 if not counts[i]:
                     continue
-                with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads) as w:
+                with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads, cluster=True) as w:
                     r = w.add(routed_docs(f), IngestReport(), progress=progress, total=counts[i],
                               auto_merge=auto_merge)
                 touched.append(i)
@@ -163,7 +164,7 @@ class ClusterWriter:
             by_shard.setdefault(shard_of(i, self.n_shards), []).append(i)
         deleted, missing, touched = [], [], []
         for s, group in sorted(by_shard.items()):
-            with IndexWriter(self.shard_path(s), wait=self.wait) as w:
+            with IndexWriter(self.shard_path(s), wait=self.wait, cluster=True) as w:
                 r = w.delete(group)
             deleted += r["deleted"]
             missing += r["missing"]
@@ -177,7 +178,7 @@ class ClusterWriter:
     def merge(self, max_segments: int = 1) -> dict:
         merged, touched = 0, []
         for i in range(self.n_shards):
-            with IndexWriter(self.shard_path(i), wait=self.wait) as w:
+            with IndexWriter(self.shard_path(i), wait=self.wait, cluster=True) as w:
                 r = w.merge(max_segments)
             if r["merged"]:
                 merged += r["merged"]
@@ -198,7 +199,7 @@ class ClusterWriter:
     def set_search_defaults(self, search: dict, record: dict | None = None) -> dict:
         """New query-time defaults (`ldr tune`) on every shard, then the cluster commit."""
         for i in range(self.n_shards):
-            with IndexWriter(self.shard_path(i), wait=self.wait) as w:
+            with IndexWriter(self.shard_path(i), wait=self.wait, cluster=True) as w:
                 w.set_search_defaults(search, record)
             crash_point("cluster:shard-committed")
         return self._commit("tune", range(self.n_shards), dict(record or {}))
@@ -263,7 +264,7 @@ def copy_routed(sources: list, out, n_shards: int, wait, threads: int, record: d
         for j in range(n_shards):
             path = target.shard_path(j)
             mine = [(r, seg, deleted | (route != j)) for r, seg, deleted, route in parts]
-            with IndexWriter(path, wait=wait, threads=threads, create=True) as w:
+            with IndexWriter(path, wait=wait, threads=threads, create=True, cluster=True) as w:
                 segs = [merge(path, mine, 1, first["components"], uids_from=0)] \
                     if any((~m).any() for _, _, m in mine) else []
                 n = sum(s["docs"] for s in segs)

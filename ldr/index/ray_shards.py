@@ -16,7 +16,7 @@ def _build_shard(path: str, routed: str, config, count: int, threads: int) -> in
     from .cluster import routed_docs
     from .writer import IndexWriter
 
-    with IndexWriter(Path(path), threads=threads, create=True) as w:
+    with IndexWriter(Path(path), threads=threads, create=True, cluster=True) as w:
         return w.rebuild(routed_docs(Path(routed)), config, IngestReport(), progress=False, total=count)["generation"]
 
 

@@ -43,11 +43,20 @@ class IndexWriter:
     """Holds an index directory's write lock; each operation commits one generation."""
 
     def __init__(self, root: str | os.PathLike, wait: bool | float = False, trust_remote_code: bool = False,
-                 device: str | None = None, threads: int = 0, create: bool = False):
+                 device: str | None = None, threads: int = 0, create: bool = False, cluster: bool = False):
         """Takes the write lock of the index at `root`; nothing in a directory is created, changed or
         deleted before it is proven an ldr index (add/delete/merge elsewhere say "no index").
-        `create` (or `rebuild`) first checks it is new, empty or an index (target.check_target)."""
+        `create` (or `rebuild`) first checks it is new, empty or an index (target.check_target).
+        A shard of a sharded index is written only by its cluster's writer (`cluster=True`): a
+        commit there alone would collect the generation the cluster names."""
         self.root = Path(root).absolute()
+        if not cluster:
+            from .cluster import cluster_of_shard
+
+            owner = cluster_of_shard(self.root)
+            if owner is not None:
+                raise ConfigError(f"{self.root} is a shard of the sharded index {owner}: write to the sharded index "
+                                  f"(`ldr add CORPUS -i {owner}`, `ldr delete ID -i {owner}`), never to one shard")
         self.wait, self.lock, self.current = wait, None, None
         self.trust_remote_code, self.device = trust_remote_code, device
         self.threads = threads or os.cpu_count() or 1

@@ -31,25 +31,31 @@ class ShardReplica:
     newest kept open), the plan's first stages run over it."""
 
     def __init__(self, root: str, shard: int, device: str | None = None):
-        self.path = Path(root) / shard_rel(shard)
+        self.path, self.shard = Path(root) / shard_rel(shard), shard
         self.device = device
         self.open: dict[int, object] = {}
 
-    def _at(self, generation: int):
+    def _at(self, entry: dict):
+        """This shard at the generation the cluster entry names, checked to be the one committed."""
         from ..api import Index
+        from ..index.cluster import check_shard_manifest
 
+        generation = entry["generation"]
         if generation not in self.open:
-            self.open[generation] = Index(self.path, device=self.device, generation=generation)
+            ix = Index(self.path, device=self.device, generation=generation)
+            check_shard_manifest(self.path.parent.parent, self.shard, entry, ix.manifest)
+            self.open[generation] = ix
             for old in sorted(self.open)[:-2]:
                 self.open.pop(old).close()
         return self.open[generation]
 
-    def first(self, generation: int, first, reps: dict, filters) -> dict:
-        """The plan's first stages over this shard at `generation`; the coordinator checked the
-        filters' fields against every shard (one this shard lacks passes none of its documents)."""
+    def first(self, entry: dict, first, reps: dict, filters) -> dict:
+        """The plan's first stages over this shard at the generation its cluster entry names; the
+        coordinator checked the filters' fields against every shard (one this shard lacks passes
+        none of its documents)."""
         from ..search import filters as _filters
 
-        shard = self._at(generation).as_shard()
+        shard = self._at(entry).as_shard()
         conds = _filters.normalise(filters)
         cands = shard.first(first, reps, shard.mask(conds, False) if conds else None)
         return {"lists": cands.lists, "timings": cands.timings}
@@ -65,11 +71,13 @@ class RayShardedIndex(ShardedIndex):
     def _first_stages(self, snap, plan_first, reps: dict, masks, filters) -> list:
         """Each shard's Candidates from its Serve deployment, at the generation `snap` names for
         it; None for a shard none of whose replicas answered."""
-        gens = [s["generation"] for s in snap.cluster["shards"]]
-        calls = {i: self._call(i, gens[i], plan_first, reps, filters) for i in range(len(gens))}
+        gens = snap.cluster["shards"]        # each shard's committed generation (and its manifest's checksum)
+        calls = {i: self._call(i, gens[i], plan_first, reps, filters) for i in range(len(gens))
+                 if gens[i]["generation"] is not None}        # a shard no document was routed to has none
         parts = []
         for i in range(len(gens)):
-            got = self._result(i, calls[i], gens[i], plan_first, reps, filters)
+            got = self._result(i, calls[i], gens[i], plan_first, reps, filters) if i in calls else \
+                {"lists": {}, "timings": {}}
             if got is None:
                 parts.append(None)
             else:
@@ -78,10 +86,10 @@ class RayShardedIndex(ShardedIndex):
                 parts.append(cands)
         return parts
 
-    def _call(self, i: int, generation: int, first, reps, filters):
-        return self.handles[i].first.remote(generation, first, reps, filters)
+    def _call(self, i: int, entry: dict, first, reps, filters):
+        return self.handles[i].first.remote(entry, first, reps, filters)
 
-    def _result(self, i: int, call, generation: int, first, reps, filters) -> dict | None:
+    def _result(self, i: int, call, entry: dict, first, reps, filters) -> dict | None:
         """A shard's answer; a failed call (its replica died) is asked again (Serve picks a live
         replica); None when no replica answers within the time allowed."""
         deadline = time.monotonic() + self.timeout_s
@@ -96,7 +104,7 @@ class RayShardedIndex(ShardedIndex):
                     break
                 time.sleep(min(0.2 * (attempt + 1), max(0.0, deadline - time.monotonic())))
                 try:
-                    call = self._call(i, generation, first, reps, filters)
+                    call = self._call(i, entry, first, reps, filters)
                 except Exception:
                     break
         log.warning("shard %d did not answer: its hits are missing from this result", i)
