@@ -208,3 +208,12 @@ def test_explain_loads_no_model_and_a_plan_pickles(idx):
     plan = idx.plan("reef", rerank_model="cross-encoder/ms-marco-MiniLM-L-12-v2")
     again = pickle.loads(pickle.dumps(plan))
     assert again.explain() == plan.explain() and again.stage("reranked").reranker.model == plan.stage("reranked").reranker.model
+
+
+def test_stage_settings_are_finite_numbers(idx):
+    """Issue 57 item 10: NaN and infinities are refused for a stage's settings as for every option."""
+    for bad in (float("nan"), float("inf"), "inf", "1e309", "nan"):
+        with pytest.raises(QueryError, match="finite"):
+            idx.search("reef", stages={"boost": {"weight": bad}})
+    out = CliRunner().invoke(main, ["search", "reef", "-i", str(idx.path), "--stage", "boost:weight=1e309"])
+    assert out.exit_code == 2 and "finite" in out.output and "Traceback" not in out.output

@@ -322,3 +322,25 @@ def test_a_swapped_shard_is_refused_and_a_shard_takes_no_writer_of_its_own(tmp_p
     assert check.exit_code == 1 and "not the one the cluster committed" in check.output, check.output
     with pytest.raises(IndexFormatError, match="not the one the cluster committed"):
         ldr.open(s)
+
+
+def test_a_reshard_never_writes_inside_its_source_and_a_killed_one_runs_again(tmp_path):
+    """Issue 57 items 8 and 9: outputs inside the source are refused at once (no wait on its own
+    lock); a reshard killed before its rename leaves nothing at the output and runs again."""
+    s = tmp_path / "s"
+    ShardedIndex.build(_docs(), s, shards=2, dense=None, sparse=None)
+    r = CliRunner()
+    for out in (s, s / "shards" / "shard-000" / "segments" / "x"):
+        got = r.invoke(main, ["reshard", "-i", str(s), "-o", str(out), "--shards", "3", "--wait"])
+        assert got.exit_code == 2 and "inside the index being resharded" in got.output, got.output
+    assert r.invoke(main, ["check", str(s)]).exit_code == 0
+    env = {**os.environ, "LDR_CRASH_AT": "reshard:before-rename"}
+    killed = subprocess.run([sys.executable, "-m", "ldr.cli", "reshard", "-i", str(s), "-o", str(tmp_path / "n"),
+                             "--shards", "3"], env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9 and not (tmp_path / "n").exists()
+    again = r.invoke(main, ["reshard", "-i", str(s), "-o", str(tmp_path / "n"), "--shards", "3"])
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    a, b = ldr.open(s), ldr.open(tmp_path / "n")
+    for q in QUERIES:
+        assert [(h.id, round(h.score, 6)) for h in a.search(q)] == [(h.id, round(h.score, 6)) for h in b.search(q)]

@@ -235,17 +235,25 @@ def reshard_index(src, out, n_shards: int, wait: bool | float = False, threads: 
 def copy_routed(sources: list, out, n_shards: int, wait, threads: int, record: dict) -> dict:
     """Commit a new sharded index at `out` whose shard j holds the live rows of `sources` ([(index
     root, its manifest)]) whose ids route to j, every component's part copied as it is."""
+    from .. import components as registry
     from .docstore import Docstore
-    from .segment import merge, read_deletes
+    from .segment import read_deletes
 
     if n_shards < 1:
         raise ConfigError(f"--shards must be at least 1 (got {n_shards})")
     out = Path(out).absolute()
+    for root, _ in sources:
+        root = Path(root).absolute()
+        if out == root or root in out.parents or (root.parent.name == "shards" and root.parent.parent in
+                                                   (out, *out.parents)):
+            raise ConfigError(f"{out} is inside the index being resharded: reshard into a new directory beside it")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} exists and is not empty: reshard into a new directory (an index there would be "
                           "hidden by the new one)")
-    from .. import components as registry
-
+    # built under a name of ldr's beside `out`, renamed into place once committed: a reshard killed
+    # mid-way leaves no half index at `out`, and the next run removes what it left
+    stage = out.parent / f".{out.name}.ldr-reshard"
+    shutil.rmtree(stage, ignore_errors=True)
     first = sources[0][1]
     for name, kind in registry.kinds(first["components"]):
         if kind.uses_store(first["components"][name]):     # tantivy / Lucene: one store, its own statistics
@@ -258,9 +266,22 @@ def copy_routed(sources: list, out, n_shards: int, wait, threads: int, record: d
             ids = Docstore(root / seg["path"], seg["docs"]).ids
             parts.append((root, seg, read_deletes(root, seg), np.array([shard_of(d, n_shards) for d in ids],
                                                                        dtype=np.int64)))
-    with ClusterWriter(out, wait=wait, create=True, threads=threads) as target:
-        if target.current is not None:
-            raise ConfigError(f"{out} is a sharded index already: reshard into a new directory")
+    try:
+        result = _fill(stage, first, parts, n_shards, wait, threads, record)
+        crash_point("reshard:before-rename")
+        if out.exists():
+            out.rmdir()                  # the empty folder the user named
+        stage.rename(out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return result
+
+
+def _fill(stage: Path, first: dict, parts: list, n_shards: int, wait, threads: int, record: dict) -> dict:
+    from .segment import merge
+
+    with ClusterWriter(stage, wait=wait, create=True, threads=threads) as target:
         for j in range(n_shards):
             path = target.shard_path(j)
             mine = [(r, seg, deleted | (route != j)) for r, seg, deleted, route in parts]
@@ -271,4 +292,5 @@ def copy_routed(sources: list, out, n_shards: int, wait, threads: int, record: d
                 w._commit("reshard", segs, {k: dict(v) for k, v in first["components"].items()},
                           first.get("search", {}), first.get("ingest", {}), first.get("settings", {}),
                           {"added": n, "next_uid": n, "next_segment": 2})
-        return target._commit("reshard", range(n_shards), {**record, "shards": n_shards})
+        result = target._commit("reshard", range(n_shards), {**record, "shards": n_shards})
+    return result

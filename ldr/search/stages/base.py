@@ -10,6 +10,7 @@ generation (texts, query representations, passages); a stage never reaches furth
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import typing
 from contextlib import contextmanager
@@ -101,6 +102,9 @@ class StageType:
                     values[k] = want(v)
                 except ValueError:
                     raise QueryError(f"stage {self.name!r}: {k} must be a number (got {v!r})") from None
+        for k, v in values.items():     # as every other option: a NaN or infinite number is refused
+            if isinstance(v, float) and not math.isfinite(v):
+                raise QueryError(f"stage {self.name!r}: {k} must be a finite number (got {v!r})")
         try:
             return self.make(self.settings(**values))
         except (TypeError, ValueError) as e:
