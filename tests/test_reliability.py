@@ -323,7 +323,7 @@ def test_non_finite_metadata_is_refused_at_the_server_and_never_breaks_json(tmp_
     assert {h["id"]: h["meta"].get("depth") for h in got["hits"]} == {"a": None, "b": 2.5}
     from ldr.search.hits import finite
     assert finite({"x": [float("nan"), 1.0], "y": float("inf")}) == {"x": [None, 1.0], "y": None}   # older indexes
-    with TestClient(create_app(str(idx), ServerSettings(warm_up=False))) as c:
+    with TestClient(create_app(str(idx), ServerSettings(warm_up=False, allowed_hosts=("testserver",)))) as c:
         for doc in ({"id": "c", "text": "egrets", "depth": "NaN"}, {"id": "c", "text": "egrets", "meta": {"x": "Infinity"}}):
             body = __import__("json").dumps({"documents": [doc]}).replace('"NaN"', "NaN").replace('"Infinity"', "Infinity")
             res = c.post("/documents", content=body, headers={"content-type": "application/json"})
@@ -342,7 +342,7 @@ def test_server_queries_with_lone_surrogates_and_bool_numbers(tmp_path):
 
     idx = tmp_path / "idx"
     build(idx)
-    with TestClient(create_app(str(idx), ServerSettings(warm_up=False))) as c:
+    with TestClient(create_app(str(idx), ServerSettings(warm_up=False, allowed_hosts=("testserver",)))) as c:
         res = c.post("/search", content='{"query": "her\\ud800ons herons"}', headers={"content-type": "application/json"})
         assert res.status_code == 200 and res.json()["query"] == "her\ufffdons herons" and res.json()["hits"]
         for bad in ('{"query": "herons", "k": true}', '{"query": "herons", "passages": true}',

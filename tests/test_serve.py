@@ -327,3 +327,21 @@ def test_get_search_and_deleting_many_ids_in_one_shape(server):
         assert out["deleted"] == ["del-a", "del-b"] and out["missing"] == ["del-none"] and out["generation"] >= 1
         assert c.delete("del-none")["missing"] == ["del-none"]
         assert all(h.id not in ("del-a", "del-b") for h in c.search("pangolin", k=5))
+
+
+def test_the_front_door_refuses_other_hosts_and_cross_site_writes(server):
+    """Issue 57 item 6 (DNS rebinding): on 127.0.0.1 a request naming another host is refused before
+    any route runs, and a write from another site's page (its Origin) too, key or not; the server's
+    own names and pages still work."""
+    doc = {"documents": [{"id": "rebind", "text": "a page tried to write this"}]}
+    r = server.http.post("/documents", json=doc, headers={"Host": "attacker.example", "X-API-Key": KEY,
+                                                          "Origin": "http://attacker.example"})
+    assert r.status_code == 400 and "does not answer to the host" in r.json()["error"]
+    r = server.http.post("/documents", json=doc, headers={"X-API-Key": KEY, "Origin": "http://attacker.example"})
+    assert r.status_code == 403 and "another site" in r.json()["error"]
+    assert server.http.get("/search", params={"q": "rebind"}, headers={"Host": "attacker.example"}).status_code == 400
+    assert server.http.get("/health", headers={"Host": f"localhost:{server.port}"}).status_code == 200
+    r = server.http.post("/search", json={"query": "bridges", "k": 1},
+                         headers={"Origin": f"http://127.0.0.1:{server.port}"})
+    assert r.status_code == 200
+    assert server.http.get("/documents/rebind").status_code == 404

@@ -30,8 +30,11 @@ _LIMITS = _Limits()     # the server's limits, written once (ldr/serve/limits.py
                    "without one, a local cluster). The index must be on storage every node mounts. Needs ldr[ray].")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --ray: replicas of each shard.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True,
+              help="Another host name requests may name (a proxy's, the machine's DNS name); repeatable. "
+                   "Requests naming any other host are refused (DNS rebinding).")
 def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, device, trust_remote_code,
-              ray_address, replicas):
+              ray_address, replicas, allowed_hosts):
     """Serve an index over HTTP: POST /search, GET|POST|DELETE /documents, /info, /health, /metrics, /docs."""
     from ..errors import BackendUnavailable
 
@@ -53,7 +56,7 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
         click.echo(f"{host} is reachable from other machines and no --api-key was given: writes need this key "
                    f"(X-API-Key or Authorization: Bearer):\n  {api_key}", err=True)
     settings = ServerSettings(api_key=api_key or None, read_only=read_only, max_body_bytes=int(max_body_mb * (1 << 20)),
-                              max_query_chars=max_query_chars)
+                              max_query_chars=max_query_chars, host=host, allowed_hosts=tuple(allowed_hosts))
     click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs, a search page: /)"
                + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
     serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)

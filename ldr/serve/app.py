@@ -121,6 +121,8 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
     add_read_routes(app, served)
     add_write_routes(app, served)
     app.add_middleware(_BodyLimit, limit=s.max_body_bytes)
+    from .origin import HostCheck, allowed_hosts
+    app.add_middleware(HostCheck, hosts=allowed_hosts(s.host, s.allowed_hosts))    # outermost: checked first
     return app
 
 

@@ -20,3 +20,5 @@ class ServerSettings:
     refresh_seconds: float = 1.0        # how often to look for generations committed elsewhere
     write_wait_seconds: float = 30.0    # how long a write waits for another writer's lock
     warm_up: bool = True
+    host: str = "127.0.0.1"             # the address it is bound to: the Host a request must name
+    allowed_hosts: tuple = ()           # other names it answers to (a proxy's, a machine's DNS name)
