@@ -13,9 +13,9 @@ from pathlib import Path
 
 from .api import Index
 from .corpus import Doc, IngestReport, corpus_docs
-from .errors import IndexFormatError
+from .errors import IndexFormatError, NotAnIndex
 from .handle import Handle
-from .index.cluster import check_shard_manifest, is_cluster, read_cluster, shard_of
+from .index.cluster import check_shard_manifest, is_cluster, missing_shard, read_cluster, shard_of
 from .index.ray_build import ray_options
 from .search.gather import ShardMap
 from .search.searcher import Snapshot
@@ -40,8 +40,11 @@ class ShardedIndex(Handle):
             shards = []
             try:
                 for i, s in enumerate(cluster["shards"]):
-                    shards.append(Index(self.path / s["path"], verify=self.verify, device=self.device,
-                                        trust_remote_code=self.trust_remote_code, generation=s["generation"]))
+                    try:
+                        shards.append(Index(self.path / s["path"], verify=self.verify, device=self.device,
+                                            trust_remote_code=self.trust_remote_code, generation=s["generation"]))
+                    except NotAnIndex:
+                        raise missing_shard(self.path, i, s) from None
                     check_shard_manifest(self.path, i, s, shards[-1].manifest)
             except IndexFormatError:
                 for sh in shards:

@@ -344,3 +344,19 @@ def test_a_reshard_never_writes_inside_its_source_and_a_killed_one_runs_again(tm
     a, b = ldr.open(s), ldr.open(tmp_path / "n")
     for q in QUERIES:
         assert [(h.id, round(h.score, 6)) for h in a.search(q)] == [(h.id, round(h.score, 6)) for h in b.search(q)]
+
+
+def test_a_missing_shard_is_named_with_the_right_advice(tmp_path):
+    """Issue 57 item 14: a shard folder gone is named as a missing shard of the sharded index (not
+    "build one at shards/shard-001"); `ldr check` reports it as a problem (exit 1); writes refuse."""
+    import shutil
+
+    s = tmp_path / "s"
+    ShardedIndex.build(_docs(), s, shards=2, dense=None, sparse=None)
+    shutil.rmtree(s / "shards" / "shard-001")
+    r = CliRunner()
+    for args, code in ((["search", "lamp", "-i", str(s)], 2), (["check", str(s)], 1),
+                       (["delete", "x", "-i", str(s)], 2)):
+        out = r.invoke(main, args)
+        assert out.exit_code == code and "shard 1 of the sharded index" in out.output and "is missing" in out.output \
+            and "-o " + str(s / "shards") not in out.output and "Traceback" not in out.output, (args, out.output)

@@ -105,7 +105,7 @@ def check_cluster(path: Path, progress: Callable[[str], None]) -> tuple[dict, li
     shard's commit and the cluster's: no damage, readers never see it, the next write brings it
     back)."""
     from . import generations as gens
-    from .cluster import check_shard_manifest, read_cluster, shard_of
+    from .cluster import check_shard_manifest, missing_shard, shard_of
 
     cluster, pins = _pin_cluster(path)
     try:
@@ -119,7 +119,11 @@ def check_cluster(path: Path, progress: Callable[[str], None]) -> tuple[dict, li
                              "failed there (readers answer from the named one; the next write brings it back)")
             if s["generation"] is None:
                 continue
-            manifest, found = check_index(shard, progress, s["generation"])
+            try:
+                manifest, found = check_index(shard, progress, s["generation"])
+            except NotAnIndex:
+                problems.append(str(missing_shard(Path(path), i, s)))
+                continue
             problems += [f"shard {i}: {p}" for p in found]
             if manifest is None:
                 continue

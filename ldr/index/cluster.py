@@ -117,6 +117,13 @@ def cluster_of_shard(path) -> Path | None:
     return None
 
 
+def missing_shard(root: Path, i: int, entry: dict) -> IndexFormatError:
+    """The error for a shard folder the cluster names that holds no index (removed, not mounted)."""
+    return IndexFormatError(f"shard {i} of the sharded index {root} ({entry['path']}, generation "
+                            f"{entry['generation']}) is missing: restore that folder from a backup or copy, or "
+                            "rebuild the sharded index (`ldr index CORPUS -o NEW --shards N`)")
+
+
 def check_shard_manifest(root: Path, i: int, entry: dict, manifest: dict) -> None:
     """IndexFormatError unless `manifest` is the shard generation the cluster committed: the same
     manifest checksum (a shard folder swapped for another index's, at the same generation number,

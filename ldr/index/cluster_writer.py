@@ -18,8 +18,8 @@ from typing import Iterable
 from ..corpus import IngestReport
 from ..errors import ConfigError, NotAnIndex
 from . import generations as gens
-from .cluster import (collect_cluster, is_cluster, new_cluster, publish_cluster, read_cluster, route_file,
-                      routed_docs, shard_entry, shard_of, shard_rel)
+from .cluster import (collect_cluster, is_cluster, missing_shard, new_cluster, publish_cluster, read_cluster,
+                      route_file, routed_docs, shard_entry, shard_of, shard_rel)
 from .faults import crash_point
 from .lock import WriteLock
 from .manifest import read_manifest
@@ -86,6 +86,8 @@ class ClusterWriter:
             newest = (gens.generations(path) or [None])[-1] if path.is_dir() else None
             if newest == s["generation"]:
                 continue
+            if newest is None and s["generation"] is not None:     # not behind: gone
+                raise missing_shard(self.root, i, s)
             behind.append(i)
             if s["generation"] is None:       # created by a write no cluster generation names
                 shutil.rmtree(path, ignore_errors=True)
