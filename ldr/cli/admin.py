@@ -30,11 +30,14 @@ _LIMITS = _Limits()     # the server's limits, written once (ldr/serve/limits.py
                    "without one, a local cluster). The index must be on storage every node mounts. Needs ldr[ray].")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --ray: replicas of each shard.")
+@click.option("--replica-root", default=None, type=click.Path(),
+              help="With --ray: a folder on each node's own disk where its replicas keep their own copy of "
+                   "their shard, catching up with each commit by copying only new files (checksums verified).")
 @click.option("--allowed-host", "allowed_hosts", multiple=True,
               help="Another host name requests may name (a proxy's, the machine's DNS name); repeatable. "
                    "Requests naming any other host are refused (DNS rebinding).")
 def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, device, trust_remote_code,
-              ray_address, replicas, allowed_hosts):
+              ray_address, replicas, replica_root, allowed_hosts):
     """Serve an index over HTTP: POST /search, GET|POST|DELETE /documents, /info, /health, /metrics, /docs."""
     from ..errors import BackendUnavailable
 
@@ -44,9 +47,12 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
         raise BackendUnavailable(f"`ldr serve` needs the server extra: pip install 'ldr[server]' ({e.name} is missing)") from None
     from .. import sharded
 
+    if replica_root and not ray_address:
+        from ..errors import ConfigError
+        raise ConfigError("--replica-root keeps the Ray replicas' own copies of their shards: give it with --ray")
     opened = sharded.open(index_path)   # a clear error before the server starts, not in its log
     opened.close()
-    opener = _ray_opener(index_path, ray_address, replicas, device, opened) if ray_address else None
+    opener = _ray_opener(index_path, ray_address, replicas, device, opened, replica_root) if ray_address else None
     _check_port(host, port)
     if not (api_key or read_only or host in LOCAL_HOSTS):
         # open to the network: writes need a key; as Elasticsearch does on first start, make one
@@ -62,7 +68,7 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
     serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
 
 
-def _ray_opener(index_path, address, replicas, device, opened):
+def _ray_opener(index_path, address, replicas, device, opened, local=None):
     """Deploy the shards on Ray Serve; the coordinator opens the index over their handles."""
     from ..errors import BackendUnavailable, ConfigError
 
@@ -73,7 +79,7 @@ def _ray_opener(index_path, address, replicas, device, opened):
         from ..serve.ray_shards import RayShardedIndex, deploy
     except ImportError as e:
         raise BackendUnavailable(f"--ray needs the Ray extra: pip install 'ldr[ray]' ({e.name} is missing)") from None
-    handles = deploy(index_path, None if address == "local" else address, replicas, device)
+    handles = deploy(index_path, None if address == "local" else address, replicas, device, local=local)
     click.echo(f"{len(handles)} shards deployed on Ray Serve, {replicas} replica(s) each", err=True)
     return lambda: RayShardedIndex(index_path, handles, device=device)
 
@@ -186,3 +192,18 @@ def check_cmd(index_path, quiet):
                f"components: {', '.join(manifest['components'])})")
 
 
+
+
+@main.command("replicate")
+@click.argument("source", type=click.Path())
+@click.argument("target", type=click.Path())
+@click.option("--generation", type=int, default=None, help="The commit to copy (default: the newest).")
+def replicate_cmd(source, target, generation):
+    """Bring TARGET, a copy of the index SOURCE (sharded or not) on another disk, to SOURCE's newest
+    commit: only the files it lacks are copied, each verified against its manifest's SHA-256 before
+    the manifest naming it is written; generations no reader of TARGET holds are then removed."""
+    from ..index.replica import catch_up
+
+    r = catch_up(source, target, generation)
+    click.echo(f"{target}: generation {r['generation']}, {r['copied']} file(s) copied ({r['bytes']:,} bytes), "
+               f"{r['kept']} already there" + (f", {r['shards']} shards" if r["shards"] else ""))

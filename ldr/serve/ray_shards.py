@@ -28,22 +28,31 @@ ATTEMPTS, TIMEOUT_S = 4, 30.0
 
 class ShardReplica:
     """A replica of one shard: the shard opened at the generation each request names (the two
-    newest kept open), the plan's first stages run over it."""
+    newest kept open), the plan's first stages run over it. With `local` (a folder on the node's
+    own disk), it serves its own copy of the shard, brought to each generation it is asked for by
+    copying only the new files from where the writer committed them, each verified against its
+    manifest (ldr/index/replica.py) before it is served."""
 
-    def __init__(self, root: str, shard: int, device: str | None = None):
-        self.path, self.shard = Path(root) / shard_rel(shard), shard
+    def __init__(self, root: str, shard: int, device: str | None = None, local: str | None = None):
+        self.source, self.shard = Path(root) / shard_rel(shard), shard
+        self.path = Path(local) / shard_rel(shard) if local else self.source
         self.device = device
         self.open: dict[int, object] = {}
 
     def _at(self, entry: dict):
         """This shard at the generation the cluster entry names, checked to be the one committed."""
         from ..api import Index
+        from ..index import generations as gens
         from ..index.cluster import check_shard_manifest
 
         generation = entry["generation"]
         if generation not in self.open:
+            if self.path != self.source and generation not in gens.generations(self.path):
+                from ..index.replica import catch_up
+                got = catch_up(self.source, self.path, generation)
+                log.info("shard %d caught up to generation %d: %d files copied", self.shard, generation, got["copied"])
             ix = Index(self.path, device=self.device, generation=generation)
-            check_shard_manifest(self.path.parent.parent, self.shard, entry, ix.manifest)
+            check_shard_manifest(self.source.parent.parent, self.shard, entry, ix.manifest)
             self.open[generation] = ix
             for old in sorted(self.open)[:-2]:
                 self.open.pop(old).close()
@@ -112,10 +121,11 @@ class RayShardedIndex(ShardedIndex):
 
 
 def deploy(index_path: str, address: str | None, replicas: int, device: str | None = None,
-           cpus: float = 0.25) -> list:
+           cpus: float = 0.25, local: str | None = None) -> list:
     """Start (or join) Ray, run one Serve application per shard with `replicas` replicas (each
     reserving `cpus` of Ray's CPUs: a shard's first stages are brief numpy and mapped reads), and
-    return their handles."""
+    return their handles. `local`: each replica serves its own copy of its shard under this
+    folder of its node (ShardReplica)."""
     import ray
     from ray import serve
 
@@ -130,5 +140,5 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     n = len(read_cluster(Path(root))["shards"])
     deployment = serve.deployment(ShardReplica, name="shard")
     options = {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus}}
-    return [serve.run(deployment.options(**options).bind(root, i, device), name=APP.format(i), route_prefix=None)
-            for i in range(n)]
+    return [serve.run(deployment.options(**options).bind(root, i, device, local), name=APP.format(i),
+                      route_prefix=None) for i in range(n)]
