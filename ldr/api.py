@@ -16,7 +16,7 @@ from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError
 from .handle import Handle, LocalShard
 from .index.build import BuildConfig, build_index
-from .index.view import View, newest, open_view
+from .index.view import View, holds_index, newest, open_view
 from .index.ray_build import RayOptions, ray_options
 from .search.gather import ShardMap
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
@@ -98,10 +98,11 @@ class Index(Handle):
     def build(cls, corpus: str | os.PathLike | Iterable, path: str | os.PathLike, *,
               config: BuildConfig | None = None, report: IngestReport | None = None,
               progress: bool = False, wait: bool | float = False, ray: "RayOptions | bool | None" = None,
-              **options) -> "Index":
-        """Build an index from a corpus path or an iterable of Docs/dicts, then open it. On an
-        existing index this commits a new generation holding only this corpus. `ray`: encode on a
-        Ray cluster (True: a local one; RayOptions(address=...) for a running cluster).
+              overwrite: bool = False, **options) -> "Index":
+        """Build an index from a corpus path or an iterable of Docs/dicts, then open it. `path` must
+        not hold an index, unless `overwrite=True`: then a new generation holds only this corpus
+        (as `ldr index --overwrite`; `index.add(...)` adds to one instead). `ray`: encode on a Ray
+        cluster (True: a local one; RayOptions(address=...) for a running cluster).
 
         `options` are BuildConfig fields (bm25="lucene", dense=None, sparse=None, language="de",
         k1=..., b=..., search={...}). The ingestion report is available as `index.report`.
@@ -109,6 +110,9 @@ class Index(Handle):
         if config is not None and options:
             raise ConfigError("give either config= or keyword options, not both")
         config = config or BuildConfig(**options)
+        if not overwrite and holds_index(Path(path)):
+            raise ConfigError(f"{path} is an index already: `ldr.open({str(path)!r}).add(...)` adds documents to it "
+                              "(replacing those with the same ids); `overwrite=True` replaces the whole index")
         report = report if report is not None else IngestReport()
         docs = corpus_docs(corpus, report, config.max_doc_mb, path)
         build_index(docs, path, config, report, progress=progress, wait=wait, ray=ray_options(ray))

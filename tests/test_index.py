@@ -45,7 +45,7 @@ def test_build_open_search_and_manifest(tmp_path):
 
 def test_rebuild_replaces_index(tmp_path):
     build(_docs(5, "old"), tmp_path / "idx")
-    idx = build(_docs(5, "new"), tmp_path / "idx")
+    idx = build(_docs(5, "new"), tmp_path / "idx", overwrite=True)
     assert idx.search("zebra2", k=1)[0].id == "new2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
@@ -53,7 +53,7 @@ def test_rebuild_replaces_index(tmp_path):
 def test_failed_build_keeps_old_index(tmp_path):
     build(_docs(10), tmp_path / "idx")
     with pytest.raises(CorpusError, match="duplicate"):
-        build(_docs(10) + _docs(1), tmp_path / "idx")
+        build(_docs(10) + _docs(1), tmp_path / "idx", overwrite=True)
     assert ldr.open(tmp_path / "idx").search("zebra4", k=1)[0].id == "doc4"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
@@ -79,7 +79,7 @@ def test_killed_build_leaves_old_index_intact(tmp_path):
                     open({str(marker)!r}, "w").close()
                     time.sleep(600)   # parked mid-build until killed
                 yield ldr.Doc(f"new{{i}}", f"replacement text {{i}}")
-        ldr.Index.build(docs(), {str(target)!r}, dense=None, sparse=None)
+        ldr.Index.build(docs(), {str(target)!r}, dense=None, sparse=None, overwrite=True)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script])
     try:
@@ -99,11 +99,11 @@ def test_killed_build_leaves_old_index_intact(tmp_path):
     leftovers = sorted((target / "segments").iterdir())
     assert len(leftovers) == 2, leftovers        # the committed segment + the dead build's
     # the next writer removes the dead build's leftovers; generation 1 stays while `idx` reads it
-    build(_docs(3), target)
+    build(_docs(3), target, overwrite=True)
     assert sorted(p.name for p in (target / "segments").iterdir()) == ["seg-000001", "seg-000002"]
     assert [(h.id, h.score) for h in idx.search("topic3 zebra10", k=5)] == before
     idx.close()
-    build(_docs(4), target)
+    build(_docs(4), target, overwrite=True)
     assert sorted(p.name for p in (target / "segments").iterdir()) == ["seg-000003"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["halfway", "idx"]
 
@@ -196,3 +196,14 @@ def test_every_component_provides_its_protocol(tmp_path):
     w.add(0, ldr.Doc("a", "some text"))
     w.close()
     assert isinstance(NativeSearcher([(tmp_path / "native", 0, np.zeros(1, bool))], Analyzer(), 1.2, 0.75), Retriever)
+
+
+def test_the_api_refuses_to_replace_an_index_as_the_cli_does(tmp_path):
+    """Issue 57 item 15: `ldr.Index.build(corpus, "idx")` over an index replaced it silently where
+    `ldr index` refuses; now it refuses the same, and `overwrite=True` replaces it."""
+    idx = build(_docs(5, "old"), tmp_path / "idx")
+    idx.add([ldr.Doc("added", "a document added later")])
+    with pytest.raises(ConfigError, match="is an index already.*overwrite=True"):
+        build(_docs(3, "new"), tmp_path / "idx")
+    assert len(ldr.open(tmp_path / "idx")) == 6
+    assert len(build(_docs(3, "new"), tmp_path / "idx", overwrite=True)) == 3

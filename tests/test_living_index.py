@@ -304,7 +304,8 @@ def test_two_writers_and_a_stale_lock(tmp_path):
 def test_index_over_an_index_is_a_new_generation(tmp_path):
     path = tmp_path / "idx"
     first = ldr.Index.build([make_doc(i) for i in range(5)], path, dense=None, sparse=None)
-    second = ldr.Index.build([make_doc(i, version=9) for i in range(3)], path, dense=None, sparse=None)
+    second = ldr.Index.build([make_doc(i, version=9) for i in range(3)], path, dense=None, sparse=None,
+                             overwrite=True)
     assert second.generation == 2 and len(second) == 3
     assert first.generation == 1 and len(first) == 5 and first.search("storm", k=10)   # still answers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
@@ -332,7 +333,7 @@ def test_format_2_indexes_open_as_generation_0(tmp_path, name):
     assert out.exit_code == 2 and "format 2 index" in out.output and "ldr index CORPUS" in out.output
     idx.close()
     # `ldr index` over it commits generation 1 in place and removes the old files
-    new = ldr.Index.build([make_doc(i) for i in range(3)], idx_path, dense=None, sparse=None)
+    new = ldr.Index.build([make_doc(i) for i in range(3)], idx_path, dense=None, sparse=None, overwrite=True)
     assert new.generation == 1 and len(new) == 3
     assert sorted(p.name for p in idx_path.iterdir()) == ["manifest-000001.json", "readers", "segments",
                                                          "write.lock"]

@@ -2,7 +2,6 @@
 catches up by copying only the files a new commit adds, each verified against its manifest
 before the manifest is written; the copy answers as the source; a damaged source file is never
 served from the copy."""
-import json
 import shutil
 
 import pytest

@@ -72,7 +72,7 @@ def test_foreign_files_inside_an_index_are_named_and_kept(tmp_path):
     (idx / "corpus").mkdir()
     (idx / "corpus" / "a.txt").write_text("my corpus")
     with pytest.raises(ConfigError, match=r"corpus/, notes\.txt"):
-        build(docs(5, "new"), idx)
+        build(docs(5, "new"), idx, overwrite=True)
     assert (idx / "notes.txt").read_text() == "mine" and (idx / "corpus" / "a.txt").read_text() == "my corpus"
     assert ldr.open(idx).search("zebra3", k=1)[0].id == "doc3"   # the old index still answers
 

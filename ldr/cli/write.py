@@ -43,15 +43,9 @@ def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_work
     from ..corpus import IngestReport
     from ..errors import ConfigError, IndexFormatError
     from ..index.cluster import is_cluster
-    from ..index.manifest import read_manifest
+    from ..index.view import holds_index
 
-    def is_index(path: Path) -> bool:
-        try:
-            return path.is_dir() and bool(read_manifest(path))
-        except IndexFormatError:      # not an index (a foreign manifest.json: refused below, naming it)
-            return False
-
-    if not overwrite and is_index(Path(out)):
+    if not overwrite and holds_index(Path(out)):
         raise ConfigError(f"{out} is an index already: `ldr add {corpus} -i {out}` adds these documents to it "
                           f"(replacing those with the same ids); `--overwrite` replaces the whole index with them")
 
@@ -64,7 +58,7 @@ def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_work
         raise ConfigError(f"{out} is a sharded index: `ldr add {corpus} -i {out}` adds to it; a new sharded index "
                           f"goes in a new directory (`ldr index {corpus} -o NEW --shards N`)")
     index = Index.build(corpus, out, config=build_config(**options), report=report, progress=not quiet, wait=wait,
-                        ray=ray)
+                        overwrite=overwrite, ray=ray)
     click.echo(report.summary())
     _echo_language(index.manifest["settings"]["build"].get("language"))
     _echo_ray(index.manifest["settings"]["build"].get("ray"))

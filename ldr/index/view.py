@@ -70,3 +70,14 @@ def open_view(path: Path, generation: int | None = None, full: bool = False) -> 
 def newest(path: Path) -> int | None:
     found = gens.generations(path)
     return found[-1] if found else None
+
+
+def holds_index(path: Path) -> bool:
+    """Whether `path` holds a readable ldr index (a damaged or foreign one is for the writer's own
+    checks to refuse, naming what it found)."""
+    from .manifest import read_manifest
+
+    try:
+        return Path(path).is_dir() and bool(read_manifest(Path(path)))
+    except IndexFormatError:
+        return False
