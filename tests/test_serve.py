@@ -345,3 +345,41 @@ def test_the_front_door_refuses_other_hosts_and_cross_site_writes(server):
                          headers={"Origin": f"http://127.0.0.1:{server.port}"})
     assert r.status_code == 200
     assert server.http.get("/documents/rebind").status_code == 404
+
+
+def _raw(port: int, path: str, declared: int, send: int):
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {declared}\r\n\r\n".encode() + b" " * send)
+    return s
+
+
+def _status(s, timeout: float = 10.0) -> int:
+    s.settimeout(timeout)
+    got = s.recv(200).decode("latin-1")
+    s.close()
+    return int(got.split()[1])
+
+
+def test_slow_and_large_bodies_cannot_take_the_servers_memory(tmp_path):
+    """Issue 57 item 2: a body that stalls is dropped (408); all unfinished bodies together are
+    bounded (503 past it); a request other than POST /documents takes at most 1 MB (413)."""
+    idx = tmp_path / "idx"
+    ldr.Index.build(_docs(4), idx, dense=None, sparse=None)
+    s = Server(idx, "--max-body-mb", "4", "--max-pending-mb", "2", "--body-stall-seconds", "1.5")
+    try:
+        t = time.time()
+        stalled = _raw(s.port, "/documents", 3 << 20, 1 << 20)            # 1 of 3 MB, then nothing
+        assert _status(stalled) == 408 and time.time() - t < 8
+        a = _raw(s.port, "/documents", 3 << 20, 3 << 19)                  # 1.5 MB held, still sending
+        time.sleep(0.3)
+        b = _raw(s.port, "/documents", 3 << 20, 1 << 20)                 # past the 2 MB all bodies may hold
+        assert _status(b) == 503
+        assert _status(a) == 408
+        big_search = _raw(s.port, "/search", 2 << 20, 2 << 20)
+        assert _status(big_search) == 413
+        assert s.http.post("/search", json={"query": "bridges", "k": 1}).status_code == 200
+    finally:
+        assert "Traceback" not in s.stop()

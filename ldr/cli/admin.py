@@ -20,8 +20,12 @@ _LIMITS = _Limits()     # the server's limits, written once (ldr/serve/limits.py
               help="Key the write endpoints require (X-API-Key or Authorization: Bearer).")
 @click.option("--read-only", is_flag=True, help="Turn the write endpoints off.")
 @click.option("--max-body-mb", type=float, default=_LIMITS.max_body_bytes / (1 << 20), show_default=True,
-              help="Largest request body.")
+              help="Largest request body of POST /documents (any other request: 1 MB at most).")
 @click.option("--max-query-chars", type=int, default=_LIMITS.max_query_chars, show_default=True)
+@click.option("--max-pending-mb", type=float, default=_LIMITS.max_pending_bytes / (1 << 20), show_default=True,
+              help="What all unfinished request bodies may hold together (past it: 503).")
+@click.option("--body-stall-seconds", type=float, default=_LIMITS.body_stall_seconds, show_default=True,
+              help="A request body that sends nothing for this long is dropped (408).")
 @click.option("--device", default=None, help="cpu, cuda (default: cuda when available).")
 @click.option("--trust-remote-code", is_flag=True,
               help="Allow the index's models to run code they ship (an index cannot grant this itself).")
@@ -36,7 +40,8 @@ _LIMITS = _Limits()     # the server's limits, written once (ldr/serve/limits.py
 @click.option("--allowed-host", "allowed_hosts", multiple=True,
               help="Another host name requests may name (a proxy's, the machine's DNS name); repeatable. "
                    "Requests naming any other host are refused (DNS rebinding).")
-def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, device, trust_remote_code,
+def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query_chars, max_pending_mb,
+              body_stall_seconds, device, trust_remote_code,
               ray_address, replicas, replica_root, allowed_hosts):
     """Serve an index over HTTP: POST /search, GET|POST|DELETE /documents, /info, /health, /metrics, /docs."""
     from ..errors import BackendUnavailable
@@ -62,7 +67,8 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
         click.echo(f"{host} is reachable from other machines and no --api-key was given: writes need this key "
                    f"(X-API-Key or Authorization: Bearer):\n  {api_key}", err=True)
     settings = ServerSettings(api_key=api_key or None, read_only=read_only, max_body_bytes=int(max_body_mb * (1 << 20)),
-                              max_query_chars=max_query_chars, host=host, allowed_hosts=tuple(allowed_hosts))
+                              max_query_chars=max_query_chars, host=host, allowed_hosts=tuple(allowed_hosts),
+                              max_pending_bytes=int(max_pending_mb * (1 << 20)), body_stall_seconds=body_stall_seconds)
     click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs, a search page: /)"
                + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
     serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)

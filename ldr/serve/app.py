@@ -29,38 +29,66 @@ log = logging.getLogger("ldr.serve")
 
 
 class _BodyLimit:
-    """Refuses request bodies over `limit` bytes with 413 (declared or streamed), before the
-    application parses them."""
+    """Request bodies, read before the application parses them: over `limit` bytes (POST
+    /documents) or `small` (every other request: a search, a delete by ids) is 413; a body that
+    stalls for `stall_s` is 408; and all unfinished bodies together hold at most `pending` bytes
+    (503 past it), so slow clients withholding their last bytes cannot take the server's memory.
+    A large body's memory goes back to the system once its request is done."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, small: int, pending: int, stall_s: float):
+        self.app, self.limit, self.small, self.pending, self.stall_s = app, limit, small, pending, stall_s
+        self.held = 0          # bytes buffered by unfinished requests (one event loop: no lock)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.limit if scope.get("method") == "POST" and scope.get("path") == "/documents" else self.small
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await _send_json(send, 413, {"error": f"request body over {self.limit} bytes"})
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return await _send_json(send, 413, {"error": f"request body over {limit} bytes"})
         chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                return await _send_json(send, 413, {"error": f"request body over {self.limit} bytes"})
-            more = message.get("more_body", False)
-        body, replayed = b"".join(chunks), False
+        try:
+            while more:
+                try:
+                    message = await asyncio.wait_for(receive(), self.stall_s)
+                except asyncio.TimeoutError:
+                    return await _send_json(send, 408, {"error": f"the request body stalled for {self.stall_s:g} s"})
+                if message["type"] != "http.request":
+                    return
+                chunk = message.get("body", b"")
+                if size + len(chunk) > limit:
+                    return await _send_json(send, 413, {"error": f"request body over {limit} bytes"})
+                if self.held + len(chunk) > self.pending:
+                    return await _send_json(send, 503, {"error": "too many unfinished request bodies; retry later"})
+                chunks.append(chunk)
+                size += len(chunk)
+                self.held += len(chunk)
+                more = message.get("more_body", False)
+            body, replayed = b"".join(chunks), False
+            chunks.clear()
 
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            async def replay():
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
 
-        return await self.app(scope, replay, send)
+            return await self.app(scope, replay, send)
+        finally:
+            self.held -= size
+            if size > 1 << 20:
+                chunks.clear()
+                _trim()
+
+
+def _trim() -> None:
+    """Hand freed heap back to the system (glibc keeps a large body's pages otherwise)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 async def _send_json(send, status: int, payload: dict) -> None:
@@ -120,7 +148,8 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
     add_error_handlers(app)
     add_read_routes(app, served)
     add_write_routes(app, served)
-    app.add_middleware(_BodyLimit, limit=s.max_body_bytes)
+    app.add_middleware(_BodyLimit, limit=s.max_body_bytes, small=min(s.max_body_bytes, s.max_request_bytes),
+                       pending=s.max_pending_bytes, stall_s=s.body_stall_seconds)
     from .origin import HostCheck, allowed_hosts
     app.add_middleware(HostCheck, hosts=allowed_hosts(s.host, s.allowed_hosts))    # outermost: checked first
     return app

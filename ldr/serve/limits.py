@@ -11,7 +11,10 @@ API_KEY_ENV = "LDR_API_KEY"
 class ServerSettings:
     api_key: str | None = None          # required by write endpoints when set
     read_only: bool = False             # write endpoints answer 403
-    max_body_bytes: int = 32 << 20      # any request
+    max_body_bytes: int = 32 << 20      # POST /documents (documents being added)
+    max_request_bytes: int = 1 << 20    # any other request (a search, a delete by ids)
+    max_pending_bytes: int = 96 << 20   # all unfinished request bodies together
+    body_stall_seconds: float = 15.0    # a body that sends nothing for this long is dropped (408)
     max_query_chars: int = 8192
     max_k: int = 1000
     max_passages: int = 20
