@@ -91,3 +91,15 @@ def test_timings_are_milliseconds_under_one_name_in_the_api_json_and_server_shap
     assert hits.took_ms >= sum(hits.timings_ms.values()) * 0.99 and hits.took_ms < 60_000
     out = json.loads(r.invoke(main, ["search", "corrosion", "-i", str(idx), "--json"]).output)
     assert set(out["timings_ms"]) == set(hits.timings_ms) and out["took_ms"] > 0
+
+
+def test_a_sync_sees_metadata_types(tmp_path):
+    """Issue 57 item 12: `1 -> true` and `2 -> 2.0` are changes (Python's == says equal); a filter
+    on the new value then finds the document."""
+    index = ldr.Index.build([ldr.Doc("x", "tidal flats", meta={"urgent": 1, "v": 2})], tmp_path / "idx",
+                            dense=None, sparse=None)
+    r = index.add([ldr.Doc("x", "tidal flats", meta={"urgent": True, "v": 2.0})])
+    assert r["replaced"] == ["x"] and r["unchanged"] == 0
+    assert [h.id for h in index.search("tidal", filters={"urgent": "true"}, mode="bm25")] == ["x"]
+    again = index.add([ldr.Doc("x", "tidal flats", meta={"urgent": True, "v": 2.0})])
+    assert again["unchanged"] == 1

@@ -25,5 +25,13 @@ class Unchanged:
         for store, deleted in zip(self._stores, self.deleted):
             if doc.id in store and not deleted[row := store.row(doc.id)]:
                 old = store.doc(row)     # one row group read; far cheaper than encoding the document
-                return (old.text, old.title, old.meta) == (doc.text, doc.title, doc.meta)
+                return (old.text, old.title) == (doc.text, doc.title) and typed(old.meta) == typed(doc.meta)
         return False
+
+
+def typed(meta) -> str:
+    """Metadata as a value whose equality sees types: Python's `1 == True` and `2 == 2.0`, but a
+    filter `urgent=true` or a value shown as 2.0 tells them apart (JSON writes them apart)."""
+    import json
+
+    return json.dumps(meta, sort_keys=True, default=repr)
