@@ -299,3 +299,31 @@ def test_the_packaged_bge_small():
     d = enc.encode_documents(["Berlin has a population of 3.5 million people.", "The tide comes in twice a day."])[0]
     sims = (q @ d.T)[0]
     assert sims[0] > sims[1] + 0.2
+
+
+def test_a_killed_builds_work_folder_is_removed_by_the_next_build(tmp_path, monkeypatch):
+    """Issue 57 item 11: a SIGKILLed export leaves its `.kind-key-XXXX` work folder (87 MB for
+    MiniLM); the next build of that folder, holding its lock, removes it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from ldr.encode.cache import build_once
+
+    monkeypatch.setenv("LDR_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "onnx" / "dense-k1"
+    script = textwrap.dedent(f"""
+        import os, signal, pathlib
+        from ldr.encode.cache import build_once
+        def build(work):
+            (work / "model.onnx").write_bytes(b"x" * 1000)
+            os.kill(os.getpid(), signal.SIGKILL)        # killed mid-build
+        build_once(pathlib.Path({str(folder)!r}), "meta.json", build, lambda e: None)
+    """)
+    env = {**os.environ, "LDR_CACHE_DIR": str(tmp_path / "cache")}
+    assert subprocess.run([sys.executable, "-c", script], env=env).returncode == -signal.SIGKILL
+    assert len(list(folder.parent.glob(".dense-k1-*"))) == 1
+    build_once(folder, "meta.json", lambda work: (work / "meta.json").write_text("{}"), lambda e: None)
+    assert (folder / "meta.json").is_file() and list(folder.parent.glob(".dense-k1-*")) == []

@@ -68,6 +68,10 @@ def build_once(folder: Path, ready: str, build: Callable[[Path], None],
             return folder
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
+            # work folders of builds killed before their rename (SIGKILL skips every cleanup): under
+            # this folder's lock no live process builds into one
+            for left in folder.parent.glob(f".{folder.name}-*"):
+                shutil.rmtree(left, ignore_errors=True)
             work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         except OSError as e:
             return unwritable(e)

@@ -81,7 +81,11 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
         # a read-only or unwritable cache: export for this process only, and say how to fix it
         log.warning("the ONNX cache %s is not writable (%s); exporting into a temporary folder for this run "
                     "only. Set LDR_CACHE_DIR to a writable folder to keep exports.", folder.parent, e.strerror or e)
+        import atexit
+        import shutil
+
         work = Path(tempfile.mkdtemp(prefix=f"ldr-onnx-{kind}-"))
+        atexit.register(shutil.rmtree, work, True)      # this process's only: gone when it ends
         make(work)
         return work
 
