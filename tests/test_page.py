@@ -20,7 +20,9 @@ DOCS = [{"id": "bridge-1", "title": HOSTILE, "text": "The bearing plates of the 
          "corrosion; the inspector requires a weight restriction.", "team": "red"},
         {"id": "bridge-2", "title": "Second bridge", "text": "Corrosion of the bearing plates was found on the "
          "north span; repainting is planned.", "team": "blue"},
-        {"id": "lamp", "title": "Lighthouse log", "text": "The keeper relit the lamp at midnight.", "team": "blue"}]
+        {"id": "lamp", "title": "Lighthouse log", "text": "The keeper relit the lamp at midnight.", "team": "blue"},
+        {"id": "emoji", "title": "Harbour log", "text": "\U0001F30A\U0001F30A\U0001F6A2\u2693 the harbour gate opened "
+         "at dawn.", "team": "green"}]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,7 @@ def test_a_query_shows_hits_with_passages_and_marked_terms(page):
     assert "corrosion" in marks and "bearing" in marks
     assert "fused" in hits[0].text or "bm25" in hits[0].text
     assert "windows" in page.find_element(By.ID, "plan").get_attribute("textContent")
-    assert "3 documents" in page.find_element(By.ID, "info").text
+    assert "4 documents" in page.find_element(By.ID, "info").text
 
 
 def test_a_hostile_title_is_text(page):
@@ -101,3 +103,14 @@ def test_the_mode_and_a_filter_change_the_hits(page):
     assert [h.find_element(By.CLASS_NAME, "id").text for h in hits] == ["bridge-2"]
     _search(page, "corrosion", filters="team")
     assert "bad filter" in page.find_element(By.ID, "error").text
+
+
+def test_marks_are_placed_by_code_points_after_emoji(page):
+    """Issue 57 item 13: offsets are code points (Python's); a page slicing UTF-16 marked "the har"
+    after four emoji. Now the mark is the word."""
+    from selenium.webdriver.common.by import By
+
+    hits = _search(page, "harbour gate", mode="bm25")
+    assert hits[0].find_element(By.CLASS_NAME, "id").text == "emoji"
+    marks = [m.text.lower() for m in hits[0].find_elements(By.CSS_SELECTOR, ".passage mark")]
+    assert marks and set(marks) <= {"harbour", "gate"} and "harbour" in marks
