@@ -228,6 +228,8 @@ def run(tmp: Path) -> None:
     run_round3(tmp, corpus, idx)
     from attack_round4 import run_round4
     run_round4(tmp, corpus, idx, ldr, record, clean, resign)
+    from attack_round5 import run_round5
+    run_round5(tmp, corpus, idx, ldr, record, clean)
 
     # 1. user files
     web = tmp / "webapp"
