@@ -5,7 +5,7 @@ answer equals the state of the cluster generation it names, and no search fails.
 Each document `doc-N` holds one term no other document holds (`zqN`); the writer logs which
 documents each generation it commits holds, so the right answer of "zqN" at generation G is
 [doc-N] when doc-N is live at G, else nothing. LDR_PIT_SECONDS sets how long it runs (the suite:
-12 s; bench/README reports a 60 s run)."""
+8 s; bench/README reports a 60 s run)."""
 import json
 import os
 import random
@@ -19,7 +19,7 @@ import pytest
 import ldr
 from ldr.sharded import ShardedIndex
 
-SECONDS = float(os.environ.get("LDR_PIT_SECONDS", "12"))
+SECONDS = float(os.environ.get("LDR_PIT_SECONDS", "8"))
 WORDS = ("harbour tide lamp storm keeper gannet reef bearing plate ledger meeting budget clause "
          "licence river bridge sourdough orchard").split()
 

@@ -30,11 +30,11 @@ def cluster(ray_cluster):
     return ray_cluster      # conftest: two 1-CPU nodes, shared by the Ray modules
 
 
-def _serve(idx, address, port):
+def _serve(idx, address, port, *extra):
     env = {**os.environ, "LDR_API_KEY": ""}
     proc = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(idx), "--port", str(port),
-                             "--ray", address, "--replicas", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+                             "--ray", address, "--replicas", "2", *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -67,19 +67,41 @@ def test_a_build_on_nodes_of_one_cpu_runs_a_worker_per_node(cluster, tmp_path):
 
 
 def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard(cluster, tmp_path):
+    """Also `--replica-root`: each replica serves its own copy of its shard (a folder of its node),
+    brought to every commit by copying only new, verified files; the answers equal the unsharded
+    index's before and after an `ldr add` committed by another process."""
+    from click.testing import CliRunner
     from ray import serve
-    from test_sharded import _docs
+
+    from ldr.cli import main
+    from test_sharded import _docs, _extra
     from test_serve import _free_port
 
-    idx = tmp_path / "idx"
+    idx, local = tmp_path / "idx", tmp_path / "node-disk"
     one = ldr.Index.build(_docs(), tmp_path / "one", dense=None, sparse=None)
     ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
-    proc, http = _serve(idx, cluster, _free_port())
+    proc, http = _serve(idx, cluster, _free_port(), "--replica-root", str(local))
     try:
-        for q in QUERIES:
-            body = http.post("/search", json={"query": q, "k": 5}).json()
-            assert [(h["id"], round(h["score"], 5)) for h in body["hits"]] == \
-                [(h.id, round(h.score, 5)) for h in one.search(q, k=5)] and "missing_shards" not in body
+        def same(queries):
+            for q in queries:
+                body = http.post("/search", json={"query": q, "k": 5}).json()
+                assert [(h["id"], round(h["score"], 5)) for h in body["hits"]] == \
+                    [(h.id, round(h.score, 5)) for h in one.search(q, k=5)] and "missing_shards" not in body, body
+
+        same(QUERIES)
+        assert sorted(p.name for p in (local / "shards").iterdir()) == ["shard-000", "shard-001"]
+        more = tmp_path / "more"
+        more.mkdir()
+        for d in _extra():
+            (more / f"{d.id}.txt").write_text(d.text)
+        assert CliRunner().invoke(main, ["add", str(more), "-i", str(idx), "-q"]).exit_code == 0
+        one.add(more)
+        gen, deadline = ldr.open(idx).generation, time.time() + 30
+        while http.post("/search", json={"query": "x", "k": 1}).json()["generation"] != gen:
+            assert time.time() < deadline
+            time.sleep(0.3)
+        same(QUERIES + ["harbour master tides"])           # the replicas caught up with the new files
+        assert CliRunner().invoke(main, ["check", str(local / "shards" / "shard-000")]).exit_code == 0
         failures, answered, stop = [], [], threading.Event()
 
         def client(n):
@@ -117,57 +139,3 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
         out, _ = proc.communicate(timeout=60)
     assert "shard 1 did not answer" in out and "Traceback" not in out
 
-
-def test_replicas_serve_their_own_copies_and_catch_up_with_new_commits(cluster, tmp_path):
-    """`--replica-root`: each replica serves its own copy of its shard (a folder of its node),
-    brought to every commit by copying only new, verified files; answers equal the unsharded
-    index's before and after an `ldr add` committed by another process."""
-    from click.testing import CliRunner
-
-    from ldr.cli import main
-    from test_sharded import _docs, _extra
-    from test_serve import _free_port
-
-    idx, local = tmp_path / "idx", tmp_path / "node-disk"
-    one = ldr.Index.build(_docs(), tmp_path / "one", dense=None, sparse=None)
-    ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
-    env = {**os.environ, "LDR_API_KEY": ""}
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(idx), "--port", str(port), "--ray",
-                             cluster, "--replica-root", str(local)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            try:
-                if http.get("/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        for q in QUERIES:
-            body = http.post("/search", json={"query": q, "k": 5}).json()
-            assert [(h["id"], round(h["score"], 5)) for h in body["hits"]] == \
-                [(h.id, round(h.score, 5)) for h in one.search(q, k=5)], body
-        assert sorted(p.name for p in (local / "shards").iterdir()) == ["shard-000", "shard-001"]
-        more = tmp_path / "more"
-        more.mkdir()
-        for d in _extra():
-            (more / f"{d.id}.txt").write_text(d.text)
-        assert CliRunner().invoke(main, ["add", str(more), "-i", str(idx), "-q"]).exit_code == 0
-        one.add(more)
-        gen = ldr.open(idx).generation
-        deadline = time.time() + 30
-        while http.post("/search", json={"query": "x", "k": 1}).json()["generation"] != gen:
-            assert time.time() < deadline
-            time.sleep(0.3)
-        for q in QUERIES + ["harbour master tides"]:
-            body = http.post("/search", json={"query": q, "k": 5}).json()
-            assert [(h["id"], round(h["score"], 5)) for h in body["hits"]] == \
-                [(h.id, round(h.score, 5)) for h in one.search(q, k=5)], body
-        assert CliRunner().invoke(main, ["check", str(local / "shards" / "shard-000")]).exit_code == 0
-    finally:
-        http.close()
-        proc.terminate()
-        out, _ = proc.communicate(timeout=60)
-    assert "Traceback" not in out
