@@ -95,6 +95,8 @@ def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3) -> int:
     assert len(states) > 5 and errors[:3] == []
     wrong = [(n, g, ids) for n, g, ids, want in answers if ids != want(n, states[g])]
     assert len(answers) > 50 and wrong == []
+    print(f"point in time: {len(answers)} answers checked over {len(states)} generations, {len(wrong)} wrong, "
+          f"{len(errors)} errors")
     return len(answers)
 
 
