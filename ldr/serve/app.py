@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ..errors import ConfigError, CorpusError, IndexLockedError, LdrError, QueryError
+from .origin import send_json
 from .state import (API_KEY_ENV, DocumentIn, DocumentsIn, IdsIn, SearchRequest, Served,  # noqa: F401  (re-exported)
                     ServerSettings, query_params)
 
@@ -45,21 +46,21 @@ class _BodyLimit:
         limit = self.limit if scope.get("method") == "POST" and scope.get("path") == "/documents" else self.small
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            return await _send_json(send, 413, {"error": f"request body over {limit} bytes"})
+            return await send_json(send, 413, {"error": f"request body over {limit} bytes"})
         chunks, size, more = [], 0, True
         try:
             while more:
                 try:
                     message = await asyncio.wait_for(receive(), self.stall_s)
                 except asyncio.TimeoutError:
-                    return await _send_json(send, 408, {"error": f"the request body stalled for {self.stall_s:g} s"})
+                    return await send_json(send, 408, {"error": f"the request body stalled for {self.stall_s:g} s"})
                 if message["type"] != "http.request":
                     return
                 chunk = message.get("body", b"")
                 if size + len(chunk) > limit:
-                    return await _send_json(send, 413, {"error": f"request body over {limit} bytes"})
+                    return await send_json(send, 413, {"error": f"request body over {limit} bytes"})
                 if self.held + len(chunk) > self.pending:
-                    return await _send_json(send, 503, {"error": "too many unfinished request bodies; retry later"})
+                    return await send_json(send, 503, {"error": "too many unfinished request bodies; retry later"})
                 chunks.append(chunk)
                 size += len(chunk)
                 self.held += len(chunk)
@@ -89,15 +90,6 @@ def _trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-async def _send_json(send, status: int, payload: dict) -> None:
-    import json
-
-    body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _error(status: int, message: str, **extra) -> JSONResponse:

@@ -32,6 +32,16 @@ def _host_of(value: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
+async def send_json(send, status: int, payload: dict) -> None:
+    """A JSON answer straight from ASGI middleware (before any route runs)."""
+    import json
+
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class HostCheck:
     """ASGI middleware: 400 for a Host this server does not answer to, 403 for a cross-origin write."""
 
@@ -41,17 +51,15 @@ class HostCheck:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or self.hosts is None:
             return await self.app(scope, receive, send)
-        from .app import _send_json
-
         headers = dict(scope.get("headers") or [])
         host = _host_of(headers.get(b"host", b"").decode("latin-1"))
         if host not in self.hosts:
-            return await _send_json(send, 400, {"error": f"this server does not answer to the host {host!r} "
+            return await send_json(send, 400, {"error": f"this server does not answer to the host {host!r} "
                                                 "(start it with --allowed-host NAME to allow a name)"})
         origin = headers.get(b"origin")
         if origin is not None and scope.get("method", "GET").encode() not in SAFE_METHODS:
             name = urlsplit(origin.decode("latin-1")).hostname or ""
             if name.lower() not in self.hosts:
-                return await _send_json(send, 403, {"error": "writes from another site's page are refused "
+                return await send_json(send, 403, {"error": "writes from another site's page are refused "
                                                     f"(Origin {origin.decode('latin-1')!r})"})
         return await self.app(scope, receive, send)
