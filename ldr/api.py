@@ -87,12 +87,6 @@ class Index(Handle):
         view = view or self._view
         return Snapshot(view.generation, view.manifest, [LocalShard(self, view)], ShardMap([view.segments]))
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     # -- building and writing ----------------------------------------------------------------
     @classmethod
     def build(cls, corpus: str | os.PathLike | Iterable, path: str | os.PathLike, *,
@@ -127,14 +121,6 @@ class Index(Handle):
     # -- reading --------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._view.segments)
-
-    @property
-    def components(self) -> dict:
-        return self.manifest["components"]
-
-    @property
-    def retriever_names(self) -> list[str]:
-        return registry.in_order(self.components)
 
     def document(self, doc_id: str) -> Doc:
         store = self._view.segments
@@ -176,20 +162,6 @@ class Index(Handle):
             raise IndexFormatError(
                 f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
                 f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
-
-    def search_defaults(self, view: View | None = None) -> dict:
-        """The settings a search on this index starts from: ldr's defaults (search/options.py),
-        under what the manifest records (build time, `ldr tune`)."""
-        from dataclasses import asdict
-
-        from .language_defaults import of_manifest
-        from .search.options import index_defaults
-
-        manifest = (view or self._view).manifest
-        return asdict(index_defaults(manifest.get("search", {}), manifest["components"], of_manifest(manifest))[0])
-
-    def default_mode(self) -> str:
-        return self.search_defaults()["mode"]
 
     def filter_mask(self, filters):
         """The filters' mask over this handle's document numbers (None: no filter)."""

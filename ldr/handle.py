@@ -56,6 +56,36 @@ class Handle:
         self._window_terms: dict = {}   # analysed passage windows by uid, per analyzer (search/passages.py)
         self._load_lock = threading.RLock()   # models load once, whichever thread asks first
 
+    # -- what every handle reads of its point in time (`manifest`: the subclass's) ------------
+    @property
+    def components(self) -> dict:
+        return self.manifest["components"]
+
+    @property
+    def retriever_names(self) -> list[str]:
+        from . import components as registry
+        return registry.in_order(self.components)
+
+    def search_defaults(self) -> dict:
+        """The settings a search starts from: ldr's defaults (search/options.py), under what the
+        manifest records (build time, `ldr tune`)."""
+        from dataclasses import asdict
+
+        from .language_defaults import of_manifest
+        from .search.options import index_defaults
+
+        m = self.manifest
+        return asdict(index_defaults(m.get("search", {}), m["components"], of_manifest(m))[0])
+
+    def default_mode(self) -> str:
+        return self.search_defaults()["mode"]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # -- the second stage: a value in the plan, a model where it runs -------------------------
     def cross_encoder(self, model: str):
         """The cross-encoder `model` (any HF classifier, a packaged name or a folder), loaded once

@@ -84,26 +84,12 @@ class ShardedIndex(Handle):
         return self._snap.manifest
 
     @property
-    def components(self) -> dict:
-        return self.manifest["components"]
-
-    @property
     def docstore(self) -> ShardMap:
         """Global document numbers: `.ids`, `.titles`, `.id_order` (as an Index's docstore has them)."""
         return self._snap.map
 
-    def search_defaults(self) -> dict:
-        return self.shards[0].search_defaults()
-
     def __len__(self) -> int:
         return len(self._snap)
-
-    @property
-    def retriever_names(self) -> list[str]:
-        return self.shards[0].retriever_names
-
-    def default_mode(self) -> str:
-        return self.shards[0].default_mode()
 
     def refresh(self) -> bool:
         """Move to the newest cluster generation. Searches already running finish on the snapshot
@@ -119,12 +105,6 @@ class ShardedIndex(Handle):
         for sh in self._snap.indexes:
             sh.close()
         self._close_pool()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     # -- reading ---------------------------------------------------------------------------------
     def document(self, doc_id: str) -> Doc:

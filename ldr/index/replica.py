@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 from ..errors import IndexFormatError
@@ -114,6 +113,3 @@ def _copy_verified(src: Path, dst: Path, info: dict) -> None:
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    finally:
-        if part.exists():
-            shutil.rmtree(part, ignore_errors=True) if part.is_dir() else part.unlink(missing_ok=True)
