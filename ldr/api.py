@@ -14,11 +14,11 @@ from typing import Iterable
 from .corpus import Doc, IngestReport, corpus_docs
 from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError
-from .handle import Handle, LocalShard
+from .handle import Handle
+from .shard import LocalShard
 from .index.build import BuildConfig, build_index
 from .index.view import View, holds_index, newest, open_view
 from .index.ray_build import RayOptions, ray_options
-from .search.gather import ShardMap
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
 from .search.searcher import Snapshot
 from . import components as registry
@@ -85,7 +85,8 @@ class Index(Handle):
     def _snapshot(self, view: View | None = None) -> Snapshot:
         """This handle's generation as the point in time of one search: a 1-shard cluster."""
         view = view or self._view
-        return Snapshot(view.generation, view.manifest, [LocalShard(self, view)], ShardMap([view.segments]))
+        shard = LocalShard(self, view)
+        return Snapshot(view.generation, view.manifest, [shard], shard.retriever)
 
     # -- building and writing ----------------------------------------------------------------
     @classmethod
@@ -163,10 +164,13 @@ class Index(Handle):
                 f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
                 f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
 
+    def live_ids(self) -> list[str]:
+        """The id of every document of this generation."""
+        return self.docstore.live_ids()
+
     def filter_mask(self, filters):
         """The filters' mask over this handle's document numbers (None: no filter)."""
-        masks = self._snapshot().masks(filters)
-        return None if masks is None else masks[0]
+        return LocalShard(self, self._view).mask(self._snapshot().conditions(filters) or None)
 
     def info(self) -> dict:
         """What `ldr info` shows: counts, sizes, segments, each component described by its kind."""

@@ -18,35 +18,6 @@ from .search.query import prepare
 from .search.stages.rerank import RerankerSpec
 
 
-class LocalShard:
-    """One pinned generation of an index on this machine as a shard of a search: `index` loads
-    its retrievers (once, shared by every search of that generation), `view` is the generation."""
-
-    def __init__(self, index, view):
-        self.index, self.view = index, view
-
-    @property
-    def store(self):
-        return self.view.segments
-
-    def retriever(self, kind: str):
-        return self.index.retriever(kind, self.view)
-
-    def mask(self, conds: dict, check: bool):
-        from .search import filters as _filters
-
-        return self.store.cached_mask(_filters.key(conds) + ("" if check else "/unchecked"),
-                                      lambda s: _filters.mask(conds, s, check))
-
-    def source(self, query: str, allow, reps: dict):
-        from .search.source import IndexSource
-        return IndexSource(query, self.retriever, self.store, allow, None, reps)
-
-    def first(self, plan_first, reps: dict, allow):
-        """This shard's Candidates from the plan's first stages (its own document numbers)."""
-        return plan_first.run_first(self.source(plan_first.query, allow, reps))
-
-
 class Handle:
     """The shared half of Index and ShardedIndex. A subclass gives `_snapshot()` (the point in
     time a search reads), `_writer(wait)`, `refresh()`, `path`, `device`, `trust_remote_code`."""
@@ -114,34 +85,33 @@ class Handle:
             return RerankerSpec(opts.rerank, weights=tuple((n, (opts.weights or {}).get(n, 1.0)) for n in kinds))
         return spec
 
-    def _bind(self, spec: RerankerSpec, dispatch):
+    def _bind(self, spec: RerankerSpec, exact):
+        """The reranker `spec` names, where the plan runs (`exact(kind)`: the kind's exact scores
+        over the shards, what the rescorers read)."""
         if spec.model:
             return self.cross_encoder(spec.model)
         from .rerank.late import KindRescorer
         from .rerank.passage import PassageRescorer
 
         if spec.name == "passage":
-            return PassageRescorer(dict(spec.weights), {n: dispatch(n) for n, _ in spec.weights})
-        return KindRescorer(spec.name, dispatch(spec.name))
+            return PassageRescorer(dict(spec.weights), {n: exact(n) for n, _ in spec.weights})
+        return KindRescorer(spec.name, exact(spec.name))
 
     def _run(self, snap: searcher.Snapshot) -> searcher.Run:
         from .search.passages import finder_for
 
         components = snap.manifest["components"]
         return searcher.Run(
-            first=lambda plan_first, reps, masks, filters: self._first_stages(snap, plan_first, reps, masks, filters),
-            finder=lambda weights, retrievers: finder_for(components, weights, retrievers, self._window_terms,
-                                                          self._load_lock),
+            each=lambda call: self._each(snap, call),
+            finder=lambda weights, kinds: finder_for(components, weights, kinds, self._window_terms, self._load_lock),
             bind=self._bind, device=self.device)
 
-    def _first_stages(self, snap, plan_first, reps: dict, masks, filters) -> list:
-        """Each shard's Candidates (None for a shard that did not answer): here, in this process
-        (`masks`: the filters' per shard)."""
-        allow = [None] * len(snap.shards) if masks is None else masks
+    def _each(self, snap, call) -> list:
+        """[call(shard) for each shard of `snap`] (None for a shard that did not answer): here, in
+        this process, a thread per shard."""
         if len(snap.shards) == 1:
-            return [snap.shards[0].first(plan_first, reps, allow[0])]
-        pool = self._pool()
-        return list(pool.map(lambda i: snap.shards[i].first(plan_first, reps, allow[i]), range(len(snap.shards))))
+            return [call(snap.shards[0])]
+        return list(self._pool().map(call, snap.shards))
 
     def _pool(self):
         """One thread pool for every search of this handle (a pool per query cost ~1 ms)."""
@@ -184,7 +154,10 @@ class Handle:
         `.explain()`. Compiling reads no document and loads no model."""
         snap = self._snapshot()
         request = QueryOptions.of(k=k, **options)
-        return searcher.compile_for(snap, prepare(query), request, snap.masks(request.filters), self.device,
+        query = prepare(query)
+        conds = snap.conditions(request.filters)
+        count, _, _ = searcher.statistics(snap, query, conds, self._run(snap))
+        return searcher.compile_for(snap, query, request, count, bool(conds), self.device,
                                     self._spec(snap.manifest["components"]))
 
     def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
@@ -195,11 +168,12 @@ class Handle:
         request = QueryOptions.of(k=k, **options)
         snap = self._snapshot()
         run, spec = self._run(snap), self._spec(snap.manifest["components"])
-        masks = snap.masks(request.filters)
         try:
             # the kinds every query of the batch searches (one plan's: they differ only in text)
-            kinds = searcher.compile_for(snap, "batch", request, masks, self.device, spec).kinds \
-                if snap.n_docs(masks) else []
+            conds = snap.conditions(request.filters)
+            count, _, _ = searcher.statistics(snap, "batch", conds, run)
+            kinds = searcher.compile_for(snap, "batch", request, count, bool(conds), self.device, spec).kinds \
+                if count else []
         except QueryError:
             kinds = []
         for i in range(0, len(items), batch_size):
@@ -212,7 +186,7 @@ class Handle:
             texts = [t for _, t, e in ready if e is None]
             reps = [{} for _ in texts]
             for n in kinds:
-                r = snap.shards[0].retriever(n)
+                r = snap.encoder(n)
                 if hasattr(r, "encode_many"):
                     for j, rep in enumerate(r.encode_many(texts)):
                         reps[j][n] = rep
@@ -223,7 +197,7 @@ class Handle:
                 else:
                     try:
                         yield qid, searcher.search(snap, text, request, run, spec, t0=time.perf_counter(),
-                                                   reps=reps[j], masks=masks)
+                                                   reps=reps[j])
                     except QueryError as e:
                         yield qid, e
                     j += 1

@@ -52,8 +52,8 @@ class ShardedIndex(Handle):
                 if generation is None and read_cluster(self.path)["generation"] != cluster["generation"]:
                     continue
                 raise
-            snap = Snapshot(cluster["generation"], shards[0].manifest, [sh.as_shard() for sh in shards],
-                            ShardMap([sh.docstore for sh in shards]))
+            parts = [sh.as_shard() for sh in shards]
+            snap = Snapshot(cluster["generation"], shards[0].manifest, parts, parts[0].retriever)
             snap.cluster, snap.indexes = cluster, shards
             return snap
         raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")
@@ -72,6 +72,7 @@ class ShardedIndex(Handle):
 
     @property
     def map(self) -> ShardMap:
+        """Global document numbers over the shards (offsets)."""
         return self._snap.map
 
     @property
@@ -83,10 +84,9 @@ class ShardedIndex(Handle):
         """The first shard's (every shard is built with the same settings)."""
         return self._snap.manifest
 
-    @property
-    def docstore(self) -> ShardMap:
-        """Global document numbers: `.ids`, `.titles`, `.id_order` (as an Index's docstore has them)."""
-        return self._snap.map
+    def live_ids(self) -> list[str]:
+        """The id of every document (reads each shard's id column: an export's work, not a search's)."""
+        return [i for sh in self._snap.indexes for i in sh.live_ids()]
 
     def __len__(self) -> int:
         return len(self._snap)

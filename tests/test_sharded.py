@@ -79,7 +79,9 @@ def test_filters_and_bm25_statistics_are_the_whole_index(unsharded, tmp_path):
     # every shard scores with the same document count and average length
     from ldr.search import searcher
 
-    rep = searcher.encode(sharded._snapshot(), "bearing plates", ["bm25"])["bm25"]
+    snap = sharded._snapshot()
+    _, stats, _ = searcher.statistics(snap, "bearing plates", {}, sharded._run(snap))
+    rep = searcher.encode(snap, "bearing plates", ["bm25"], stats=stats)["bm25"]
     whole = unsharded.retriever("bm25")
     assert (rep.n, rep.avgdl) == (whole.n, whole.avgdl) and rep.df == {t: whole._df(t) for t in rep.df} == \
         {"bear": 2, "plate": 1}
@@ -250,19 +252,13 @@ def test_filters_on_a_field_some_shards_lack_and_on_an_empty_shard(tmp_path):
 def test_a_missing_shard_is_flagged_whichever_it_is():
     """The gather reads the plan's kinds, not the first shard's: shard 0 gone is `missing_shards: [0]`."""
     from ldr.search.gather import gather
-    from ldr.search.stages.base import Candidates
-
-    class Store:
-        def __init__(self, ids):
-            self.ids, self.titles = ids, ids
-
     from ldr.search.gather import ShardMap
 
-    m = ShardMap([Store(["a", "b"]), Store(["c"]), Store(["d"])])
-    two = Candidates("q", lists={"bm25": [(0, 2.0)]})
-    three = Candidates("q", lists={"bm25": [(0, 3.0)]})
-    got = gather([None, two, three], m, "q", {"bm25": 10})
-    assert got.lists == {"bm25": [(3, 3.0), (2, 2.0)]}
+    m = ShardMap([2, 1, 1])
+    two = {"lists": {"bm25": [(0, 2.0)]}, "timings": {}, "ids": {0: "c"}}
+    three = {"lists": {"bm25": [(0, 3.0)]}, "timings": {}, "ids": {0: "d"}}
+    got, ids = gather([None, two, three], m, "q", {"bm25": 10})
+    assert got.lists == {"bm25": [(3, 3.0), (2, 2.0)]} and ids == {2: "c", 3: "d"}
 
 
 def test_an_unsharded_index_reshards_without_re_encoding_and_never_over_an_index(unsharded, tmp_path):

@@ -68,7 +68,7 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
     if rerank_only and not (depths or rerank_model):
         raise ConfigError("--rerank-only needs something to rerank with: --rerank-depths or --rerank-model")
     index = sharded.open(index_path)
-    known = set(index.docstore.ids)
+    known = set(index.live_ids())
     if not any(d in known for docs in qrels.values() for d in docs):
         raise ConfigError(f"no document of {qrels_file} is in {index_path}: tune on qrels over this index's ids")
     report = tune(index, load_queries(Path(data)), qrels,

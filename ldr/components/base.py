@@ -133,6 +133,12 @@ class Component:
         """The kind's retriever over every segment of a pinned generation."""
         raise NotImplementedError
 
+    def collection_stats(self, comp: dict) -> bool:
+        """Whether the kind scores with statistics of the whole collection that a search over
+        shards must sum (`collection_stats(query)` of each shard's retriever, then
+        `with_collection_stats(rep, parts)` of the query side)."""
+        return False
+
     # -- passages a hit shows (ldr/search/passages.py) -----------------------------------------
     def passage_analyzer(self, comp: dict) -> dict | None:
         """The analyzer (Analyzer.to_dict) term windows are matched with, for a lexical kind."""

@@ -69,6 +69,9 @@ class BM25(Component):
         else:
             comp["key"] = "docno"       # format 2 tantivy indexes key documents by row
 
+    def collection_stats(self, comp: dict) -> bool:
+        return comp["backend"] == "native"      # tantivy and Lucene score with their own index's
+
     # -- writing ----------------------------------------------------------------------------
     def uses_store(self, comp: dict) -> bool:
         return comp["backend"] != "native"

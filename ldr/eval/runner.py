@@ -77,7 +77,6 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
         qids = qids[: opts.max_queries]
     qrels = {q: task.qrels[q] for q in qids if q in task.qrels}
     runs: dict[str, dict[str, dict[str, float]]] = {}
-    ids = index.docstore.ids
     features: dict[str, dict] = {}
     t1 = time.perf_counter()
     for qid in tqdm(qids, desc=task.name, unit="q", disable=not opts.progress, leave=False):
@@ -85,7 +84,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
         result = index.search(task.queries[qid], k=opts.depth or ldr_default("depth"), depth=opts.depth,
                               rerank_depth=opts.rerank_depth, rerank=opts.rerank, rerank_model=opts.rerank_model,
                               stages=opts.stages, with_text=False, passages=0)
-        cands = result.candidates
+        cands, ids = result.candidates, result.ids     # {docno: id} of every candidate
         first = [s.kind for s in result.plan.first]
         for name in first:
             runs.setdefault(name, {})[qid] = {ids[d]: s for d, s in cands.runs[name].items()}

@@ -258,6 +258,8 @@ class _Tuning:
         scores, and its rerank stage re-mixes them at the other weights without reranking again."""
         from tqdm.auto import tqdm
 
+        from ..search.gather import CandidateOrder
+
         kw = {"fusion": s["fusion"], "weights": s["weights"], "rerank": s.get("rerank") or False,
               "rerank_model": s.get("rerank_model"), "rerank_depth": s.get("rerank_depth"),
               "rerank_weight": s.get("rerank_weight", 1.0), "stages": self.opts.stages, "passages": 0}
@@ -265,14 +267,14 @@ class _Tuning:
             kw["rrf_k"] = s.get("rrf_k", 60)
         cut = max(self.cut, 10)
         k = max(cut, s.get("rerank_depth") or 0) if _reranks(s) else cut
-        tiebreak, ids = self.index.docstore.id_order, self.index.docstore.ids
         runs = [{} for _ in weights]
         for qid, res in tqdm(self.index.search_many({q: self.queries[q] for q in self.qids}, k=k, **kw),
                              total=len(self.qids), desc=f"tune: {describe(s)}", disable=not self.opts.progress,
                              leave=False):
             hits = [] if isinstance(res, Exception) else list(res)
             for run, w in zip(runs, weights):
-                order = [h.id for h in hits] if w is None or not hits else _reweighted(res, w, ids, tiebreak)
+                order = [h.id for h in hits] if w is None or not hits else \
+                    _reweighted(res, w, res.ids, CandidateOrder(res.ids))
                 run[qid] = {d: float(len(order) - r) for r, d in enumerate(order[:cut])}
         return [self.per_query(run) for run in runs]
 

@@ -1,36 +1,42 @@
-"""The coordinator of a sharded search: shards run a plan's first stages, this module gathers
-what they return into one Candidates, and gives the rest of the plan (fusion, the window stage,
-reranking, passages) a QuerySource over every shard, as if the shards were one index.
+"""The coordinator of a search over shards: it gathers the values shards return (their first
+stages' lists with each candidate's id, their candidates' window features, their final hits'
+texts and passages) into one Candidates and gives the rest of the plan (fusion, the window
+stage, reranking, relevance, passages) a QuerySource over those values, as if the shards were
+one index. Nothing here opens a shard: a shard is anything with the calls of `Shard` (a local
+pinned generation, a Ray Serve replica on another node).
 
 Documents are numbered globally: shard s's document d is `offsets[s] + d`. Ties in score are
-broken by id over the whole index, as one index breaks them, so the gathered lists equal the
-lists one index would return.
+broken by id over the whole index, as one index breaks them (the ids come with the candidates),
+so the gathered lists equal the lists one index would return.
 """
 from __future__ import annotations
 
 import bisect
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..components.topk import IdOrder
-from .source import FinderReads
 from .stages.base import Candidates
 
 
-class ShardMap:
-    """Global document numbers over the shards' docstores (Segments), their ids and titles."""
+class Shard(Protocol):
+    """A shard of one point in time, as values (each call names nothing but documents of its own)."""
 
-    def __init__(self, stores: list):
-        self.stores = stores
+    def describe(self) -> dict: ...     # {"rows": docnos, "docs": live documents, "fields": metadata fields}
+    def stats(self, query: str, kinds: list, filters: dict | None) -> dict: ...   # {"count", "stats": {kind: ...}}
+    def first(self, plan_first, reps: dict, filters: dict | None) -> dict: ...    # {"lists", "timings", "ids"}
+    def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict: ...  # {doc: WindowFeatures}
+    def exact(self, kind: str, rep, docs: list, first: dict) -> list: ...
+    def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict: ...
+
+
+class ShardMap:
+    """Global document numbers over shards of `rows` document numbers each."""
+
+    def __init__(self, rows: list[int]):
         self.offsets = [0]
-        for s in stores:
-            self.offsets.append(self.offsets[-1] + len(s.ids))
-        if len(stores) == 1:       # one index: its own lists and order, nothing copied
-            self.ids, self.titles, self._id_order = stores[0].ids, stores[0].titles, None
-        else:
-            self.ids = [i for s in stores for i in s.ids]
-            self.titles = [t for s in stores for t in s.titles]
-            self._id_order = IdOrder(self.ids)
+        for n in rows:
+            self.offsets.append(self.offsets[-1] + int(n))
 
     def locate(self, docno: int) -> tuple[int, int]:
         s = bisect.bisect_right(self.offsets, docno) - 1
@@ -44,70 +50,75 @@ class ShardMap:
             out.setdefault(s, []).append((int(d), local))
         return out
 
-    @property
-    def id_order(self) -> IdOrder:
-        return self.stores[0].id_order if self._id_order is None else self._id_order
+
+class CandidateOrder:
+    """Equal scores broken by id (as IdOrder, over the ids the candidates came with): `order[docno]`
+    is its id, `order[docnos]` the rank of each among those given."""
+
+    def __init__(self, ids: dict):
+        self.ids = ids
+
+    def __getitem__(self, docnos):
+        if isinstance(docnos, (int, np.integer)):
+            return self.ids[int(docnos)]
+        keys = np.array([self.ids[d] for d in np.asarray(docnos, dtype=np.int64).tolist()], dtype=object)
+        rank = np.empty(len(keys), dtype=np.int64)
+        rank[np.argsort(keys, kind="stable")] = np.arange(len(keys))
+        return rank
 
 
-def gather(parts: list[Candidates | None], shards: ShardMap, query: str, depth: dict[str, int]) -> Candidates:
-    """One Candidates from each shard's first stages (None: a shard that did not answer): per kind
-    of the plan (`depth`), the best `depth[kind]` of every shard's list (global numbers), ordered
-    by score then id; a kind's time is its slowest shard's."""
-    out = Candidates(query)
+def gather(parts: list[dict | None], shards: ShardMap, query: str, depth: dict[str, int]) -> tuple[Candidates, dict]:
+    """(one Candidates, {docno: id}) from each shard's first stages (None: a shard that did not
+    answer): per kind of the plan (`depth`), the best `depth[kind]` of every shard's list (global
+    numbers), ordered by score then id; a kind's time is its slowest shard's."""
+    out, ids = Candidates(query), {}
     answered = [(s, c) for s, c in enumerate(parts) if c is not None]
-    if len(parts) == 1 and answered:            # one index: its lists are already in this order
-        c = answered[0][1]
-        for kind in depth:
-            out.lists[kind] = c.lists.get(kind, [])[:depth[kind]]
-            out.runs[kind] = dict(out.lists[kind])
-            out.timings[kind] = c.timings.get(kind, 0.0)
-        return out
-    rank = shards.id_order
+    for s, c in answered:
+        ids.update({shards.offsets[s] + int(d): i for d, i in c["ids"].items()})
     for kind in depth:
-        rows = [(shards.offsets[s] + d, sc) for s, c in answered for d, sc in c.lists.get(kind, [])]
-        rows.sort(key=lambda r: (-r[1], rank[r[0]]))
+        rows = [(shards.offsets[s] + d, sc) for s, c in answered for d, sc in c["lists"].get(kind, [])]
+        if len(answered) > 1:       # one shard's list is in this order already
+            rows.sort(key=lambda r: (-r[1], ids[r[0]]))
         out.lists[kind] = rows[:depth[kind]]
         out.runs[kind] = dict(out.lists[kind])
-        out.timings[kind] = max((c.timings.get(kind, 0.0) for _, c in answered), default=0.0)
-    return out
+        out.timings[kind] = max((c["timings"].get(kind, 0.0) for _, c in answered), default=0.0)
+    return out, ids
 
 
-class Dispatch:
-    """One kind's retriever over every shard, by global document number (what the passage finder
-    and the second stages call); anything else is the first shard's (the same model everywhere)."""
+class Exact:
+    """One kind's `exact_scores` over the shards, by global document number (what a second stage
+    that rescores with a kind's own scores calls)."""
 
-    def __init__(self, retrievers: list, shards: ShardMap):
-        self.retrievers, self.shards = retrievers, shards
-
-    def passage_scores(self, rep, docno: int):
-        s, local = self.shards.locate(docno)
-        return self.retrievers[s].passage_scores(rep, local)
+    def __init__(self, kind: str, shards: list, map_: ShardMap):
+        self.kind, self.shards, self.map = kind, shards, map_
 
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         out = np.zeros(len(docnos), dtype=np.float64)
         at = {d: i for i, d in enumerate(docnos)}
-        for s, pairs in self.shards.group(docnos).items():
+        for s, pairs in self.map.group(docnos).items():
             local_first = {loc: first_stage[g] for g, loc in pairs if g in first_stage}
-            got = self.retrievers[s].exact_scores(rep, [loc for _, loc in pairs], local_first)
+            got = self.shards[s].exact(self.kind, rep, [loc for _, loc in pairs], local_first)
             for (g, _), v in zip(pairs, got):
                 out[at[g]] = v
         return out
 
-    def __getattr__(self, name):
-        return getattr(self.retrievers[0], name)
 
+class ShardedSource:
+    """The QuerySource of the coordinator, over values: the query encoded once (BM25 with the
+    whole index's statistics), the candidates' ids, their windows' features and texts asked of the
+    shards that hold them (together, once per query), passages found among the gathered
+    candidates as one index finds them."""
 
-class ShardedSource(FinderReads):
-    """The QuerySource of the coordinator: texts and metadata from the shard that holds each
-    document, the query encoded once (BM25 with the whole index's statistics), passages and best
-    windows found among the gathered candidates as one index finds them."""
-
-    def __init__(self, query: str, reps: dict, shards: ShardMap, sources: list, finder=None, encode=None,
-                 bind=None):
+    def __init__(self, query: str, reps: dict, shards: list, map_: ShardMap, ids: dict, finder=None,
+                 encode=None, bind=None, bound=None):
         """`encode(kind)`: the query for a kind no first stage searched (a second stage's);
-        `bind(spec)`: the reranker a plan's RerankerSpec names, loaded where the plan runs."""
-        self.query, self.reps, self.shards, self.sources = query, reps, shards, sources
-        self.finder, self.encode, self.bind = finder, encode, bind
+        `bind(spec)`: the reranker a plan's RerankerSpec names, loaded where the plan runs;
+        `bound(kind, rep)`: the highest score a kind can give the query."""
+        self.query, self.reps, self.shards, self.map, self.ids = query, reps, shards, map_, ids
+        self.finder, self.encode, self.bind, self._bound = finder, encode, bind, bound
+        self.read: dict[int, str] = {}
+        self.feats: dict[int, Any] = {}
+        self.missing: set[int] = set()      # shards that failed a call after their first stages
 
     def reranker(self, spec):
         return self.bind(spec)
@@ -118,37 +129,70 @@ class ShardedSource(FinderReads):
         return self.reps[kind]
 
     def search(self, kind: str, rep, depth: int) -> list:
-        raise RuntimeError("a sharded plan's first stages run on the shards")
+        raise RuntimeError("a plan's first stages run on the shards")
 
     def tiebreak(self):
-        return self.shards.id_order
+        return CandidateOrder(self.ids)
 
     def score_bound(self, kind: str) -> float | None:
-        bound = getattr(self.sources[0].retriever(kind), "bound", None)
-        return bound(self.rep(kind)) if bound is not None else None
+        return self._bound(kind, self.rep(kind)) if self._bound is not None else None
 
-    def prefetch(self, docnos) -> None:
-        for s, pairs in self.shards.group(docnos).items():
-            self.sources[s].prefetch([loc for _, loc in pairs])
-
-    def text(self, docno: int) -> str:
-        s, local = self.shards.locate(docno)
-        return self.sources[s].text(local)
-
-    def meta(self, docnos: list[int]) -> dict:
+    def _each(self, docnos, call) -> dict:
+        """{global docno: value} from `call(shard, locals, s)` -> {local: value} on each shard holding
+        some (None: the shard did not answer; it is named in the result)."""
         out = {}
-        for s, pairs in self.shards.group(docnos).items():
-            got = self.sources[s].meta([loc for _, loc in pairs])
-            out.update({g: got[loc] for g, loc in pairs})
+        for s, pairs in self.map.group(docnos).items():
+            got = call(self.shards[s], [loc for _, loc in pairs], s)
+            if got is None:
+                self.missing.add(s)
+                continue
+            out.update({g: got[loc] for g, loc in pairs if loc in got})
         return out
 
-    def _keys(self, docnos) -> dict:
-        out = {}
-        for s, pairs in self.shards.group(docnos).items():
-            store = self.shards.stores[s]
-            out.update({g: int(store.uids[loc]) * len(self.sources) + s for g, loc in pairs})
+    def prefetch(self, docnos) -> None:
+        want = [d for d in dict.fromkeys(docnos) if d not in self.read]
+        if want:
+            got = self._each(want, lambda sh, locs, _: sh.fetch(locs, text=True))
+            self.read.update({d: v["text"] for d, v in got.items()})
+
+    def text(self, docno: int) -> str:
+        if docno not in self.read:
+            self.prefetch([docno])
+        return self.read.get(docno, "")
+
+    def meta(self, docnos: list[int]) -> dict:
+        got = self._each(docnos, lambda sh, locs, _: sh.fetch(locs, meta=True))
+        return {d: v["doc"].meta for d, v in got.items()}
+
+    def _features(self, docnos) -> dict:
+        want = [d for d in dict.fromkeys(docnos) if d not in self.feats]
+        if want:
+            kinds = self.finder.vector_kinds
+            reps = {k: self.rep(k) for k in kinds}
+            terms = self.finder.term_list(self.query)
+            self.feats.update(self._each(want, lambda sh, locs, _: sh.windows(locs, kinds, reps, terms)))
+        return self.feats
+
+    def best_windows(self, docnos: list[int]) -> dict:
+        """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
+        each vector kind: its best window's similarity}} (PassageFinder.best_from)."""
+        return self.finder.best_from(self._features(docnos), docnos)
+
+    def passages(self, docnos: list[int], n: int) -> dict:
+        """{docno: its n best passages}: windows ranked here, cut to sentences where the text is."""
+        if self.finder is None or n < 1:
+            return {d: [] for d in docnos}
+        ranked = self.finder.rank(self._features(docnos), docnos)
+        terms = self.finder.term_list(self.query)
+        cuts = {d: (ranked.win[ranked.order[d]], n, terms) for d in docnos if ranked.order.get(d)}
+        off = self.map.offsets
+        got = self._each(list(cuts), lambda sh, locs, s: sh.fetch(locs, cuts={loc: cuts[off[s] + loc] for loc in locs}))
+        out = {d: [] for d in docnos}
+        for d, v in got.items():
+            out[d] = self.finder.passages_of(ranked, d, v["cuts"], v["passages"])
         return out
 
     def release(self) -> None:
-        for s in self.sources:
-            s.release()
+        """Drop the texts read (a result keeps its candidates' scores, not their texts)."""
+        self.read.clear()
+        self.feats.clear()

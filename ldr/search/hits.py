@@ -64,6 +64,7 @@ class SearchResult(list):
         self.finder = None            # the passage finder that placed the passages (marks query terms)
         self.generation: int | None = None   # the index generation that answered
         self.missing_shards: list[int] = []  # a sharded index's shards that could not answer (no replica)
+        self.ids: dict = {}                   # {docno: id} of every candidate (the runs are by docno)
 
 
 def finite(obj):
@@ -81,11 +82,6 @@ def finite(obj):
 
 
 def to_hits(rows, ids, titles) -> list[Hit]:
-    from ..errors import IndexFormatError
-
-    bad = [d for d, _, _ in rows if not 0 <= d < len(ids)]
-    if bad:
-        raise IndexFormatError(f"a retriever returned document number {bad[0]}, but the index has {len(ids)} "
-                               "documents: a component is damaged; run `ldr check` and rebuild the index")
+    """Hits of ranked rows (`ids`, `titles`: {docno: ...} of at least these rows)."""
     return [Hit(id=ids[d], score=s, rank=r, title=titles[d], docno=d, scores=st)
             for r, (d, s, st) in enumerate(rows, 1)]

@@ -38,6 +38,45 @@ class Passage:
         return asdict(self)
 
 
+@dataclass
+class WindowFeatures:
+    """What a shard tells the coordinator of one document's windows for one query (plain arrays:
+    a value that crosses processes): character spans, terms per window, the counts of the
+    query's terms (columns in `PassageFinder.term_list` order), each vector kind's similarity."""
+    spans: np.ndarray          # (m, 2) int64
+    lengths: np.ndarray        # (m,) int64
+    tf: np.ndarray             # (m, terms) uint32
+    vec: dict                  # {kind: (m,) float64, nan where the kind has no vector}
+
+
+@dataclass
+class Ranked:
+    """The windows of the documents a query shows passages of, scored (PassageFinder.rank)."""
+    win: np.ndarray
+    vec: dict
+    terms: np.ndarray
+    contrib: dict
+    total: np.ndarray
+    order: dict                # docno → its windows (indices), best first
+
+
+def _counts(indptr: np.ndarray, ids: np.ndarray, vocab: dict, terms: list[str]) -> np.ndarray:
+    """(windows × terms) counts of `terms` in each window (`ids`: the windows' term ids, by `indptr`)."""
+    tf = np.zeros((len(indptr) - 1, len(terms)), dtype=np.uint32)
+    pairs = sorted((vocab[t], j) for j, t in enumerate(terms) if t in vocab)
+    if not pairs or not len(ids):
+        return tf
+    qids = np.array([q for q, _ in pairs], dtype=np.int64)
+    cols = np.array([j for _, j in pairs], dtype=np.int64)
+    wanted = np.zeros(len(vocab) + 1, dtype=bool)        # a lookup table: one gather per term
+    wanted[qids] = True
+    hit = np.flatnonzero(wanted[ids])
+    if len(hit):
+        rows = np.searchsorted(indptr, hit, side="right") - 1
+        np.add.at(tf, (rows, cols[np.searchsorted(qids, ids[hit])]), 1)
+    return tf
+
+
 class PassageFinder:
     """Scores windows of given documents for one query. `terms`: the index's WindowTerms (its
     analyzer and the analysed windows, shared by the searches of an index); `vectors`: {kind:
@@ -81,14 +120,18 @@ class PassageFinder:
                 out[kind] = (np.asarray(sims, dtype=np.float64), np.asarray(spans, dtype=np.int64))
         return out
 
-    def _windows(self, reps: dict, docnos, text_of, keys: dict | None):
-        """Every window of the documents: (owner (m,), spans (m, 2), {kind: its score per window,
-        nan where it has none}, [(indptr, term ids)] per document). `text_of(d)`: a document's
-        text, read only when its windows are not cached yet."""
+    def term_list(self, query: str) -> list[str]:
+        """The query's terms in the order a window's term counts are columns (WindowFeatures.tf)."""
+        return sorted(self.query_terms(query))
+
+    # -- where the documents are (a shard): each window's counts and similarities -----------------
+    def features(self, reps: dict, docnos, text_of, keys: dict | None, terms: list[str]) -> dict:
+        """{docno: WindowFeatures}: each window of the documents, the counts of `terms` in it and
+        each vector kind's similarity. `text_of(d)`: a document's text, read only when its windows
+        are not cached yet; `keys` {docno: uid} lets later queries reuse the analysed windows."""
         kinds = list(self.vectors)
-        owners, spans_all, parts = [], [], []
-        vec_all: dict[str, list] = {k: [] for k in kinds}     # per kind, per window: its score or nan
         lengths = self.cache.lengths
+        out = {}
         for d in docnos:
             uid = keys[d] if keys is not None else None
             text = None
@@ -101,33 +144,52 @@ class PassageFinder:
             key = (uid, tuple(found)) if uid is not None else None
             win, indptr, ids, vocab = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)), spans)
             m = len(win)
-            cols, at = {k: np.full(m, np.nan) for k in kinds}, 0
+            vec, at = {}, 0
             for k, (sims, sp) in found.items():       # the windows are the kinds' spans, in this order
-                cols[k][at:at + len(sp)] = sims
+                col = np.full(m, np.nan)
+                col[at:at + len(sp)] = sims
+                vec[k] = col
                 at += len(sp)
-            for k in kinds:
-                vec_all[k].append(cols[k])
-            owners.append(np.full(m, d, dtype=np.int64))
-            spans_all.append(win)
-            parts.append((indptr, ids, vocab))
-        if not sum(len(o) for o in owners):
-            return np.zeros(0, np.int64), np.zeros((0, 2), np.int64), {}, parts
-        return (np.concatenate(owners), np.concatenate(spans_all),
-                {k: np.concatenate(v) for k, v in vec_all.items()}, parts)
+            out[d] = WindowFeatures(np.asarray(win, dtype=np.int64).reshape(-1, 2), np.diff(indptr).astype(np.int64),
+                                    _counts(indptr, ids, vocab, terms), vec)
+        return out
 
-    def best_window(self, query: str, reps: dict, docnos: list[int], text_of, keys: dict | None = None
-                    ) -> dict[int, dict[str, float]]:
+    def cut(self, text: str, spans, n: int, qterms) -> list[tuple]:
+        """A document's n passages from its windows `spans` (best first): each cut to whole
+        sentences, a window overlapping a better one left out; [(window, start, end, marks)]."""
+        chosen: list[tuple] = []
+        for j, (a, e) in enumerate(np.asarray(spans).tolist()):
+            if len(chosen) >= n:
+                break
+            a, e = _tidy(text, a, e)
+            if any(a < pe and ps < e for _, ps, pe, _ in chosen):
+                continue   # overlapping windows: the better one stands for both
+            chosen.append((j, a, e, [[a + s, a + t] for s, t in self.marks(text[a:e], set(qterms))]))
+        return chosen
+
+    # -- where the candidates are gathered: BM25 among their windows, the best, the passages ---------
+    def _scored(self, feats: dict, docnos) -> tuple:
+        """Every window of `docnos` (owner, spans, {kind: similarity or nan}, BM25 among these windows)."""
+        got = [(d, feats[d]) for d in docnos if d in feats and len(feats[d].spans)]
+        if not got:
+            return np.zeros(0, np.int64), np.zeros((0, 2), np.int64), {k: np.zeros(0) for k in self.vectors}, np.zeros(0)
+        owner = np.concatenate([np.full(len(f.spans), d, dtype=np.int64) for d, f in got])
+        spans = np.concatenate([f.spans for _, f in got])
+        vec = {k: np.concatenate([f.vec.get(k, np.full(len(f.spans), np.nan)) for _, f in got]) for k in self.vectors}
+        lengths = np.concatenate([f.lengths for _, f in got]).astype(np.float64)
+        tf = np.concatenate([f.tf for _, f in got]).astype(np.float64)
+        return owner, spans, vec, self._bm25(lengths, tf)
+
+    def best_from(self, feats: dict, docnos: list[int]) -> dict[int, dict[str, float]]:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
-        each vector kind: its best window's similarity (nan: none)}}: the window stage's evidence
-        that one part of a long document answers the query. `text_of(d)`: a document's text (read
-        only for documents whose windows are not cached)."""
-        owner, _, vec, parts = self._windows(reps, docnos, text_of, keys)
+        each vector kind: its best window's similarity (nan: none)}}."""
+        owner, _, vec, terms = self._scored(feats, docnos)
         out = {d: {self.term_kind: 0.0, **{k: float("nan") for k in self.vectors}} for d in docnos}
         if len(owner):
             # per document among these (not per docno: an array as long as the index, filled per
             # kind, cost ~1.5 ms a query at a million documents)
             docs, at = np.unique(owner, return_inverse=True)
-            for kind, scores in [(self.term_kind, self._bm25(parts, self.query_terms(query)))] + list(vec.items()):
+            for kind, scores in [(self.term_kind, terms)] + list(vec.items()):
                 best = np.full(len(docs), -np.inf)
                 np.fmax.at(best, at, scores)         # fmax: a window a kind did not score is skipped
                 for d, v, ok in zip(docs.tolist(), best.tolist(), np.isfinite(best).tolist()):
@@ -135,69 +197,58 @@ class PassageFinder:
                         out[d][kind] = v
         return out
 
+    def rank(self, feats: dict, docnos: list[int]) -> "Ranked":
+        """Every window of `docnos` scored (each source min-max normalised over the windows it
+        scored, then weighted, so passage scores compare across hits), each document's best first."""
+        owner, win, vec, term_scores = self._scored(feats, docnos)
+        contrib = {k: self.w_vec[k] * minmax(np.nan_to_num(v), ~np.isnan(v)) for k, v in vec.items()}
+        contrib[self.term_kind] = self.w_terms * minmax(term_scores, np.ones(len(win), bool))
+        total = sum(contrib.values()) if len(win) else np.zeros(0)
+        order: dict[int, list[int]] = {d: [] for d in docnos}
+        for i in np.lexsort((win[:, 0], -total)).tolist():
+            order[int(owner[i])].append(i)
+        return Ranked(win, vec, term_scores, contrib, total, order)
+
+    def passages_of(self, ranked: "Ranked", d: int, cuts: list[tuple], texts: list[str]) -> list[Passage]:
+        """Document d's Passages from its cuts (`cut` over its windows in `ranked.order[d]`) and their texts."""
+        out = []
+        for (j, a, e, marks), text in zip(cuts, texts):
+            i = ranked.order[d][j]
+            scores = {self.term_kind: float(ranked.terms[i])}
+            scores.update({k: float(v[i]) for k, v in ranked.vec.items() if not np.isnan(v[i])})
+            # the source that adds the most to this window's score; vector kinds first on a tie
+            stage = max([k for k in self.vectors if k in scores] + [self.term_kind], key=lambda k: ranked.contrib[k][i])
+            out.append(Passage(a, e, text, float(ranked.total[i]), stage, scores, marks))
+        return out
+
+    # -- both halves in one process ---------------------------------------------------------------
+    def best_window(self, query: str, reps: dict, docnos: list[int], text_of, keys: dict | None = None
+                    ) -> dict[int, dict[str, float]]:
+        """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
+        each vector kind: its best window's similarity (nan: none)}}: the window stage's evidence
+        that one part of a long document answers the query. `text_of(d)`: a document's text (read
+        only for documents whose windows are not cached)."""
+        return self.best_from(self.features(reps, docnos, text_of, keys, self.term_list(query)), docnos)
+
     def find(self, query: str, reps: dict, docs: dict[int, str], n: int, keys: dict | None = None) -> dict[int, list[Passage]]:
         """{docno: its n best passages, best first} for the documents {docno: text}; `reps`: the
         query's representation per vector kind; `keys` {docno: uid} lets the window terms of a
         document be reused by later queries."""
         if n < 1 or not docs:
             return {d: [] for d in docs}
-        qterms = self.query_terms(query)
-        kinds = list(self.vectors)
-        owner, win, vec, parts = self._windows(reps, list(docs), docs.__getitem__, keys)
-        if not len(owner):
-            return {d: [] for d in docs}
-        term_scores = self._bm25(parts, qterms)
-        # each source min-max normalised over the windows it scored, then weighted
-        contrib = {k: self.w_vec[k] * minmax(np.nan_to_num(v), ~np.isnan(v)) for k, v in vec.items()}
-        contrib[self.term_kind] = self.w_terms * minmax(term_scores, np.ones(len(win), bool))
-        total = sum(contrib.values())
-        out: dict[int, list[Passage]] = {d: [] for d in docs}
-        for i in np.lexsort((win[:, 0], -total)).tolist():
-            d = int(owner[i])
-            chosen = out[d]
-            if len(chosen) >= n:
-                continue
-            a, e = _tidy(docs[d], *win[i].tolist())
-            if any(a < p.end and p.start < e for p in chosen):
-                continue   # overlapping windows: the better one stands for both
-            scores = {self.term_kind: float(term_scores[i])}
-            scores.update({k: float(v[i]) for k, v in vec.items() if not np.isnan(v[i])})
-            # the source that adds the most to this window's score; vector kinds first on a tie
-            stage = max([k for k in kinds if k in scores] + [self.term_kind], key=lambda k: contrib[k][i])
-            marks = [[a + s, a + t] for s, t in self.marks(docs[d][a:e], qterms)]
-            chosen.append(Passage(a, e, docs[d][a:e], float(total[i]), stage, scores, marks))
-            if all(len(c) >= n for c in out.values()):
-                break
+        terms = self.term_list(query)
+        ranked = self.rank(self.features(reps, list(docs), docs.__getitem__, keys, terms), list(docs))
+        out = {}
+        for d, text in docs.items():
+            cuts = self.cut(text, ranked.win[ranked.order[d]], n, terms)
+            out[d] = self.passages_of(ranked, d, cuts, [text[a:e] for _, a, e, _ in cuts])
         return out
 
-    def _bm25(self, parts: list[tuple], qterms: set[str]) -> np.ndarray:
-        """BM25 of each window among these windows (Lucene's idf and length normalisation). A
-        query term is a column when some window's vocabulary knows it, columns in the order of the
-        newest vocabulary's ids (the parts of one search share one vocabulary but for a reset)."""
-        lengths = np.concatenate([np.diff(ip) for ip, _, _ in parts]).astype(np.float64)
-        newest = self.cache.vocab
-        known = {t for t in qterms if any(t in v for v in {id(v): v for _, _, v in parts}.values())}
-        terms = sorted(known, key=lambda t: (newest.get(t, len(newest)), t))
-        if not terms or not len(lengths):
+    def _bm25(self, lengths: np.ndarray, tf: np.ndarray) -> np.ndarray:
+        """BM25 of each window among these windows (Lucene's idf and length normalisation):
+        `lengths` its terms, `tf` (windows × query terms) its counts."""
+        if not tf.shape[1] or not len(lengths):
             return np.zeros(len(lengths))
-        tf = np.zeros((len(lengths), len(terms)))
-        tables: dict = {}
-        row0 = 0
-        for indptr, ids, vocab in parts:
-            table = tables.get(id(vocab))
-            if table is None:      # this vocabulary's ids of the query terms → their columns
-                pairs = sorted((vocab[t], j) for j, t in enumerate(terms) if t in vocab)
-                qids = np.array([q for q, _ in pairs], dtype=np.int32)
-                cols = np.array([j for _, j in pairs], dtype=np.int64)
-                wanted = np.zeros(len(vocab) + 1, dtype=bool)   # a lookup table: one gather per term
-                wanted[qids] = True
-                table = tables[id(vocab)] = (qids, cols, wanted)
-            qids, cols, wanted = table
-            hit = np.flatnonzero(wanted[ids]) if len(qids) else ()
-            if len(hit):
-                rows = np.searchsorted(indptr, hit, side="right") - 1 + row0
-                np.add.at(tf, (rows, cols[np.searchsorted(qids, ids[hit])]), 1)
-            row0 += len(indptr) - 1
         n, avg = len(lengths), max(lengths.mean(), 1.0)
         df = (tf > 0).sum(axis=0)
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
@@ -261,27 +312,38 @@ def term_kind(components: dict) -> str:
                 "bm25")
 
 
-def finder_for(components: dict, weights: dict | None, retrievers: dict, cache: dict, lock) -> PassageFinder:
-    """The passage finder of an index: term windows analysed as its lexical kind analyses text,
-    and the passage vectors of a kind whose vectors are passages (dense MaxP), when searched.
-    `cache` ({signature: WindowTerms}) keeps analysed windows across searches."""
+def window_terms(components: dict, cache: dict, lock) -> tuple[WindowTerms, str]:
+    """(the analysed windows of an index, kept across searches in `cache` by what they depend
+    on, the lexical kind they are analysed as)."""
     import json
 
     from .. import components as registry
     from ..components.analysis import Analyzer
 
-    analyzer, term_kind, vector_kinds = None, "bm25", []
+    analyzer, term_kind = None, "bm25"
     for name, kind in registry.kinds(components):
         found = kind.passage_analyzer(components[name])
-        if found is not None and analyzer is None:
+        if found is not None:
             analyzer, term_kind = found, name
-        if name in retrievers and kind.passage_vectors(components[name]):
-            vector_kinds.append(name)
-    vectors = {k: components[k].get("model", {}).get("settings") for k in vector_kinds}
+            break
+    vectors = {n: components[n].get("model", {}).get("settings") for n, kind in registry.kinds(components)
+               if kind.passage_vectors(components[n])}
     # a uid's text never changes, but a rebuild may change the analyzer or the passage vectors
     sig = json.dumps([analyzer, vectors], sort_keys=True, default=str)
     with lock:
         if sig not in cache:
             cache[sig] = WindowTerms(Analyzer.from_dict(analyzer) if analyzer else Analyzer())
-        terms = cache[sig]
-    return PassageFinder(terms, weights, {k: retrievers[k] for k in vector_kinds}, term_kind=term_kind)
+        return cache[sig], term_kind
+
+
+def finder_for(components: dict, weights: dict | None, kinds, cache: dict, lock, retriever=None) -> PassageFinder:
+    """The passage finder of an index: term windows analysed as its lexical kind analyses text,
+    and the passage vectors of the searched `kinds` whose vectors are passages (dense MaxP).
+    `retriever(kind)`: where the documents are, the loaded readers of those vectors (None: the
+    coordinator's half, which scores what shards tell it)."""
+    from .. import components as registry
+
+    terms, term_kind = window_terms(components, cache, lock)
+    vector_kinds = [n for n in kinds if n in components and registry.get(n).passage_vectors(components[n])]
+    return PassageFinder(terms, weights, {k: retriever(k) if retriever else None for k in vector_kinds},
+                         term_kind=term_kind)

@@ -6,30 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
-class FinderReads:
-    """What a QuerySource reads through its passage finder (`finder`), given `rep`, `prefetch`,
-    `text` and `_keys` (a document's key in the finder's window cache): one index's or, over
-    global document numbers, a sharded index's (gather.py)."""
-
-    def passages(self, docnos: list[int], n: int) -> dict:
-        """{docno: its n best passages} (empty lists when the index cannot say)."""
-        if self.finder is None or n < 1:
-            return {d: [] for d in docnos}
-        reps = {k: self.rep(k) for k in self.finder.vector_kinds}
-        self.prefetch(docnos)
-        return self.finder.find(self.query, reps, {d: self.text(d) for d in docnos}, n, self._keys(docnos))
-
-    def best_windows(self, docnos: list[int]) -> dict:
-        """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
-        each vector kind: its best window's similarity}} (PassageFinder.best_window)."""
-        reps = {k: self.rep(k) for k in self.finder.vector_kinds}
-        keys = self._keys(docnos)
-        known = self.finder.cache.lengths    # documents analysed before: their text is not needed
-        self.prefetch([d for d in docnos if keys[d] not in known])
-        return self.finder.best_window(self.query, reps, docnos, self.text, keys)
-
-
-class IndexSource(FinderReads):
+class IndexSource:
     def __init__(self, query: str, retriever: Callable[[str], Any], store, allow=None, finder=None,
                  reps: dict | None = None):
         """`retriever(kind)`: the generation's loaded reader of a kind; `store`: its docstore

@@ -48,7 +48,7 @@ def mine(index, queries: dict[str, str], qrels: dict[str, dict[str, int]], qids:
     """(examples, queries skipped because none of their relevant documents is in the index)."""
     from tqdm.auto import tqdm
 
-    known = set(index.docstore.live_ids())
+    known = set(index.live_ids())
     dense_passages = "dense" in index.components
     out, skipped = [], 0
     for qid in tqdm(qids, desc="mining passages", unit="query", disable=not progress, leave=False):

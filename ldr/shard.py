@@ -1,0 +1,94 @@
+"""One pinned generation of an index on this machine as a shard of a search (search/gather.py's
+`Shard`): it answers in values (statistics, first-stage lists with ids, window features, the
+final hits' texts and passages) and is the only side that reads the generation's files. An
+unsharded search has one; a sharded index's handle N; a Ray Serve replica one over its own copy."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import IndexFormatError
+
+
+class LocalShard:
+    """`index` loads the generation's retrievers (once, shared by every search of it) and keeps
+    its analysed windows; `view` is the generation."""
+
+    def __init__(self, index, view):
+        self.index, self.view = index, view
+
+    @property
+    def store(self):
+        return self.view.segments
+
+    def retriever(self, kind: str):
+        return self.index.retriever(kind, self.view)
+
+    def mask(self, filters: dict | None):
+        """The filters' mask over this generation's docnos (None: no filter); the coordinator
+        checked their fields against every shard (one this shard lacks passes none of its documents)."""
+        from .search import filters as _filters
+
+        if not filters:
+            return None
+        return self.store.cached_mask(_filters.key(filters) + "/unchecked",
+                                      lambda s: _filters.mask(filters, s, False))
+
+    # -- the calls of a Shard ------------------------------------------------------------------
+    def describe(self) -> dict:
+        return {"rows": int(self.store.rows), "docs": len(self.store), "fields": sorted(self.store.meta_fields())}
+
+    def stats(self, query: str, kinds: list, filters: dict | None) -> dict:
+        m = self.mask(filters)
+        return {"count": len(self.store) if m is None else int(m.sum()),
+                "stats": {k: self.retriever(k).collection_stats(query) for k in kinds}}
+
+    def first(self, plan_first, reps: dict, filters: dict | None) -> dict:
+        """The plan's first stages: each kind's (docno, score) list and each listed document's id."""
+        from .search.source import IndexSource
+
+        cands = plan_first.run_first(IndexSource(plan_first.query, self.retriever, self.store, self.mask(filters),
+                                                 None, reps))
+        listed = sorted({d for rows in cands.lists.values() for d, _ in rows})
+        if listed and not 0 <= listed[0] <= listed[-1] < self.store.rows:
+            bad = next(d for d in listed if not 0 <= d < self.store.rows)
+            raise IndexFormatError(f"a retriever returned document number {bad}, but the index has "
+                                   f"{self.store.rows} documents: a component is damaged; run `ldr check` and "
+                                   "rebuild the index")
+        ids = self.store.ids
+        return {"lists": cands.lists, "timings": cands.timings, "ids": {d: ids[d] for d in listed}}
+
+    def _finder(self, kinds=()):
+        from .search.passages import finder_for
+
+        return finder_for(self.view.manifest["components"], None, kinds, self.index._window_terms,
+                          self.index._load_lock, self.retriever)
+
+    def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict:
+        """{docno: WindowFeatures} of `docs` for the query (`terms`, `reps` of the vector `kinds`)."""
+        finder = self._finder(kinds)
+        keys = {d: int(self.store.uids[d]) for d in docs}
+        known = finder.cache.lengths        # documents analysed before: their text is not read
+        texts = self.store.texts([d for d in docs if keys[d] not in known])
+        return finder.features(reps, docs, lambda d: texts[d] if d in texts else self.store.text(d), keys, terms)
+
+    def exact(self, kind: str, rep, docs: list, first: dict) -> list:
+        return np.asarray(self.retriever(kind).exact_scores(rep, docs, first), dtype=np.float64).tolist()
+
+    def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict:
+        """{docno: {"id", "title", "text" (asked), "doc" (its metadata, asked), "cuts" and "passages"
+        (asked: `cuts` {docno: (its windows best first, n, query terms)})}}."""
+        ids, titles = self.store.ids, self.store.titles
+        out = {d: {"id": ids[d], "title": titles[d]} for d in docs}
+        texts = self.store.texts(docs) if text or cuts else {}
+        if text:
+            for d in docs:
+                out[d]["text"] = texts[d]
+        if meta:
+            for d, doc in self.store.doc_metas(docs).items():
+                out[d]["doc"] = doc
+        if cuts:
+            finder = self._finder()
+            for d, (spans, n, terms) in cuts.items():
+                got = finder.cut(texts[d], spans, n, terms)
+                out[d]["cuts"], out[d]["passages"] = got, [texts[d][a:e] for _, a, e, _ in got]
+        return out
