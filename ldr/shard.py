@@ -92,3 +92,30 @@ class LocalShard:
                 got = finder.cut(texts[d], spans, n, terms)
                 out[d]["cuts"], out[d]["passages"] = got, [texts[d][a:e] for _, a, e, _ in got]
         return out
+
+
+def query_side(manifest: dict, device: str | None = None, trust_remote_code: bool = False):
+    """`side(kind)`: the kind's reader over no document, for a coordinator that holds no shard:
+    what encodes the query (the models the manifest names, from their packages), bounds its
+    score and sums the shards' statistics. Nothing of an index is read."""
+    import threading
+    from pathlib import Path
+
+    from . import components as registry
+    from .components.states import ReadState
+    from .encode.runtime import for_queries
+    from .index.snapshot import Segments
+
+    nothing = Segments(Path("/nonexistent/ldr-query-side"), {"segments": [], "doc_count": 0})
+    opened: dict = {}
+    lock = threading.Lock()
+
+    def side(kind: str):
+        with lock:
+            if kind not in opened:
+                comp = manifest["components"][kind]
+                settings = registry.get(kind).encoder_settings(comp, trust_remote_code, device, "the coordinator")
+                opened[kind] = registry.get(kind).open(ReadState(nothing.root, kind, comp, nothing,
+                                                                 registry.lazy_encoder(kind, for_queries(settings))))
+            return opened[kind]
+    return side

@@ -5,6 +5,7 @@ import json  # noqa: F401
 import sys  # noqa: F401
 
 import click
+from pathlib import Path
 
 from ..serve.limits import ServerSettings as _Limits
 from .app import main
@@ -55,9 +56,18 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
     if replica_root and not ray_address:
         from ..errors import ConfigError
         raise ConfigError("--replica-root keeps the Ray replicas' own copies of their shards: give it with --ray")
-    opened = sharded.open(index_path)   # a clear error before the server starts, not in its log
-    opened.close()
-    opener = _ray_opener(index_path, ray_address, replicas, device, opened, replica_root) if ray_address else None
+    from ..index.cluster import is_cluster
+    from ..index.view import holds_index
+
+    if not ray_address or is_cluster(Path(index_path)) or holds_index(Path(index_path)):
+        opened = sharded.open(index_path)   # a clear error before the server starts, not in its log
+        opened.close()
+        if ray_address and not hasattr(opened, "shards"):
+            from ..errors import ConfigError
+            raise ConfigError(f"--ray serves a sharded index; {index_path} is not one (build one with `ldr index "
+                              "CORPUS -o IDX --shards N`)")
+    # with --ray the index need not be here: the replicas read it where they run
+    opener = _ray_opener(index_path, ray_address, replicas, device, replica_root) if ray_address else None
     _check_port(host, port)
     if not (api_key or read_only or host in LOCAL_HOSTS):
         # open to the network: writes need a key; as Elasticsearch does on first start, make one
@@ -74,18 +84,16 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
     serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
 
 
-def _ray_opener(index_path, address, replicas, device, opened, local=None):
-    """Deploy the shards on Ray Serve; the coordinator opens the index over their handles."""
-    from ..errors import BackendUnavailable, ConfigError
+def _ray_opener(index_path, address, replicas, device, local=None):
+    """Deploy the shards on Ray Serve; the coordinator searches over their handles."""
+    from ..errors import BackendUnavailable
 
-    if not hasattr(opened, "shards"):
-        raise ConfigError(f"--ray serves a sharded index; {index_path} is not one (build one with `ldr index CORPUS "
-                          "-o IDX --shards N`)")
     try:
         from ..serve.ray_shards import RayShardedIndex, deploy
     except ImportError as e:
         raise BackendUnavailable(f"--ray needs the Ray extra: pip install 'ldr[ray]' ({e.name} is missing)") from None
-    handles = deploy(index_path, None if address == "local" else address, replicas, device, local=local)
+    handles = deploy(str(Path(index_path).absolute()), None if address == "local" else address, replicas, device,
+                     local=local)
     click.echo(f"{len(handles)} shards deployed on Ray Serve, {replicas} replica(s) each", err=True)
     return lambda: RayShardedIndex(index_path, handles, device=device)
 

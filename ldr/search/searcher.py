@@ -30,6 +30,7 @@ class Snapshot:
     manifest: dict
     shards: list
     encoder: Callable
+    own_stats: bool = True     # encoder(kind) is shard 0's own reader: one shard scores with its statistics
     _about: list | None = field(default=None, repr=False)
     _map: ShardMap | None = field(default=None, repr=False)
 
@@ -87,7 +88,7 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     for kind in kinds:
         side = snap.encoder(kind)
         rep = out[kind] if kind in out else side.encode(query)
-        if stats is not None and len(snap.shards) > 1 and kind in stats[0]:
+        if stats is not None and (len(snap.shards) > 1 or not snap.own_stats) and kind in stats[0]:
             rep = side.with_collection_stats(rep, [st[kind] for st in stats])
         out[kind] = rep
     return out
@@ -107,13 +108,14 @@ class Run:
 def statistics(snap: Snapshot, query: str, conds: dict, run: Run) -> tuple[int, list | None, list]:
     """(documents passing the filters, each shard's statistics for the query or None when one
     shard is all, the shards that did not answer)."""
-    if len(snap.shards) == 1 and not conds:
+    if len(snap.shards) == 1 and snap.own_stats and not conds:
         return len(snap), None, []
     got = run.each(lambda s: s.stats(query, snap.stat_kinds(), conds or None))
     missing = [i for i, g in enumerate(got) if g is None]
     answered = [g for g in got if g is not None]
     count = sum(g["count"] for g in answered) if conds else len(snap)
-    return count, ([g["stats"] for g in answered] if not missing else None), missing
+    # a shard that did not answer is named in the result; the others score with what they hold
+    return count, ([g["stats"] for g in answered] or None), missing
 
 
 def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *, t0: float | None = None,
@@ -128,7 +130,8 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
         return empty
     reps = encode(snap, query, plan.kinds, reps, stats)
     first, rest = plan.split()
-    parts = run.each(lambda s: s.first(first, reps, conds or None))
+    gone = {id(snap.shards[i]) for i in missing}
+    parts = run.each(lambda s: None if id(s) in gone else s.first(first, reps, conds or None))
     missing = sorted(set(missing) | {i for i, p in enumerate(parts) if p is None})
     cands, ids = gather([None if i in missing else p for i, p in enumerate(parts)], snap.map, query,
                         {s.kind: s.depth for s in plan.first})

@@ -4,11 +4,16 @@ uvicorn, the coordinator); behind it, one Serve deployment per shard with R repl
 plan's first stages (BM25 with the whole index's statistics, vector search) on the shard's
 memory-mapped files. The coordinator gathers their lists and runs the rest of the plan.
 
+The coordinator reads no file of the index: it learns the newest cluster commit, each shard's
+size and fields and the index's settings from the replicas, and every call is a value (search/
+gather.py's Shard: statistics, first-stage lists with ids, window features, the final hits'
+texts and passages) naming the shard's generation. So it runs where the index is not; the
+replicas need the index (or, with --replica-root, where the writer commits it) on their nodes.
+
 Faults: a replica that dies during a query makes the call fail; the coordinator asks again and
 Ray Serve routes it to a live replica, so the query answers in full. When no replica of a shard
 answers in time, the answer names it (`missing_shards`, in the result and the HTTP body) instead
-of silently holding fewer hits. The index directory must be on storage every node mounts at the
-same path (as for `ldr index --ray`).
+of silently holding fewer hits.
 """
 from __future__ import annotations
 
@@ -16,10 +21,14 @@ import logging
 import time
 from pathlib import Path
 
+import json
+
 from .. import crash_signals
-from ..index.cluster import shard_rel
-from ..search.stages.base import Candidates
-from ..sharded import ShardedIndex
+from ..errors import ConfigError, IndexFormatError
+from ..handle import Handle
+from ..index.cluster import shard_of, shard_rel
+from ..search.searcher import Snapshot
+from ..shard import query_side
 
 log = logging.getLogger(__name__)
 APP = "ldr-shard-{}"          # one Serve application per shard
@@ -28,13 +37,14 @@ ATTEMPTS, TIMEOUT_S = 4, 30.0
 
 class ShardReplica:
     """A replica of one shard: the shard opened at the generation each request names (the two
-    newest kept open), the plan's first stages run over it. With `local` (a folder on the node's
-    own disk), it serves its own copy of the shard, brought to each generation it is asked for by
-    copying only the new files from where the writer committed them, each verified against its
-    manifest (ldr/index/replica.py) before it is served."""
+    newest kept open), answering the calls of a Shard (search/gather.py) in values. With `local`
+    (a folder on the node's own disk), it serves its own copy of the shard, brought to each
+    generation it is asked for by copying only the new files from where the writer committed
+    them, each verified against its manifest (ldr/index/replica.py) before it is served."""
 
     def __init__(self, root: str, shard: int, device: str | None = None, local: str | None = None):
-        self.source, self.shard = Path(root) / shard_rel(shard), shard
+        self.root = Path(root)
+        self.source, self.shard = self.root / shard_rel(shard), shard
         self.path = Path(local) / shard_rel(shard) if local else self.source
         self.device = device
         self.open: dict[int, object] = {}
@@ -52,72 +62,188 @@ class ShardReplica:
                 got = catch_up(self.source, self.path, generation)
                 log.info("shard %d caught up to generation %d: %d files copied", self.shard, generation, got["copied"])
             ix = Index(self.path, device=self.device, generation=generation)
-            check_shard_manifest(self.source.parent.parent, self.shard, entry, ix.manifest)
+            check_shard_manifest(self.root, self.shard, entry, ix.manifest)
             self.open[generation] = ix
             for old in sorted(self.open)[:-2]:
                 self.open.pop(old).close()
-        return self.open[generation]
+        return self.open[generation].as_shard()
+
+    def cluster(self) -> dict:
+        """The newest cluster commit, read where the index is (the coordinator may not see it)."""
+        from ..index.cluster import read_cluster
+        return read_cluster(self.root)
+
+    def describe(self, entry: dict) -> dict:
+        shard = self._at(entry)
+        return {**shard.describe(), "manifest": shard.view.manifest}
+
+    def stats(self, entry: dict, query: str, kinds: list, filters) -> dict:
+        return self._at(entry).stats(query, kinds, filters)
 
     def first(self, entry: dict, first, reps: dict, filters) -> dict:
-        """The plan's first stages over this shard at the generation its cluster entry names; the
-        coordinator checked the filters' fields against every shard (one this shard lacks passes
-        none of its documents)."""
-        from ..search import filters as _filters
+        return self._at(entry).first(first, reps, filters)
 
-        shard = self._at(entry).as_shard()
-        conds = _filters.normalise(filters)
-        cands = shard.first(first, reps, shard.mask(conds, False) if conds else None)
-        return {"lists": cands.lists, "timings": cands.timings}
+    def windows(self, entry: dict, docs: list, kinds: list, reps: dict, terms: list) -> dict:
+        return self._at(entry).windows(docs, kinds, reps, terms)
+
+    def exact(self, entry: dict, kind: str, rep, docs: list, first: dict) -> list:
+        return self._at(entry).exact(kind, rep, docs, first)
+
+    def fetch(self, entry: dict, docs: list, text: bool = False, meta: bool = False, cuts=None) -> dict:
+        return self._at(entry).fetch(docs, text, meta, cuts)
+
+    def document(self, entry: dict, doc_id: str):
+        """The document (None: not in this generation)."""
+        try:
+            return self._at(entry).index.document(doc_id)
+        except KeyError:
+            return None
 
 
-class RayShardedIndex(ShardedIndex):
-    """A ShardedIndex whose first stages run on the shards' Serve deployments (`handles[i]`)."""
+class RemoteShard:
+    """A shard of the coordinator's point in time answered by its Serve deployment: every call
+    names the shard's cluster entry (its generation), a failed call (a replica died) is asked
+    again (Serve picks a live replica), and a shard none of whose replicas answers in time gives
+    None (the search names it in `missing_shards`)."""
 
-    def __init__(self, path, handles: list, timeout_s: float = TIMEOUT_S, **kw):
-        self.handles, self.timeout_s = handles, timeout_s
-        super().__init__(path, **kw)
+    def __init__(self, handle, i: int, entry: dict, timeout_s: float = TIMEOUT_S):
+        self.handle, self.i, self.entry, self.timeout_s = handle, i, entry, timeout_s
+        self.about: dict | None = None
 
-    def _first_stages(self, snap, plan_first, reps: dict, masks, filters) -> list:
-        """Each shard's Candidates from its Serve deployment, at the generation `snap` names for
-        it; None for a shard none of whose replicas answered."""
-        gens = snap.cluster["shards"]        # each shard's committed generation (and its manifest's checksum)
-        calls = {i: self._call(i, gens[i], plan_first, reps, filters) for i in range(len(gens))
-                 if gens[i]["generation"] is not None}        # a shard no document was routed to has none
-        parts = []
-        for i in range(len(gens)):
-            got = self._result(i, calls[i], gens[i], plan_first, reps, filters) if i in calls else \
-                {"lists": {}, "timings": {}}
-            if got is None:
-                parts.append(None)
-            else:
-                cands = Candidates(plan_first.query)
-                cands.lists, cands.timings = got["lists"], got["timings"]
-                parts.append(cands)
-        return parts
-
-    def _call(self, i: int, entry: dict, first, reps, filters):
-        return self.handles[i].first.remote(entry, first, reps, filters)
-
-    def _result(self, i: int, call, entry: dict, first, reps, filters) -> dict | None:
-        """A shard's answer; a failed call (its replica died) is asked again (Serve picks a live
-        replica); None when no replica answers within the time allowed."""
+    def _ask(self, method: str, *args):
+        if self.entry["generation"] is None:        # a shard no document was routed to
+            return None
         deadline = time.monotonic() + self.timeout_s
         for attempt in range(ATTEMPTS):
             try:
+                call = getattr(self.handle, method).remote(self.entry, *args)
                 return call.result(timeout_s=max(0.1, deadline - time.monotonic()))
             except TimeoutError:
                 break
             except Exception as e:       # RayActorError, a replica gone mid-request, an app deleted
-                log.warning("shard %d: %s (attempt %d of %d)", i, type(e).__name__, attempt + 1, ATTEMPTS)
+                log.warning("shard %d: %s (attempt %d of %d)", self.i, type(e).__name__, attempt + 1, ATTEMPTS)
                 if time.monotonic() >= deadline:
                     break
                 time.sleep(min(0.2 * (attempt + 1), max(0.0, deadline - time.monotonic())))
-                try:
-                    call = self._call(i, entry, first, reps, filters)
-                except Exception:
-                    break
-        log.warning("shard %d did not answer: its hits are missing from this result", i)
+        log.warning("shard %d did not answer: its hits are missing from this result", self.i)
         return None
+
+    def describe(self) -> dict:
+        if self.about is None:
+            got = self._ask("describe")
+            self.about = got if got is not None else {"rows": 0, "docs": 0, "fields": [], "missing": True}
+        return self.about
+
+    def _live(self, method: str, *args):
+        return None if self.describe().get("missing") else self._ask(method, *args)
+
+    def stats(self, query, kinds, filters):
+        return self._live("stats", query, kinds, filters)
+
+    def first(self, first, reps, filters):
+        return self._live("first", first, reps, filters)
+
+    def windows(self, docs, kinds, reps, terms):
+        return self._live("windows", docs, kinds, reps, terms)
+
+    def exact(self, kind, rep, docs, first):
+        got = self._live("exact", kind, rep, docs, first)
+        return got if got is not None else [0.0] * len(docs)
+
+    def fetch(self, docs, text=False, meta=False, cuts=None):
+        return self._live("fetch", docs, text, meta, cuts)
+
+
+class RayShardedIndex(Handle):
+    """A sharded index searched on its shards' Serve deployments (`handles[i]`): the coordinator
+    learns the cluster's newest commit, each shard's size and fields and the index's settings
+    from the replicas, and reads no file of the index (it may run where the index is not)."""
+
+    def __init__(self, path, handles: list, device: str | None = None, trust_remote_code: bool = False,
+                 timeout_s: float = TIMEOUT_S):
+        self.path, self.handles, self.timeout_s = Path(path), handles, timeout_s
+        self.device, self.trust_remote_code = device, trust_remote_code
+        self._init_shared()
+        self._sides: dict = {}
+        self._snap = self._open(self._cluster())
+
+    def _cluster(self) -> dict:
+        for h in self.handles:
+            try:
+                return h.cluster.remote().result(timeout_s=self.timeout_s)
+            except Exception as e:
+                log.warning("a shard's replicas cannot read the cluster commit: %s", type(e).__name__)
+        raise IndexFormatError(f"no shard of {self.path} answers on Ray Serve: is the index where its replicas run?")
+
+    def _open(self, cluster: dict) -> Snapshot:
+        """The cluster generation `cluster` names, every shard pinned to its generation: one point in time."""
+        shards = [RemoteShard(self.handles[i], i, s, self.timeout_s) for i, s in enumerate(cluster["shards"])]
+        about = list(self._pool().map(lambda sh: sh.describe(), shards))
+        manifest = next((a["manifest"] for a in about if "manifest" in a), None)
+        if manifest is None:
+            raise IndexFormatError(f"no shard of {self.path} answered at cluster generation {cluster['generation']}")
+        key = json.dumps(manifest["components"], sort_keys=True, default=str)
+        if key not in self._sides:       # the query side loads the models once per settings
+            self._sides = {key: query_side(manifest, self.device, self.trust_remote_code)}
+        snap = Snapshot(cluster["generation"], manifest, shards, self._sides[key], own_stats=False)
+        snap.cluster = cluster
+        return snap
+
+    def _snapshot(self) -> Snapshot:
+        return self._snap
+
+    @property
+    def manifest(self) -> dict:
+        return self._snap.manifest
+
+    @property
+    def generation(self) -> int:
+        return self._snap.generation
+
+    def __len__(self) -> int:
+        return len(self._snap)
+
+    def refresh(self) -> bool:
+        cluster = self._cluster()
+        if cluster["generation"] == self._snap.generation:
+            return False
+        snap = self._open(cluster)
+        with self._load_lock:
+            self._snap = snap
+        return True
+
+    def close(self) -> None:
+        self._close_pool()
+
+    def document(self, doc_id: str):
+        snap = self._snap
+        shard = snap.shards[shard_of(str(doc_id), len(snap.shards))]
+        doc = shard._live("document", doc_id)
+        if doc is None:
+            raise KeyError(doc_id)
+        return doc
+
+    def info(self) -> dict:
+        snap = self._snap
+        return {"path": str(self.path), "generation": snap.generation, "documents": len(snap),
+                "components": snap.manifest["components"], "search": snap.manifest.get("search", {}),
+                "shards": [{"path": s["path"], "generation": s["generation"], "documents": s["live"],
+                            "answering": not sh.describe().get("missing")}
+                           for s, sh in zip(snap.cluster["shards"], snap.shards)]}
+
+    def _writer(self, wait):
+        from ..index.cluster import is_cluster
+        from ..index.cluster_writer import ClusterWriter
+
+        if not is_cluster(self.path):
+            raise ConfigError(f"this server cannot see {self.path} (its shards answer on Ray Serve): write with "
+                              "`ldr add CORPUS -i IDX` where the index is; the replicas follow each commit")
+        return ClusterWriter(self.path, wait=wait)
+
+
+def _shard_count(root: str) -> int:
+    from ..index.cluster import read_cluster
+    return len(read_cluster(Path(root))["shards"])
 
 
 def deploy(index_path: str, address: str | None, replicas: int, device: str | None = None,
@@ -129,15 +255,20 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     import ray
     from ray import serve
 
-    from ..index.cluster import read_cluster
-
+    global _shard_count
+    if not hasattr(_shard_count, "remote"):
+        _shard_count = ray.remote(num_cpus=0)(_shard_count)
     if not ray.is_initialized():
         with crash_signals.jvm_kept():            # Ray's crash reporter must not replace the JVM's handlers
             ray.init(address=address or None, ignore_reinit_error=True, logging_level=logging.WARNING,
                      log_to_driver=False)
     serve.start(proxy_location="Disabled")       # the coordinator's uvicorn is the HTTP front
     root = str(Path(index_path).absolute())
-    n = len(read_cluster(Path(root))["shards"])
+    try:                # read where the nodes are: this process may not see the index
+        n = ray.get(_shard_count.remote(root))
+    except ray.exceptions.RayTaskError as e:
+        raise ConfigError(f"--ray serves a sharded index that its nodes can read; at {root} they found none: "
+                          f"{getattr(e, 'cause', e)}") from None
     deployment = serve.deployment(ShardReplica, name="shard")
     options = {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus}}
     return [serve.run(deployment.options(**options).bind(root, i, device, local), name=APP.format(i),
