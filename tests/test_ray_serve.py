@@ -139,3 +139,93 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
         out, _ = proc.communicate(timeout=60)
     assert "shard 1 did not answer" in out and "Traceback" not in out
 
+
+
+def _unshared(*paths) -> list[str]:
+    """The command prefix of a process in its own mount namespace with an empty tmpfs over each of
+    `paths`: it cannot see a file under them (skips where mount namespaces are not allowed)."""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not available")
+    flags = "-m" if os.geteuid() == 0 else "-rm"
+    mounts = " && ".join(f"mount -t tmpfs -o size=1m none {p}" for p in paths)
+    probe = subprocess.run(["unshare", flags, "sh", "-c", mounts], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a mount namespace here: {probe.stderr.decode()[:100]}")
+    return ["unshare", flags, "sh", "-c", mounts + ' && exec "$@"', "sh"]
+
+
+def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
+    """Issue 55: `ldr serve -i IDX --ray ADDRESS`, run where IDX and the replicas' own copies are
+    an empty tmpfs (a mount namespace), answers as the unsharded index: the replicas tell it the
+    cluster commit, the settings and every value a query needs. After an `ldr add` elsewhere the
+    replicas copy the new files and the answers are the new index's; with every replica of
+    shard 0 gone it says `missing_shards: [0]` (HTTP 200)."""
+    from click.testing import CliRunner
+    from ray import serve
+
+    from ldr.cli import main
+    from test_sharded import _docs, _extra
+    from test_serve import _free_port
+
+    idx, local = tmp_path / "idx", tmp_path / "node-disk"
+    local.mkdir()
+    one = ldr.Index.build(_docs(), tmp_path / "one", dense=None, sparse=None)
+    ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
+    port = _free_port()
+    env = {**os.environ, "LDR_API_KEY": ""}
+    proc = subprocess.Popen(_unshared(idx, local) + [sys.executable, "-m", "ldr.cli", "serve", "-i", str(idx),
+                            "--port", str(port), "--ray", cluster, "--replica-root", str(local), "--read-only"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    http = None
+    try:
+        deadline = time.time() + 300
+        while http is None:
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.time() < deadline, "the server did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
+            except httpx.HTTPError:
+                time.sleep(0.5)
+
+        def same(queries):
+            for q in queries:
+                for opts in ({"k": 5, "passages": 1}, {"k": 5, "mode": "bm25"}, {"k": 5, "filters": {"id": ["bridge-inspection-report.html", "product-meeting-transcript.txt", "harbour-log"]}}):
+                    body = http.post("/search", json={"query": q, **opts}).json()
+                    want = one.search(q, **opts)
+                    assert [(h["id"], round(h["score"], 5), [(p["start"], p["end"]) for p in h["passages"]])
+                            for h in body["hits"]] == \
+                        [(h.id, round(h.score, 5), [(p.start, p.end) for p in h.passages]) for h in want], (q, opts)
+                    assert "missing_shards" not in body, body
+
+        assert http.get("/health").json()["documents"] == len(one)
+        same(QUERIES)
+        doc = http.get("/documents/" + one.search(QUERIES[0], k=1)[0].id).json()
+        assert doc["text"] and doc["generation"] == ldr.open(idx).generation
+        more = tmp_path / "more"
+        more.mkdir()
+        for d in _extra():
+            (more / f"{d.id}.txt").write_text(d.text)
+        assert CliRunner().invoke(main, ["add", str(more), "-i", str(idx), "-q"]).exit_code == 0
+        one.add(more)
+        gen, deadline = ldr.open(idx).generation, time.time() + 30
+        while http.post("/search", json={"query": "x", "k": 1}).json()["generation"] != gen:
+            assert time.time() < deadline
+            time.sleep(0.3)
+        same(QUERIES + ["harbour master tides"])
+        serve.delete("ldr-shard-0")                 # every replica of shard 0 gone
+        r = http.post("/search", json={"query": QUERIES[0], "k": 5})
+        assert r.status_code == 200 and r.json()["missing_shards"] == [0], r.text
+    finally:
+        if http is not None:
+            http.close()
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+        for app in ("ldr-shard-0", "ldr-shard-1"):
+            try:
+                serve.delete(app)
+            except Exception:
+                pass
+    assert "Traceback" not in out, out
