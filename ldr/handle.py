@@ -25,6 +25,8 @@ class Handle:
     def _init_shared(self) -> None:
         self._rerankers: dict = {}
         self._window_terms: dict = {}   # analysed passage windows by uid, per analyzer (search/passages.py)
+        from .shard import RecentTexts
+        self._texts = RecentTexts()     # the texts of the latest searches' candidates, by uid
         self._load_lock = threading.RLock()   # models load once, whichever thread asks first
 
     # -- what every handle reads of its point in time (`manifest`: the subclass's) ------------
