@@ -118,7 +118,9 @@ class ShardedSource:
         self.finder, self.encode, self.bind, self._bound = finder, encode, bind, bound
         self.read: dict[int, str] = {}
         self.feats: dict[int, Any] = {}
+        self.fetched: dict[int, dict] = {}  # what a fetch brought ({"id", "title", "doc"}): the final fetch asks for no more
         self.missing: set[int] = set()      # shards that failed a call after their first stages
+        self.with_meta = False              # the request shows the hits' metadata
 
     def reranker(self, spec):
         return self.bind(spec)
@@ -153,7 +155,8 @@ class ShardedSource:
         want = [d for d in dict.fromkeys(docnos) if d not in self.read]
         if want:
             got = self._each(want, lambda sh, locs, _: sh.fetch(locs, text=True))
-            self.read.update({d: v["text"] for d, v in got.items()})
+            self.read.update({d: v.pop("text") for d, v in got.items()})
+            self.fetched.update(got)
 
     def text(self, docno: int) -> str:
         if docno not in self.read:
@@ -186,13 +189,17 @@ class ShardedSource:
         terms = self.finder.term_list(self.query)
         cuts = {d: (ranked.win[ranked.order[d]], n, terms) for d in docnos if ranked.order.get(d)}
         off = self.map.offsets
-        got = self._each(list(cuts), lambda sh, locs, s: sh.fetch(locs, cuts={loc: cuts[off[s] + loc] for loc in locs}))
+        # the hits' metadata comes along (`with_meta`): the final fetch then asks for nothing more
+        got = self._each(list(cuts), lambda sh, locs, s: sh.fetch(locs, meta=self.with_meta,
+                                                                 cuts={loc: cuts[off[s] + loc] for loc in locs}))
         out = {d: [] for d in docnos}
         for d, v in got.items():
-            out[d] = self.finder.passages_of(ranked, d, v["cuts"], v["passages"])
+            out[d] = self.finder.passages_of(ranked, d, v.pop("cuts"), v.pop("passages"))
+        self.fetched.update(got)
         return out
 
     def release(self) -> None:
         """Drop the texts read (a result keeps its candidates' scores, not their texts)."""
         self.read.clear()
         self.feats.clear()
+        self.fetched.clear()

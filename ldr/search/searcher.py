@@ -141,6 +141,7 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
                            lambda k: encode(snap, query, [k], stats=stats)[k],
                            lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)),
                            lambda k, rep: _bound(snap.encoder(k), rep))
+    source.with_meta = request.with_meta
     cands = rest.run_rest(cands, source)
     hits = fetch(snap, source, cands, request, ids)
     second = plan.stage("reranked")
@@ -159,18 +160,23 @@ def _bound(side, rep) -> float | None:
 
 def fetch(snap: Snapshot, source: ShardedSource, cands, request: QueryOptions, ids: dict) -> list:
     """The final hits: ids, titles, their passages, and (asked for) texts and metadata, read from
-    the shards that hold them, in one call per shard, and from no other document."""
+    the shards that hold them, in one call per shard (none when the passages' call brought them),
+    and from no other document."""
     docnos = [d for d, _, _ in cands.rows]
-    want = [d for d in docnos if d not in source.read] if request.with_text else []
-    got = source._each(docnos, lambda sh, locs, _: sh.fetch(locs, text=request.with_text and bool(want),
-                                                             meta=request.with_meta))
+    have = source.fetched
+    need = [d for d in docnos if d not in have or (request.with_meta and "doc" not in have[d])
+            or (request.with_text and d not in source.read)]
+    if need:      # what the passages' fetch did not bring (often nothing: no call at all)
+        have.update(source._each(need, lambda sh, locs, _: sh.fetch(
+            locs, text=request.with_text and any(d not in source.read for d in need), meta=request.with_meta)))
+    got = {d: have[d] for d in docnos if d in have}
     hits = to_hits([r for r in cands.rows if r[0] in got], ids, {d: v["title"] for d, v in got.items()})
     for h in hits:
         v = got[h.docno]
         h.passages = cands.passages.get(h.docno, [])
         if request.with_text:
-            h.text = source.read.get(h.docno, v.get("text"))
-        if request.with_meta:
+            h.text = v["text"] if "text" in v else source.read.get(h.docno)
+        if request.with_meta and v.get("doc") is not None:
             h.meta, h.origin = v["doc"].meta, origin(v["doc"])
     source.release()    # the result keeps its candidates' scores, not 50 candidates' texts
     return hits
