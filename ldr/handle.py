@@ -242,3 +242,23 @@ class Handle:
             result = w.set_search_defaults(search, record or {})
         self.refresh()
         return result
+
+
+class ClusterHandle(Handle):
+    """A handle whose point in time is a swapped whole Snapshot (`self._snap`): a sharded index
+    opened here, or searched on Ray Serve."""
+
+    def _snapshot(self):
+        return self._snap
+
+    @property
+    def manifest(self) -> dict:
+        """The first shard's (every shard is built with the same settings)."""
+        return self._snap.manifest
+
+    @property
+    def generation(self) -> int:
+        return self._snap.generation
+
+    def __len__(self) -> int:
+        return len(self._snap)

@@ -14,14 +14,14 @@ from pathlib import Path
 from .api import Index
 from .corpus import Doc, IngestReport, corpus_docs
 from .errors import IndexFormatError, NotAnIndex
-from .handle import Handle
+from .handle import ClusterHandle
 from .index.cluster import check_shard_manifest, is_cluster, missing_shard, read_cluster, shard_of
 from .index.ray_build import ray_options
 from .search.gather import ShardMap
 from .search.searcher import Snapshot
 
 
-class ShardedIndex(Handle):
+class ShardedIndex(ClusterHandle):
     """`ldr.open(path)` of a sharded index: search, plan, documents, add, delete, merge, as an
     Index (handle.py: one search over its shards, written once for both)."""
 
@@ -58,9 +58,6 @@ class ShardedIndex(Handle):
             return snap
         raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")
 
-    def _snapshot(self) -> Snapshot:
-        return self._snap
-
     @property
     def cluster(self) -> dict:
         return self._snap.cluster
@@ -75,21 +72,9 @@ class ShardedIndex(Handle):
         """Global document numbers over the shards (offsets)."""
         return self._snap.map
 
-    @property
-    def generation(self) -> int:
-        return self._snap.generation
-
-    @property
-    def manifest(self) -> dict:
-        """The first shard's (every shard is built with the same settings)."""
-        return self._snap.manifest
-
     def live_ids(self) -> list[str]:
         """The id of every document (reads each shard's id column: an export's work, not a search's)."""
         return [i for sh in self._snap.indexes for i in sh.live_ids()]
-
-    def __len__(self) -> int:
-        return len(self._snap)
 
     def refresh(self) -> bool:
         """Move to the newest cluster generation. Searches already running finish on the snapshot

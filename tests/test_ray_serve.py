@@ -49,6 +49,26 @@ def _serve(idx, address, port, *extra):
     raise RuntimeError("server did not start")
 
 
+def _add_elsewhere(idx, one, tmp_path, http) -> None:
+    """`ldr add` of the extra documents to `idx` by another process (and to `one`), then wait
+    until the server answers from the new generation."""
+    from click.testing import CliRunner
+
+    from ldr.cli import main
+    from test_sharded import _extra
+
+    more = tmp_path / "more"
+    more.mkdir()
+    for d in _extra():
+        (more / f"{d.id}.txt").write_text(d.text)
+    assert CliRunner().invoke(main, ["add", str(more), "-i", str(idx), "-q"]).exit_code == 0
+    one.add(more)
+    gen, deadline = ldr.open(idx).generation, time.time() + 30
+    while http.post("/search", json={"query": "x", "k": 1}).json()["generation"] != gen:
+        assert time.time() < deadline
+        time.sleep(0.3)
+
+
 def test_a_build_on_nodes_of_one_cpu_runs_a_worker_per_node(cluster, tmp_path):
     """Workers are sized by a node's CPUs, not the cluster's: on two 1-CPU nodes the default asked
     for 2-CPU workers, which no node could run, and the build waited forever."""
@@ -74,7 +94,7 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
     from ray import serve
 
     from ldr.cli import main
-    from test_sharded import _docs, _extra
+    from test_sharded import _docs
     from test_serve import _free_port
 
     idx, local = tmp_path / "idx", tmp_path / "node-disk"
@@ -90,16 +110,7 @@ def test_a_sharded_index_served_on_ray_survives_a_replica_and_names_a_lost_shard
 
         same(QUERIES)
         assert sorted(p.name for p in (local / "shards").iterdir()) == ["shard-000", "shard-001"]
-        more = tmp_path / "more"
-        more.mkdir()
-        for d in _extra():
-            (more / f"{d.id}.txt").write_text(d.text)
-        assert CliRunner().invoke(main, ["add", str(more), "-i", str(idx), "-q"]).exit_code == 0
-        one.add(more)
-        gen, deadline = ldr.open(idx).generation, time.time() + 30
-        while http.post("/search", json={"query": "x", "k": 1}).json()["generation"] != gen:
-            assert time.time() < deadline
-            time.sleep(0.3)
+        _add_elsewhere(idx, one, tmp_path, http)
         same(QUERIES + ["harbour master tides"])           # the replicas caught up with the new files
         assert CliRunner().invoke(main, ["check", str(local / "shards" / "shard-000")]).exit_code == 0
         failures, answered, stop = [], [], threading.Event()
@@ -162,11 +173,9 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     cluster commit, the settings and every value a query needs. After an `ldr add` elsewhere the
     replicas copy the new files and the answers are the new index's; with every replica of
     shard 0 gone it says `missing_shards: [0]` (HTTP 200)."""
-    from click.testing import CliRunner
     from ray import serve
 
-    from ldr.cli import main
-    from test_sharded import _docs, _extra
+    from test_sharded import _docs
     from test_serve import _free_port
 
     idx, local = tmp_path / "idx", tmp_path / "node-disk"
@@ -204,16 +213,7 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
         same(QUERIES)
         doc = http.get("/documents/" + one.search(QUERIES[0], k=1)[0].id).json()
         assert doc["text"] and doc["generation"] == ldr.open(idx).generation
-        more = tmp_path / "more"
-        more.mkdir()
-        for d in _extra():
-            (more / f"{d.id}.txt").write_text(d.text)
-        assert CliRunner().invoke(main, ["add", str(more), "-i", str(idx), "-q"]).exit_code == 0
-        one.add(more)
-        gen, deadline = ldr.open(idx).generation, time.time() + 30
-        while http.post("/search", json={"query": "x", "k": 1}).json()["generation"] != gen:
-            assert time.time() < deadline
-            time.sleep(0.3)
+        _add_elsewhere(idx, one, tmp_path, http)
         same(QUERIES + ["harbour master tides"])
         serve.delete("ldr-shard-0")                 # every replica of shard 0 gone
         r = http.post("/search", json={"query": QUERIES[0], "k": 5})

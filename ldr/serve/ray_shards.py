@@ -25,7 +25,7 @@ import json
 
 from .. import crash_signals
 from ..errors import ConfigError, IndexFormatError
-from ..handle import Handle
+from ..handle import ClusterHandle
 from ..index.cluster import shard_of, shard_rel
 from ..search.searcher import Snapshot
 from ..shard import query_side
@@ -154,7 +154,7 @@ class RemoteShard:
         return self._live("fetch", docs, text, meta, cuts)
 
 
-class RayShardedIndex(Handle):
+class RayShardedIndex(ClusterHandle):
     """A sharded index searched on its shards' Serve deployments (`handles[i]`): the coordinator
     learns the cluster's newest commit, each shard's size and fields and the index's settings
     from the replicas, and reads no file of the index (it may run where the index is not)."""
@@ -188,20 +188,6 @@ class RayShardedIndex(Handle):
         snap = Snapshot(cluster["generation"], manifest, shards, self._sides[key], own_stats=False)
         snap.cluster = cluster
         return snap
-
-    def _snapshot(self) -> Snapshot:
-        return self._snap
-
-    @property
-    def manifest(self) -> dict:
-        return self._snap.manifest
-
-    @property
-    def generation(self) -> int:
-        return self._snap.generation
-
-    def __len__(self) -> int:
-        return len(self._snap)
 
     def refresh(self) -> bool:
         cluster = self._cluster()
