@@ -241,7 +241,7 @@ class EncodedPart:
 
     def close(self) -> Part:
         info = self.writer.close()
-        return Part({k: info[k] for k in self.entry_keys}, {k: info[k] for k in self.about_keys if k in info})
+        return Part({k: info[k] for k in self.entry_keys if k in info}, {k: info[k] for k in self.about_keys if k in info})
 
     def abort(self):
         self.writer.abort()

@@ -9,8 +9,9 @@ import numpy as np
 from .topk import top_k
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
-from .faiss_store import (DenseSearcher, DenseWriter, FaissSettings, concrete, graph_to_grow, grow_graph,
-                          load_vectors, one_thread, save_dense, write_dense)
+from . import compressed
+from .faiss_store import (DenseSearcher, DenseWriter, FaissSettings, compressed_kind, concrete, graph_to_grow,
+                          grow_graph, load_vectors, one_thread, save_dense, write_dense)
 
 
 class MultiDense:
@@ -97,9 +98,93 @@ class MultiDense:
 
 
 
+def _spans(folder, n: int) -> np.ndarray:
+    """A part's spans (segments written before spans were kept: -1, "unknown", for each vector)."""
+    sp = folder / "spans.npy"
+    return np.load(sp, allow_pickle=False) if sp.is_file() else np.full((n, 2), -1, np.int64)
+
+
+class _Rows:
+    """The merged segment's exact vectors, source after source (live rows only), read in chunks."""
+
+    def __init__(self, pieces: list[tuple[np.ndarray, np.ndarray]], dim: int):
+        self.pieces, self.shape = pieces, (sum(int(k.sum()) for _, k in pieces), dim)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, sl) -> np.ndarray:
+        if not isinstance(sl, slice):         # sorted row numbers (a training sample)
+            sl, out, pos = np.asarray(sl), [], 0
+            for vecs, keep in self.pieces:
+                rows = np.flatnonzero(keep)
+                mine = sl[(sl >= pos) & (sl < pos + len(rows))] - pos
+                if len(mine):
+                    out.append(np.asarray(vecs[rows[mine]], dtype=np.float32))
+                pos += len(rows)
+            return np.concatenate(out) if out else np.zeros((0, self.shape[1]), np.float32)
+        start, stop, _ = sl.indices(self.shape[0])
+        out, pos = [], 0
+        for vecs, keep in self.pieces:
+            rows = np.flatnonzero(keep)
+            a, b = max(start - pos, 0), min(stop - pos, len(rows))
+            if a < b:
+                out.append(np.asarray(vecs[rows[a:b]], dtype=np.float32))
+            pos += len(rows)
+        return np.concatenate(out) if out else np.zeros((0, self.shape[1]), np.float32)
+
+
+def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: int) -> dict:
+    """A compressed merged part with no training: the codebook of the biggest compressed source
+    (or the index's) when it still fits the merged size; its sources' codes are copied with their
+    rows renumbered, other sources' live vectors are encoded with it. The exact vectors are
+    streamed into the new vectors.f32 (never all in memory)."""
+    n_total = sum(int((rows[owner] >= 0).sum()) for _, rows, owner in sources)
+    records = sorted((p.entry["codebook"] for p, _, _ in sources if p.entry.get("codebook")),
+                     key=lambda r: -r.get("trained_for", 0)) + [state.comp.get("codebook")]
+    record = next((r for r in records if r and r.get("codec") == fs.index
+                   and not compressed.needs_new(r, n_total)), None)
+    pieces, owners, spans = [], [], []
+    for part, rows, owner in sources:
+        keep = rows[owner] >= 0
+        pieces.append((load_vectors(part.folder, part.entry, dim), keep))
+        owners.append(rows[owner][keep])
+        spans.append(_spans(part.folder, len(owner))[keep])
+    vectors = _Rows(pieces, dim)
+    out = state.folder
+    out.mkdir()
+    owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
+    spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
+    codes = None
+    if record is not None:
+        codebook = compressed.load_codebook(state.root, record)
+        lists, ids, cds, pos = [], [], [], 0
+        for (part, rows, owner_s), (vecs, keep) in zip(sources, pieces):
+            new_row = np.full(len(owner_s), -1, np.int64)   # source vector row → merged vector row
+            new_row[keep] = pos + np.arange(int(keep.sum()))
+            pos += int(keep.sum())
+            if part.entry.get("codebook", {}).get("path") == record["path"]:
+                ln, vid, cd = compressed.lists_of(_read_codes(part.folder))
+                live = new_row[vid] >= 0
+                lists.append(ln[live]), ids.append(new_row[vid[live]]), cds.append(cd[live])
+            else:
+                ln, cd = compressed.encode(codebook, _Rows([(vecs, keep)], dim)[0:int(keep.sum())])
+                lists.append(ln), ids.append(new_row[keep]), cds.append(cd)
+        codes = (np.concatenate(lists), np.concatenate(ids), np.concatenate(cds))
+    return compressed.write_compressed(out, vectors, owner, fs, spans, state.root, record, codes=codes)
+
+
+def _read_codes(folder):
+    import faiss
+    return faiss.read_index(str(folder / "ivf.index"), getattr(faiss, "IO_FLAG_MMAP_IFC", 0) | faiss.IO_FLAG_READ_ONLY)
+
+
 def _part_settings(comp: dict, entry: dict) -> dict:
     """A segment's FAISS settings: the index's, with what the segment recorded over them."""
-    return {**comp, **entry, "faiss": {**comp["faiss"], **entry.get("faiss", {})}}
+    sub = {**comp, **entry, "faiss": {**comp["faiss"], **entry.get("faiss", {})}}
+    if not entry.get("codebook"):          # the index's codebook is not this (flat or HNSW) part's
+        sub.pop("codebook", None)
+    return sub
 
 
 class Dense(ModelComponent):
@@ -127,33 +212,32 @@ class Dense(ModelComponent):
     def part_writer(self, state: WriteState):
         comp = state.comp
         return EncodedPart(DenseWriter(state.folder, state.encoder, FaissSettings(**comp["faiss"]),
-                                      allow_small=state.allow_small, pipeline=state.pipeline, dim=comp.get("dim")),
-                           ("path", "vectors", "multi_vector", "faiss"), ("dim", "model"))
+                                      allow_small=state.allow_small, pipeline=state.pipeline, dim=comp.get("dim"),
+                                      root=state.root, codebook=comp.get("codebook")),
+                           ("path", "vectors", "multi_vector", "faiss", "codebook", "bytes"), ("dim", "model", "codebook"))
 
     def merge_parts(self, state: MergeState):
         """Copy the live vectors; when the first source's HNSW graph can be grown (faiss_store.
-        graph_to_grow), only the other sources' vectors are inserted, instead of every vector."""
-        import faiss
-
+        graph_to_grow), only the other sources' vectors are inserted, instead of every vector;
+        compressed parts are concatenated (merge_compressed)."""
         fs = FaissSettings(**state.comp["faiss"])
+        dim = state.comp.get("dim", 0)
         sources = [(part, rows, np.load(part.folder / "owner.npy", allow_pickle=False))
-                   for part, rows in zip(state.sources, state.row_maps)]
+                   for part, rows in zip(state.sources, state.row_maps) if part is not None]
         n_total = sum(int((rows[owner] >= 0).sum()) for _, rows, owner in sources)
+        if compressed_kind(concrete(fs, n_total)) and n_total >= compressed.MIN_TRAIN:
+            return merge_compressed(state, sources, concrete(fs, n_total), dim)
         grow = bool(sources) and graph_to_grow(sources[0][0], sources[0][1], fs, n_total)
         vecs, owners, spans = [], [], []
         for i, (part, rows, owner) in enumerate(sources):
-            p = part.folder
             keep = rows[owner] >= 0
             if not (grow and i == 0):       # a grown graph keeps its own vectors
-                vecs.append(np.asarray(load_vectors(p, faiss.read_index(str(p / "faiss.index"))))[keep])
+                vecs.append(np.asarray(load_vectors(part.folder, part.entry, dim))[keep])
             owners.append(rows[owner][keep])
-            # segments written before spans were kept: -1 marks "unknown" for their vectors
-            sp = np.load(p / "spans.npy", allow_pickle=False) if (p / "spans.npy").is_file() \
-                else np.full((len(owner), 2), -1, np.int64)
-            spans.append(sp[keep])
+            spans.append(_spans(part.folder, len(owner))[keep])
         out = state.folder
         out.mkdir()
-        dim = vecs[0].shape[1] if vecs else 0
+        dim = vecs[0].shape[1] if vecs else dim
         vectors = np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32)
         owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
@@ -161,7 +245,7 @@ class Dense(ModelComponent):
             return write_dense(out, grow_graph(sources[0][0].folder, vectors, fs), owner,
                                concrete(fs, n_total), spans)
         return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, fs,
-                          allow_small=True, spans=spans)
+                          allow_small=True, spans=spans, root=state.root, codebook=state.comp.get("codebook"))
 
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):
@@ -180,6 +264,12 @@ class Dense(ModelComponent):
         sub = _part_settings(comp, part.entry)
         s = DenseSearcher(part.folder, sub, None, part.docs, full_check=True)
         out = []
+        if part.entry.get("codebook"):          # codes against the exact vectors (which it checks too)
+            try:
+                codebook = compressed.load_codebook(part.root, part.entry["codebook"])
+            except Exception as e:
+                return [str(e)]
+            out += compressed.verify(part.folder, codebook, s.index.ntotal, s.index.d)
         if s.index.ntotal and sub["faiss"]["index"] in ("flat", "hnsw"):     # both hold exact vectors
             for start in range(0, s.index.ntotal, 65536):
                 v = s.index.reconstruct_n(start, min(65536, s.index.ntotal - start))
@@ -196,8 +286,18 @@ class Dense(ModelComponent):
         return out
 
     def describe(self, comp: dict, segments: list[dict]) -> dict:
-        # totals over the segments (deleted rows included until a merge)
-        return dict(comp, vectors=sum(s.get("dense", {}).get("vectors", 0) for s in segments))
+        # totals over the segments (deleted rows included until a merge); what a node holds per
+        # vector in RAM and on disk (segments written before parts recorded it: unknown)
+        parts = [s["dense"] for s in segments if s.get("dense")]
+        n = sum(p.get("vectors", 0) for p in parts)
+        out = dict(comp, vectors=n)
+        if parts and all("bytes" in p for p in parts):
+            ram = sum(p["bytes"]["ram_per_vector"] * p.get("vectors", 0) for p in parts)
+            disk = sum(p["bytes"]["disk_per_vector"] * p.get("vectors", 0) for p in parts)
+            out["bytes"] = {"ram_per_vector": round(ram / max(n, 1), 1), "disk_per_vector": round(disk / max(n, 1), 1),
+                            "ram": int(ram), "disk": int(disk)}
+        out["parts"] = sorted({(p.get("faiss") or {}).get("index", "?") for p in parts})
+        return out
 
     def summary(self, comp: dict) -> list[str]:
         m = comp["model"]
@@ -206,5 +306,8 @@ class Dense(ModelComponent):
         return model_lines(comp, f"{m.get('name')} ({m.get('architecture')}, {m.get('positions')} positions, "
                            f"trained {m.get('trained_length')} tokens), strategy={st.get('strategy')}"
                            + (f" to {ext.get('target_length')}" if ext else "")
-                           + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}, "
-                           f"backend={backend_label(m)}")
+                           + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}"
+                           + (f" (segments: {', '.join(comp['parts'])})" if comp.get("parts") else "")
+                           + (f", {comp['bytes']['ram_per_vector']:g} B/vector in RAM, "
+                              f"{comp['bytes']['disk_per_vector']:g} on disk" if comp.get("bytes") else "")
+                           + f", backend={backend_label(m)}")

@@ -2,8 +2,9 @@
 
 `auto` (the default) chooses per segment: exact inner product (IndexFlatIP) up to
 AUTO_HNSW_ABOVE vectors, HNSW past it, where a flat scan becomes the slowest stage of a query
-(bench/README.md "Search latency": 65 ms of an 87 ms query at 400k vectors). `flat`, `hnsw` and
-`ivfpq` force one. Vectors are L2-normalised, so inner product is cosine. The index moves to GPU
+(bench/README.md "Search latency": 65 ms of an 87 ms query at 400k vectors), and compressed codes
+with exact rescoring (compressed.py) past AUTO_COMPRESSED_ABOVE, where a graph no longer fits a
+node's memory. `flat`, `hnsw`, `rabitq` and `ivfpq` force one. Vectors are L2-normalised, so inner product is cosine. The index moves to GPU
 when FAISS sees one.
 """
 from __future__ import annotations
@@ -20,24 +21,31 @@ import numpy as np
 
 from ..errors import ConfigError, IndexFormatError
 from ..encode.pipeline import BatchedWriter
+from . import compressed
+from .compressed import CODECS
 
 log = logging.getLogger(__name__)
-INDEX_TYPES = ("auto", "flat", "hnsw", "ivfpq")
+INDEX_TYPES = ("auto", "flat", "hnsw", "rabitq", "ivfpq")
 # vectors; bench/bench_faiss_auto.py at the pipeline's 1,000 candidates, 2 cores: flat 7.5 ms at
 # 50k and 17 ms at 100k, HNSW ~2.4 ms (recall@10 0.97 of flat's documents on real MiniLM vectors)
 AUTO_HNSW_ABOVE = 50_000
+# vectors; bench/bench_compressed.py: past it RaBitQ codes + exact rescoring hold 72 B a vector in
+# RAM against HNSW's ~1.8 KB, at HNSW's recall and latency
+AUTO_COMPRESSED_ABOVE = 1_000_000
 
 
 @dataclass
 class FaissSettings:
     index: str = setting("auto", "--faiss", choices=INDEX_TYPES,
-                         help="FAISS index type; auto: exact (flat) per segment up to 50,000 vectors, HNSW past that.")
+                         help="FAISS index type; auto: per segment exact (flat) up to 50,000 vectors, HNSW to "
+                              "1,000,000, then rabitq (1-bit codes in RAM, exact rescoring from vectors on disk).")
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
     nlist: int | None = None          # IVF cells (default ~4·sqrt(n))
     pq_m: int | None = None           # PQ sub-quantisers (default d/8... must divide d)
     nprobe: int = 16
+    rescore: int = 400                # rabitq / ivfpq: at least this many rows rescored exactly
 
     def __post_init__(self):
         if self.index not in INDEX_TYPES:
@@ -51,7 +59,12 @@ def concrete(fs: FaissSettings, n: int) -> FaissSettings:
     """`auto` made concrete for a segment of n vectors; any other type as it is."""
     if fs.index != "auto":
         return fs
-    return FaissSettings(**{**fs.to_dict(), "index": "hnsw" if n > AUTO_HNSW_ABOVE else "flat"})
+    kind = "rabitq" if n > AUTO_COMPRESSED_ABOVE else "hnsw" if n > AUTO_HNSW_ABOVE else "flat"
+    return FaissSettings(**{**fs.to_dict(), "index": kind})
+
+
+def compressed_kind(fs: FaissSettings) -> bool:
+    return fs.index in CODECS
 
 
 def build_faiss(vectors: np.ndarray, fs: FaissSettings):
@@ -65,15 +78,7 @@ def build_faiss(vectors: np.ndarray, fs: FaissSettings):
         index = faiss.IndexHNSWFlat(d, fs.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = fs.ef_construction
     else:
-        nlist = fs.nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
-        m = fs.pq_m or next(x for x in (d // 8, d // 4, d // 2, d) if x and d % x == 0)
-        if d % m:
-            raise ConfigError(f"--pq-m {m} must divide the vector dimension {d}")
-        quantizer = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFPQ(quantizer, d, nlist, m, 8, faiss.METRIC_INNER_PRODUCT)
-        if n < 256 * 4:
-            raise ConfigError(f"IVF-PQ needs at least 1024 vectors to train (have {n}); use --faiss flat")
-        index.train(vectors)
+        raise ConfigError(f"{fs.index} is written by compressed.write_part, not as one FAISS index")
     index.add(vectors)
     return index
 
@@ -82,14 +87,17 @@ class DenseWriter(BatchedWriter):
     """Encodes documents in batches as they stream past, appending vectors to disk."""
 
     def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32,
-                 allow_small: bool = False, pipeline=None, dim: int | None = None):
+                 allow_small: bool = False, pipeline=None, dim: int | None = None, root: Path | None = None,
+                 codebook: dict | None = None):
         super().__init__(docs_per_batch, pipeline=pipeline, encoder=encoder)
         self.allow_small = allow_small
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.fs = faiss_settings or FaissSettings()
         self._dim = dim          # the index's dimension, if known: no model is loaded for an empty part
-        self._raw = open(self.path / "vectors.f32", "wb")
+        self.root, self.codebook = root, codebook     # compressed kinds: where codebooks live, the index's
+        self._stream = self.path / "stream.f32"
+        self._raw = open(self._stream, "wb")
         self._owners: list[np.ndarray] = []
         self._spans: list[np.ndarray] = []
         self.count = 0
@@ -118,30 +126,42 @@ class DenseWriter(BatchedWriter):
         self._raw.close()
         d = self.encoder.dim if self.loaded or not self._dim or not self.count else self._dim
         # no vectors (a shard no document was routed to): the model still describes itself
-        vectors = np.memmap(self.path / "vectors.f32", dtype=np.float32, mode="r", shape=(self.count, d)) \
+        vectors = np.memmap(self._stream, dtype=np.float32, mode="r", shape=(self.count, d)) \
             if self.count else np.zeros((0, d), np.float32)
         owner = np.concatenate(self._owners) if self._owners else np.zeros(0, dtype=np.int64)
         spans = np.concatenate(self._spans) if self._spans else np.zeros((0, 2), dtype=np.int64)
-        entry = save_dense(self.path, np.asarray(vectors), owner, self.fs, self.allow_small, spans)
+        entry = save_dense(self.path, vectors, owner, self.fs, self.allow_small, spans, self.root, self.codebook,
+                           stream=self._stream)
         del vectors
-        (self.path / "vectors.f32").unlink()
-        return dict(entry, dim=int(d), **({"model": self.encoder.describe()} if self.loaded else {}))
+        self._stream.unlink(missing_ok=True)     # a compressed part took it as its vectors.f32
+        about = {"model": self.encoder.describe()} if self.loaded else {}
+        if entry.get("codebook"):
+            about["codebook"] = entry["codebook"]      # the index's codebook: later segments reuse it
+        return dict(entry, dim=int(d), **about)
 
 
 def save_dense(path: Path, vectors: np.ndarray, owner: np.ndarray, fs: FaissSettings, allow_small: bool = False,
-               spans: np.ndarray | None = None) -> dict:
-    """Write faiss.index + owner.npy + spans.npy (each vector's characters in its document: a hit
-    shows its best passages from them) (+ vectors.npy for IVF-PQ, whose codes cannot be merged
-    back into exact vectors). A segment too small to train IVF-PQ is stored flat (exact) when allowed."""
-    if fs.index == "ivfpq" and len(vectors) < 1024 and allow_small:
-        fs = FaissSettings(**{**fs.to_dict(), "index": "flat"})
+               spans: np.ndarray | None = None, root: Path | None = None, codebook: dict | None = None,
+               stream: Path | None = None) -> dict:
+    """Write a segment's dense part: owner.npy + spans.npy (each vector's characters in its
+    document: a hit shows its best passages from them) and either faiss.index (flat, HNSW) or
+    ivf.index + vectors.f32 (rabitq, ivfpq: codes against the index's codebook, `codebook` when it
+    has one and it still fits, else one trained here under `root`; `stream`: a raw float32 file of
+    the vectors, renamed into place instead of copied). A segment too small to train codes is
+    stored flat (exact) when allowed."""
     fs = concrete(fs, len(vectors))     # the part records what it holds; the component keeps `auto`
-    return write_dense(path, build_faiss(vectors, fs), owner, fs, spans,
-                       vectors if fs.index == "ivfpq" else None)
+    if compressed_kind(fs):
+        if len(vectors) < compressed.MIN_TRAIN and not (codebook and codebook.get("codec") == fs.index):
+            if not allow_small:
+                raise ConfigError(f"{fs.index} needs at least {compressed.MIN_TRAIN} vectors to train "
+                                  f"(have {len(vectors)}); use --faiss flat")
+            fs = FaissSettings(**{**fs.to_dict(), "index": "flat"})
+        else:
+            return compressed.write_compressed(path, vectors, owner, fs, spans, root, codebook, stream=stream)
+    return write_dense(path, build_faiss(vectors, fs), owner, fs, spans)
 
 
-def write_dense(path: Path, index, owner: np.ndarray, fs: FaissSettings, spans: np.ndarray | None = None,
-                exact: np.ndarray | None = None) -> dict:
+def write_dense(path: Path, index, owner: np.ndarray, fs: FaissSettings, spans: np.ndarray | None = None) -> dict:
     """Write a built (or grown) index with its owner and spans; the part's manifest entry."""
     import faiss
 
@@ -149,10 +169,9 @@ def write_dense(path: Path, index, owner: np.ndarray, fs: FaissSettings, spans: 
     np.save(path / "owner.npy", owner)
     if spans is not None:
         np.save(path / "spans.npy", np.asarray(spans, dtype=np.int64).reshape(-1, 2))
-    if exact is not None:
-        np.save(path / "vectors.npy", np.ascontiguousarray(exact, dtype=np.float32))
     return {"path": path.name, "vectors": int(index.ntotal),
-            "multi_vector": bool(len(owner) and len(np.unique(owner)) != len(owner)), "faiss": fs.to_dict()}
+            "multi_vector": bool(len(owner) and len(np.unique(owner)) != len(owner)), "faiss": fs.to_dict(),
+            "bytes": compressed.part_bytes(path, int(index.ntotal), fs, int(index.d))}
 
 
 def graph_to_grow(first, rows: np.ndarray, fs: FaissSettings, n_total: int) -> bool:
@@ -179,10 +198,18 @@ def grow_graph(folder: Path, vectors: np.ndarray, fs: FaissSettings):
     return index
 
 
-def load_vectors(path: Path, index) -> np.ndarray:
-    """A segment's exact vectors, for merging (flat and HNSW hold them; IVF-PQ keeps vectors.npy)."""
-    if (Path(path) / "vectors.npy").is_file():
-        return np.load(Path(path) / "vectors.npy", mmap_mode="r", allow_pickle=False)
+def load_vectors(path: Path, entry: dict, dim: int) -> np.ndarray:
+    """A segment's exact vectors, for merging: flat and HNSW hold them in faiss.index, compressed
+    parts in vectors.f32 (mapped), IVF-PQ parts written before codebooks in vectors.npy."""
+    import faiss
+
+    path = Path(path)
+    if entry.get("codebook"):
+        n, d = entry["vectors"], dim
+        return np.memmap(path / "vectors.f32", dtype=np.float32, mode="r", shape=(n, d)) if n else np.zeros((0, d), np.float32)
+    if (path / "vectors.npy").is_file():
+        return np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
+    index = faiss.read_index(str(path / "faiss.index"))
     return index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
 
 
@@ -249,25 +276,13 @@ class DenseSearcher:
         import faiss
 
         self.encoder = encoder
-        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if comp["faiss"]["index"] in ("flat", "auto") else 0
-        if comp["faiss"]["index"] == "hnsw":
-            # the whole file mapped (FAISS 1.15 maps graph and vectors): a cold search at 400k vectors
-            # opened the index in 0.10 s instead of 0.43 s, and pages in the vectors it visits; the
-            # graph, which the open touches whole, is read ahead first (prefetch_graph)
-            flags = getattr(faiss, "IO_FLAG_MMAP_IFC", 0) | faiss.IO_FLAG_READ_ONLY
-            prefetch_graph(Path(path) / "faiss.index", comp.get("vectors", 0), comp.get("dim", 0))
-        try:
-            self.index = faiss.read_index(str(Path(path) / "faiss.index"), flags)
-        except RuntimeError:
-            self.index = faiss.read_index(str(Path(path) / "faiss.index"))
         fs = comp["faiss"]
-        if isinstance(self.index, faiss.IndexHNSW):
-            self.index.hnsw.efSearch = fs["ef_search"]
-        elif fs["index"] == "ivfpq":
-            self.index.nprobe = fs["nprobe"]
-            # passage rescoring reconstructs vectors by id: IVF needs its direct map for that
-            self.index.make_direct_map()
-        if faiss.get_num_gpus() > 0 and fs["index"] != "hnsw":  # FAISS has no GPU HNSW
+        if comp.get("codebook"):
+            self.index = compressed.CompressedIndex(path, comp.get("vectors", 0), comp.get("dim", 0),
+                                                    fs.get("nprobe", 16), fs.get("rescore", 400))
+        else:
+            self.index = self._open_faiss(Path(path), comp)
+        if faiss.get_num_gpus() > 0 and not comp.get("codebook") and fs["index"] != "hnsw":  # no GPU HNSW
             self.index = faiss.index_cpu_to_all_gpus(self.index)
         # one int per passage: small enough to hold in memory (element access on a memmap is slow)
         self.owner = np.load(Path(path) / "owner.npy", allow_pickle=False)
@@ -277,6 +292,29 @@ class DenseSearcher:
         # mapped: a hit reads its passages' spans only (10-50 per long document: 0.8 GB at 1M documents)
         self.spans = np.load(sp, mmap_mode="r", allow_pickle=False) if sp.is_file() else None
         check_dense(Path(path), self.index, self.owner, comp, n_docs, self.spans, full_check)
+
+    @staticmethod
+    def _open_faiss(path: Path, comp: dict):
+        import faiss
+
+        fs = comp["faiss"]
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if fs["index"] in ("flat", "auto") else 0
+        if fs["index"] == "hnsw":
+            # the whole file mapped (FAISS 1.15 maps graph and vectors): a cold search at 400k vectors
+            # opened the index in 0.10 s instead of 0.43 s, and pages in the vectors it visits; the
+            # graph, which the open touches whole, is read ahead first (prefetch_graph)
+            flags = getattr(faiss, "IO_FLAG_MMAP_IFC", 0) | faiss.IO_FLAG_READ_ONLY
+            prefetch_graph(path / "faiss.index", comp.get("vectors", 0), comp.get("dim", 0))
+        try:
+            index = faiss.read_index(str(path / "faiss.index"), flags)
+        except RuntimeError:
+            index = faiss.read_index(str(path / "faiss.index"))
+        if isinstance(index, faiss.IndexHNSW):
+            index.hnsw.efSearch = fs["ef_search"]
+        elif fs["index"] == "ivfpq":      # written before codebooks: PQ scores, its own training
+            index.nprobe = fs["nprobe"]
+            index.make_direct_map()       # passage rescoring reconstructs vectors by id
+        return index
 
     def search_vectors(self, qvecs: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
         """Top-k documents per query vector; multi-vector scores a document by its best passage."""

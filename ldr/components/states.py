@@ -31,6 +31,7 @@ class SegmentPart:
     docs: int                 # the segment's rows
     entry: dict               # the part's manifest entry (segments[i][kind])
     segment: dict = field(default_factory=dict, repr=False)   # the segment's own entry
+    root: Path | None = None  # the index the segment belongs to (its index-level files: a codebook)
 
 
 def segment_part(root: Path, seg: dict, kind: str, where: str = "segment") -> SegmentPart | None:
@@ -38,7 +39,7 @@ def segment_part(root: Path, seg: dict, kind: str, where: str = "segment") -> Se
     entry = seg.get(kind)
     if not entry:
         return None
-    return SegmentPart(inside(root, f"{seg['path']}/{entry['path']}", where), seg["docs"], entry, seg)
+    return SegmentPart(inside(root, f"{seg['path']}/{entry['path']}", where), seg["docs"], entry, seg, Path(root))
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class WriteState:
     encoder: Callable[[], Any] | None = None     # loads the kind's model on first use
     pipeline: Any = None                         # the build's encoding pipeline (ldr/encode/pipeline.py)
     allow_small: bool = True
+    root: Path | None = None                     # the index (index-level files: a dense codebook)
 
     @property
     def folder(self) -> Path:

@@ -160,13 +160,27 @@ def referenced(manifest: dict) -> set[str]:
     refs = set(manifest.get("files", {}))
     for seg in manifest.get("segments", []):
         refs.add(seg["path"])
+        refs |= {c for part in seg.values() if (c := _codebook(part))}
     for comp in manifest.get("components", {}).values():
         if isinstance(comp, dict) and isinstance(comp.get("path"), str):
             refs.add(comp["path"])
+        if c := _codebook(comp):
+            refs.add(c)
     return refs
 
 
-def collect(root: Path, manifests: dict[int, dict], owned_dirs=("segments", "bm25-generations")) -> list[str]:
+def codebooks(segments: list[dict], components: dict) -> set[str]:
+    """The index-level codebook files the segments and components name (a commit lists them)."""
+    return {c for e in [*components.values(), *(p for seg in segments for p in seg.values())] if (c := _codebook(e))}
+
+
+def _codebook(entry) -> str | None:
+    """The index-level codebook file a component or segment part names (compressed dense parts)."""
+    cb = entry.get("codebook") if isinstance(entry, dict) else None
+    return cb["path"] if isinstance(cb, dict) and isinstance(cb.get("path"), str) else None
+
+
+def collect(root: Path, manifests: dict[int, dict], owned_dirs=("segments", "bm25-generations", "codebooks")) -> list[str]:
     """Remove generations older than the newest that no reader holds, then every file under
     ldr's own folders that no remaining generation lists. Returns what was removed.
 

@@ -43,7 +43,7 @@ class SegmentWriter:
         self.parts: dict = {}
         for name, kind in registry.kinds(components):
             part = kind.part_writer(WriteState(self.path, name, components[name], encoders.get(name), self.pipeline,
-                                               allow_small))
+                                               allow_small, Path(root)))
             if part is not None:
                 self.parts[name] = part
         self.uids: list[int] = []

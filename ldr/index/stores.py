@@ -201,7 +201,7 @@ def collect(root: Path, current: int | None) -> list[str]:
             return []
     for part in root.glob("manifest-*.json.part"):
         part.unlink(missing_ok=True)
-    owned = ("segments", *store_dirs())
+    owned = ("segments", "codebooks", *store_dirs())
     if not manifests:   # a first build that never finished: only what ldr itself made goes
         removed = [p.relative_to(root).as_posix() for p in leftovers(root)]
         for rel in removed:

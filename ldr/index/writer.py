@@ -131,9 +131,10 @@ class IndexWriter:
         segments = [s for s in segments if s["live"] > 0]   # an emptied segment is dropped
         rels = [s["path"] for s in segments if s["path"] != "."]
         rels += Stores(self.root, components, self.threads, append=False).paths()     # the index stores' folders
+        rels += sorted(gens.codebooks(segments, components))        # compressed dense parts' codebooks
         previous = (self.current or {}).get("files", {})
         for rel in rels:
-            if not (self.root / rel).is_dir():
+            if not (self.root / rel).exists():
                 raise IndexFormatError(f"{self.root / rel} is missing; the index is damaged: run `ldr check`")
         # `known`: files already hashed (a Ray build's segments, checked by the driver)
         files = file_entries(self.root, rels, {**previous, **(known or {})})

@@ -1,0 +1,123 @@
+"""Compressed passage vectors (--faiss rabitq / ivfpq): codes in RAM, exact rescoring from the
+vectors on disk, one codebook per index that merges reuse. Small data: the training minimum and
+the auto thresholds are lowered so a few dozen documents exercise every path."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ldr
+from ldr.components import compressed, faiss_store
+from ldr.components.faiss_store import FaissSettings
+from ldr.encode.dense import DenseSettings
+from ldr.index.check import check_index
+
+pytestmark = pytest.mark.slow
+
+WORDS = "harbour storm lamp reef ship keeper budget remote control design market price bearing rust".split()
+QUERIES = ("keeper relit the lamp", "remote control market price", "unique7 bearing rust", "a storm over the reef")
+DENSE = dict(bm25=None, sparse=None, dense=DenseSettings(strategy="truncate", device="cpu"))
+
+
+def _docs(n=60, seed=1):
+    rng = np.random.default_rng(seed)
+    return [ldr.Doc(f"d{i}", " ".join(rng.choice(WORDS, 40)) + f" unique{i}") for i in range(n)]
+
+
+def _top(idx, q, k=8):
+    return [(h.id, round(h.score, 5)) for h in idx.search(q, k=k)]
+
+
+@pytest.fixture
+def small(monkeypatch):
+    monkeypatch.setattr(compressed, "MIN_TRAIN", 32)
+    trained = []
+    real = compressed.train
+    monkeypatch.setattr(compressed, "train", lambda root, v, *a, **k: trained.append(len(v)) or real(root, v, *a, **k))
+    return trained
+
+
+@pytest.mark.parametrize("codec,n", [("rabitq", 60), ("ivfpq", 300)])      # PQ trains on 256+ vectors
+def test_scores_are_the_flat_index_s_and_a_merge_trains_nothing(small, tmp_path, codec, n):
+    """Search on codes, scores from the exact vectors: the same ids and scores as the flat index
+    after add, delete and merge; the merge copies codes (no training, the codebook file unchanged)
+    and `ldr check` passes."""
+    docs, more = _docs(n), [ldr.Doc("new", "the keeper relit the lamp in the storm")]
+    path = tmp_path / "c"
+    idx = ldr.Index.build(docs, path, faiss=FaissSettings(index=codec, rescore=16), **DENSE)
+    flat = ldr.Index.build(docs + more, tmp_path / "f", faiss=FaissSettings(index="flat"), **DENSE)
+    seg = idx.manifest["segments"][0]["dense"]
+    assert seg["faiss"]["index"] == codec and seg["codebook"] == idx.components["dense"]["codebook"]
+    assert (path / seg["path"]).exists() is False and (path / seg["codebook"]["path"]).is_file()
+    assert small == [n]
+    book = (path / seg["codebook"]["path"]).read_bytes()
+    idx.add(more)
+    idx.delete(["d3"])
+    flat.delete(["d3"])
+    assert small == [n]                       # the new segment is encoded with the index's codebook
+    idx.merge()
+    idx = ldr.open(path)
+    assert small == [n] and [s["dense"]["faiss"]["index"] for s in idx.manifest["segments"]] == [codec]
+    assert (path / idx.manifest["segments"][0]["dense"]["codebook"]["path"]).read_bytes() == book
+    assert sorted(p.name for p in (path / "codebooks").iterdir()) == [path.joinpath(seg["codebook"]["path"]).name]
+    for q in QUERIES:
+        assert _top(idx, q) == _top(flat, q)
+    assert "d3" not in [h.id for h in idx.search("unique3", k=n)]
+    assert check_index(path)[1] == []
+
+
+def test_auto_goes_flat_hnsw_compressed_by_segment_size(small, tmp_path, monkeypatch):
+    monkeypatch.setattr(faiss_store, "AUTO_HNSW_ABOVE", 20)
+    monkeypatch.setattr(faiss_store, "AUTO_COMPRESSED_ABOVE", 45)
+    path = tmp_path / "a"
+    idx = ldr.Index.build(_docs(40), path, **DENSE)
+    idx.add([ldr.Doc(f"e{i}", d.text) for i, d in enumerate(_docs(10, seed=2))])
+    idx = ldr.open(path)
+    assert [s["dense"]["faiss"]["index"] for s in idx.manifest["segments"]] == ["hnsw", "flat"]
+    assert small == []
+    idx.merge()                                # 50 vectors: past the threshold, the first codebook is trained
+    idx = ldr.open(path)
+    assert [s["dense"]["faiss"]["index"] for s in idx.manifest["segments"]] == ["rabitq"] and small == [50]
+    exact = ldr.Index.build(_docs(40) + [ldr.Doc(f"e{i}", d.text) for i, d in enumerate(_docs(10, seed=2))], tmp_path / "f", faiss=FaissSettings(index="flat"),
+                            **DENSE)
+    for q in QUERIES:
+        assert [h.id for h in idx.search(q, k=5)] == [h.id for h in exact.search(q, k=5)]
+    info = json.loads(subprocess.run([sys.executable, "-m", "ldr.cli", "info", str(path), "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    dense = info["components"]["dense"]
+    assert dense["bytes"]["disk_per_vector"] > 384 * 4 and dense["bytes"]["ram_per_vector"] > 0
+    assert dense["parts"] == ["rabitq"]
+
+
+def test_check_finds_a_flipped_code_byte_and_a_missing_codebook(small, tmp_path):
+    path = tmp_path / "c"
+    idx = ldr.Index.build(_docs(), path, faiss=FaissSettings(index="rabitq"), **DENSE)
+    seg = idx.manifest["segments"][0]
+    codes = path / seg["path"] / "dense" / "ivf.index"
+    data = bytearray(codes.read_bytes())
+    # the last bytes are the inverted lists' codes and ids
+    data[-200] ^= 0x01
+    codes.write_bytes(bytes(data))
+    code, problems = check_index(path)
+    assert problems and any("dense" in p for p in problems)
+    data[-200] ^= 0x01
+    codes.write_bytes(bytes(data))
+    assert check_index(path)[1] == []
+    book = path / seg["dense"]["codebook"]["path"]
+    book.rename(book.with_suffix(".moved"))
+    assert any("codebook" in p for p in check_index(path)[1])
+
+
+def test_a_sharded_index_with_compressed_vectors_answers_as_one_index(small, tmp_path):
+    from ldr.sharded import ShardedIndex
+
+    docs = _docs(90)
+    sharded = ShardedIndex.build(docs, tmp_path / "s", shards=2, faiss=FaissSettings(index="rabitq"), **DENSE)
+    flat = ldr.Index.build(docs, tmp_path / "f", faiss=FaissSettings(index="flat"), **DENSE)
+    for q in QUERIES:
+        assert _top(sharded, q) == _top(flat, q)
+    sharded.add([ldr.Doc("new", "the keeper relit the lamp in the storm")])
+    flat.add([ldr.Doc("new", "the keeper relit the lamp in the storm")])
+    assert _top(ldr.open(tmp_path / "s"), QUERIES[0]) == _top(flat, QUERIES[0])
