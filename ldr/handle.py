@@ -228,10 +228,11 @@ class Handle:
         self.refresh()
         return result
 
-    def merge(self, max_segments: int = 1, *, wait: bool | float = False) -> dict:
-        """Merge segments (deleted documents dropped, nothing re-encoded) and commit."""
+    def merge(self, max_segments: int = 1, *, faiss: str | None = None, wait: bool | float = False) -> dict:
+        """Merge segments (deleted documents dropped, nothing re-encoded) and commit; `faiss`: the
+        dense index type from now on ("rabitq": compressed), the merged segments rewritten with it."""
         with self._writer(wait) as w:
-            result = w.merge(max_segments)
+            result = w.merge(max_segments, faiss=faiss)
         self.refresh()
         return result
 

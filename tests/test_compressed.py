@@ -121,3 +121,30 @@ def test_a_sharded_index_with_compressed_vectors_answers_as_one_index(small, tmp
     sharded.add([ldr.Doc("new", "the keeper relit the lamp in the storm")])
     flat.add([ldr.Doc("new", "the keeper relit the lamp in the storm")])
     assert _top(ldr.open(tmp_path / "s"), QUERIES[0]) == _top(flat, QUERIES[0])
+
+
+def test_an_index_converts_to_compressed_vectors_and_back_without_re_encoding(small, tmp_path):
+    """`ldr merge --faiss rabitq` rewrites an existing index's dense part (a lone segment too), the
+    answers stay the flat index's; later adds reuse the codebook; `--faiss flat` goes back."""
+    from click.testing import CliRunner
+
+    from ldr.cli import main
+
+    path = tmp_path / "i"
+    flat = ldr.Index.build(_docs(), path, **DENSE)
+    before = {q: _top(flat, q) for q in QUERIES}
+    r = CliRunner().invoke(main, ["merge", "-i", str(path), "--faiss", "rabitq"])
+    assert r.exit_code == 0, r.output
+    idx = ldr.open(path)
+    assert [s["dense"]["faiss"]["index"] for s in idx.manifest["segments"]] == ["rabitq"] and small == [60]
+    assert idx.components["dense"]["faiss"]["index"] == "rabitq" and idx.components["dense"]["codebook"]
+    assert {q: _top(idx, q) for q in QUERIES} == before
+    idx.add([ldr.Doc("new", "the keeper relit the lamp in the storm")])
+    assert small == [60] and ldr.open(path).manifest["segments"][-1]["dense"]["faiss"]["index"] == "rabitq"
+    r = CliRunner().invoke(main, ["merge", "-i", str(path), "--faiss", "nonsense"])
+    assert r.exit_code != 0 and "unknown FAISS index type" in r.output and "Traceback" not in r.output
+    idx.merge(faiss="flat")
+    idx = ldr.open(path)
+    assert [s["dense"]["faiss"]["index"] for s in idx.manifest["segments"]] == ["flat"]
+    assert "codebook" not in json.dumps(idx.manifest)          # the collector may now remove it
+    assert check_index(path)[1] == []

@@ -168,10 +168,13 @@ def delete_cmd(ids, index_path, wait, trust_remote_code, device, ids_file):
 @main.command("merge")
 @write_options
 @click.option("--max-segments", type=int, default=1, show_default=True, help="Merge down to this many segments.")
-def merge_cmd(index_path, wait, trust_remote_code, device, max_segments):
+@click.option("--faiss", "faiss_index", default=None, metavar="TYPE",
+              help="Change the dense index type (rabitq: compressed codes in RAM, exact vectors on disk); "
+                   "the merged segments are rewritten with it, nothing is re-encoded (auto, flat, hnsw, rabitq, ivfpq).")
+def merge_cmd(index_path, wait, trust_remote_code, device, max_segments, faiss_index):
     """Merge segments (deleted documents dropped, nothing re-encoded) and commit."""
     with _writer(index_path, wait) as w:
-        r = w.merge(max_segments)
+        r = w.merge(max_segments, faiss=faiss_index)
     if "segments" in r:
         click.echo(f"merged {r['merged']} segments; {r['segments']} segments now (generation {r['generation']})")
     else:

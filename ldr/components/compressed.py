@@ -257,8 +257,7 @@ class CompressedIndex:
             self.codes = faiss.read_index(str(path / "ivf.index"), flags)
         except RuntimeError:
             self.codes = faiss.read_index(str(path / "ivf.index"))
-        faiss.extract_index_ivf(self.codes).nprobe = nprobe
-        self.ntotal, self.d, self.rescore = int(self.codes.ntotal), int(self.codes.d), rescore
+        self.ntotal, self.d, self.rescore, self.nprobe = int(self.codes.ntotal), int(self.codes.d), rescore, nprobe
         file = path / "vectors.f32"
         size = file.stat().st_size if file.is_file() else -1
         if size != n * d * 4 or self.ntotal != n or self.d != d:
@@ -268,8 +267,15 @@ class CompressedIndex:
 
     def search(self, q: np.ndarray, k: int):
         """(scores, rows) of the best k rows per query, exactly scored, best first (-1 pads)."""
+        import faiss
+
         q = np.ascontiguousarray(q, dtype=np.float32)
-        _, cand = self.codes.search(q, min(self.ntotal, max(k, self.rescore)))
+        want = min(self.ntotal, max(k, self.rescore))
+        # probe enough cells to hold twice the rows asked for: the pipeline asks 4,000 passage rows,
+        # more than 16 cells of a 1M-vector segment hold (it would then deepen its request to n)
+        ivf = faiss.extract_index_ivf(self.codes)
+        nprobe = int(min(ivf.nlist, max(self.nprobe, np.ceil(2 * want * ivf.nlist / max(self.ntotal, 1)))))
+        _, cand = self.codes.search(q, want, params=faiss.SearchParametersIVF(nprobe=nprobe))
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         rows = np.full((len(q), k), -1, dtype=np.int64)
         for i, c in enumerate(cand):

@@ -230,7 +230,9 @@ def verify_shards(staging: Path, shards: list[dict], results: dict[int, dict], c
     from .ray_worker import file_hashes
     from .segment import segment_rel
 
-    abouts = {json.dumps(results[s["shard"]]["about"], sort_keys=True) for s in shards}
+    # a compressed dense part's codebook is per worker (each segment names its own)
+    abouts = {json.dumps({k: {f: v for f, v in info.items() if f != "codebook"} for k, info in
+                          results[s["shard"]]["about"].items()}, sort_keys=True) for s in shards}
     if len(abouts) > 1:
         raise IndexWriteError("the Ray workers did not all run the same model engine "
                               f"({' vs '.join(sorted(abouts)[:2])}); pass --backend explicitly (e.g. torch or "
@@ -311,6 +313,11 @@ def write_segments(writer, docs, report, settings, components, stores, number, f
         for e in entries:
             created.append(writer.root / e["path"])
             os.rename(staging / e["path"], writer.root / e["path"])
+        for book in sorted((staging / "codebooks").glob("*.faiss")):     # compressed dense parts'
+            (writer.root / "codebooks").mkdir(exist_ok=True)
+            if not (writer.root / "codebooks" / book.name).exists():
+                created.append(writer.root / "codebooks" / book.name)
+                os.rename(book, writer.root / "codebooks" / book.name)
         shutil.rmtree(staging)
         t_done = time.perf_counter()
         writer.profile = {"read": round(t_read - t0, 3), "encode": round(t_enc - t_read, 3),

@@ -344,25 +344,30 @@ class IndexWriter:
                             {k: dict(v) for k, v in current["components"].items()}, search,
                             *_unchanged_parts(current)[1:], record or {})
 
-    def merge(self, max_segments: int = 1, exact_stores: bool = True) -> dict:
+    def merge(self, max_segments: int = 1, exact_stores: bool = True, faiss: str | None = None) -> dict:
         """Merge the smallest segments (dropping deleted rows) until at most `max_segments` remain;
         with one segment holding deletions, `max_segments=1` rewrites it without them. The index
         stores (tantivy, Lucene) are written anew from the live documents (`exact_stores`), so
-        their BM25 statistics equal a fresh build's; an add's automatic merge skips that."""
+        their BM25 statistics equal a fresh build's; an add's automatic merge skips that.
+        `faiss`: the dense index type from now on; the merged segments are rewritten with it
+        (their vectors copied, not re-encoded), so a lone segment is rewritten too."""
         current = self._writable()
         if max_segments < 1:
             raise ConfigError(f"--max-segments must be at least 1 (got {max_segments})")
+        comps = current["components"]
+        if faiss is not None:
+            comps = _with_faiss(comps, faiss)
         segments = [dict(s) for s in current["segments"]]
         masks = self._deleted_masks()
         n_merge = len(segments) - max_segments + 1
-        if len(segments) <= max_segments and not (max_segments == 1 and segments and segments[0]["live"] < segments[0]["docs"]):
+        if len(segments) <= max_segments and faiss is None and \
+                not (max_segments == 1 and segments and segments[0]["live"] < segments[0]["docs"]):
             return {"merged": 0, "segments": len(segments), "generation": self.generation}
         n_merge = max(n_merge, 1)
         order = sorted(range(len(segments)), key=lambda i: (segments[i]["live"], i))[:n_merge]
         chosen = sorted(order)     # keep document order: older segments first
         t0 = time.perf_counter()
         number = current["next_segment"]
-        comps = current["components"]
         created = [self.root / f"segments/seg-{number:06d}"]
 
         def run():
@@ -375,6 +380,10 @@ class IndexWriter:
             pos = sum(1 for i in range(chosen[0]) if i not in set(chosen))
             out = keep[:pos] + [merged] + keep[pos:]
             components = {k: dict(v) for k, v in comps.items()}
+            for kind, part in merged.items():      # a codebook the merge trained becomes the index's
+                if isinstance(part, dict) and part.get("codebook") and kind in components and \
+                        part["codebook"].get("trained_for", 0) > (components[kind].get("codebook") or {}).get("trained_for", 0):
+                    components[kind]["codebook"] = part["codebook"]
             stores = Stores(self.root, components, self.threads, append=False)
             if stores and exact_stores:   # deleted documents leave every statistic
                 stores.prepare()
@@ -397,3 +406,16 @@ def _unchanged_parts(current: dict) -> tuple[dict, dict, dict]:
 def _remove(paths) -> None:
     for p in paths:
         shutil.rmtree(p, ignore_errors=True)
+
+
+def _with_faiss(comps: dict, kind: str) -> dict:
+    """The components with the dense index type changed (`ldr merge --faiss`)."""
+    from .. import components as registry
+
+    if "dense" not in comps:
+        raise ConfigError("--faiss: the index has no dense vectors")
+    settings = dict(registry.get("dense").build_settings())["faiss"]
+    fs = settings(**{**comps["dense"]["faiss"], "index": kind})       # checks the name
+    # a codebook of another codec is not the index's any more (its file goes with the last segment using it)
+    dense = {k: v for k, v in comps["dense"].items() if k != "codebook" or (v or {}).get("codec") == kind}
+    return {**comps, "dense": {**dense, "faiss": fs.to_dict()}}
