@@ -118,7 +118,7 @@ class Way:
             db = lancedb.connect(str(folder / "lance"))
             tbl = db.create_table("v", pa.table({"id": np.arange(len(x)), "vector": pa.FixedSizeListArray.from_arrays(
                 pa.array(x.reshape(-1)), self.d)}))
-            tbl.create_index(metric="dot", index_type="IVF_PQ", num_partitions=max(1, int(4 * np.sqrt(len(x)))),
+            tbl.create_index(metric="dot", index_type="IVF_PQ", num_partitions=max(1, int(np.sqrt(len(x)))),
                              num_sub_vectors=48)
             return time.perf_counter() - t
         if ix.ntotal == 0:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import ldr
-from ldr.components import compressed, faiss_store
+from ldr.components import compressed, exact_vectors, faiss_store
+from ldr.components.exact_vectors import files_of
 from ldr.components.faiss_store import FaissSettings
 from ldr.encode.dense import DenseSettings
 from ldr.index.check import check_index
@@ -33,6 +34,7 @@ def _top(idx, q, k=8):
 @pytest.fixture
 def small(monkeypatch):
     monkeypatch.setattr(compressed, "MIN_TRAIN", 32)
+    monkeypatch.setattr(exact_vectors, "LINK_MIN", 2)
     trained = []
     real = compressed.train
     monkeypatch.setattr(compressed, "train", lambda root, v, *a, **k: trained.append(len(v)) or real(root, v, *a, **k))
@@ -65,6 +67,21 @@ def test_scores_are_the_flat_index_s_and_a_merge_trains_nothing(small, tmp_path,
     for q in QUERIES:
         assert _top(idx, q) == _top(flat, q)
     assert "d3" not in [h.id for h in idx.search("unique3", k=n)]
+    assert check_index(path)[1] == []
+    # a source that lost no row keeps its vector file: the merge links it and writes only the new rows
+    seg = idx.manifest["segments"][0]
+    whole = path / seg["path"] / "dense" / files_of(seg["dense"])[0][0]
+    late = [ldr.Doc("late", "a late storm over the reef and the harbour")]
+    idx.add(late)
+    flat.add(late)
+    idx.merge()
+    idx = ldr.open(path)
+    seg = idx.manifest["segments"][0]
+    files = files_of(seg["dense"])
+    assert [n for _, n in files] == [n, 1] and small == [n]
+    assert (path / seg["path"] / "dense" / files[0][0]).stat().st_ino == whole.stat().st_ino
+    for q in QUERIES:
+        assert _top(idx, q) == _top(flat, q)
     assert check_index(path)[1] == []
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import exact_vectors
 from ..errors import ConfigError, IndexFormatError
 from ..paths import inside
 
@@ -117,7 +118,7 @@ def needs_new(record: dict | None, n: int, sample: np.ndarray | None = None) -> 
 
 
 def write_part(path: Path, codebook, vectors: np.ndarray, codes: tuple | None = None,
-               stream: Path | None = None) -> None:
+               stream: Path | None = None, written: bool = False) -> None:
     """A segment's compressed part: ivf.index (the codes: `codes` = (lists, ids, codes) made with
     this codebook are copied, else the vectors are encoded) + vectors.f32 (exact, in row order)."""
     import faiss
@@ -130,10 +131,12 @@ def write_part(path: Path, codebook, vectors: np.ndarray, codes: tuple | None = 
             chunk = np.ascontiguousarray(vectors[start:start + 65536], dtype=np.float32)
             index.add_with_ids(chunk, np.arange(start, start + len(chunk), dtype=np.int64))
     faiss.write_index(index, str(Path(path) / "ivf.index"))
+    if written:                    # a merge linked and wrote them (exact_vectors.merge_files)
+        return
     if stream is not None:         # the writer's raw file already holds these vectors in row order
-        os.replace(stream, Path(path) / "vectors.f32")
+        os.replace(stream, Path(path) / exact_vectors.FILE)
     else:
-        _write_vectors(Path(path) / "vectors.f32", vectors)
+        exact_vectors.write(Path(path) / exact_vectors.FILE, vectors)
 
 
 def encode(codebook, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,12 +156,6 @@ def encode(codebook, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not lists:
         return np.zeros(0, np.int64), np.zeros((0, ivf.code_size), np.uint8)
     return np.concatenate(lists), np.concatenate(codes)
-
-
-def _write_vectors(file: Path, vectors: np.ndarray) -> None:
-    with open(file, "wb") as fh:
-        for start in range(0, len(vectors), 65536):
-            fh.write(np.ascontiguousarray(vectors[start:start + 65536], dtype=np.float32).tobytes())
 
 
 def lists_of(index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -215,18 +212,20 @@ def same_codebook(index, codebook) -> bool:
 
 
 def write_compressed(path: Path, vectors, owner: np.ndarray, fs, spans, root: Path | None,
-                     codebook: dict | None, codes: tuple | None = None, stream: Path | None = None) -> dict:
+                     codebook: dict | None, codes: tuple | None = None, stream: Path | None = None,
+                     exact: list | None = None) -> dict:
     """A compressed part; `codes` ((lists, ids, codes) already made with `codebook`): copied, not encoded."""
     if codebook is None or codebook.get("codec") != fs.index or needs_new(codebook, len(vectors)):
         codebook = train(root, vectors, fs.index, fs.pq_m)
     trained = load_codebook(root, codebook)
-    write_part(path, trained, vectors, codes, stream)
+    write_part(path, trained, vectors, codes, stream, written=exact is not None)
     np.save(path / "owner.npy", owner)
     if spans is not None:
         np.save(path / "spans.npy", np.asarray(spans, dtype=np.int64).reshape(-1, 2))
     return {"path": path.name, "vectors": int(len(vectors)),
             "multi_vector": bool(len(owner) and len(np.unique(owner)) != len(owner)), "faiss": fs.to_dict(),
-            "codebook": codebook, "bytes": part_bytes(path, len(vectors), fs, vectors.shape[1], trained)}
+            "codebook": codebook, "bytes": part_bytes(path, len(vectors), fs, vectors.shape[1], trained),
+            **({"exact": [list(f) for f in exact]} if exact and exact != [(exact_vectors.FILE, len(vectors))] else {})}
 
 
 def part_bytes(path: Path, n: int, fs, d: int, codebook=None) -> dict:
@@ -248,7 +247,7 @@ class CompressedIndex:
     """A segment's compressed part, shaped as the FAISS index DenseSearcher uses (search,
     reconstruct_batch, ntotal, d): candidates from the codes, scores from the exact vectors."""
 
-    def __init__(self, path: Path, n: int, d: int, nprobe: int, rescore: int):
+    def __init__(self, path: Path, n: int, d: int, nprobe: int, rescore: int, files: list | None = None):
         import faiss
 
         path = Path(path)
@@ -258,12 +257,10 @@ class CompressedIndex:
         except RuntimeError:
             self.codes = faiss.read_index(str(path / "ivf.index"))
         self.ntotal, self.d, self.rescore, self.nprobe = int(self.codes.ntotal), int(self.codes.d), rescore, nprobe
-        file = path / "vectors.f32"
-        size = file.stat().st_size if file.is_file() else -1
-        if size != n * d * 4 or self.ntotal != n or self.d != d:
-            raise IndexFormatError(f"the dense index {path} is damaged: {self.ntotal} codes x {self.d} and "
-                                   f"{size} bytes of vectors, the manifest says {n} x {d}. Rebuild it with `ldr index`")
-        self.exact = np.memmap(file, dtype=np.float32, mode="r", shape=(n, d)) if n else np.zeros((0, d), np.float32)
+        if self.ntotal != n or self.d != d:
+            raise IndexFormatError(f"the dense index {path} is damaged: {self.ntotal} codes x {self.d}, the manifest "
+                                   f"says {n} x {d}. Rebuild it with `ldr index`")
+        self.exact = exact_vectors.ExactVectors(path, files or [(exact_vectors.FILE, n)], d)
 
     def search(self, q: np.ndarray, k: int):
         """(scores, rows) of the best k rows per query, exactly scored, best first (-1 pads)."""
@@ -299,7 +296,7 @@ class CompressedIndex:
         return int(self.ntotal * (ivf.code_size + 8) + ivf.nlist * self.d * 4)
 
 
-def verify(path: Path, codebook, n: int, d: int) -> list[str]:
+def verify(path: Path, codebook, n: int, d: int, files: list | None = None) -> list[str]:
     """`ldr check`: every row has exactly one code, and each code is what the codebook makes of the
     row's exact vector (a flipped byte, a list or id moved, or vectors swapped are found)."""
     import faiss
@@ -313,7 +310,10 @@ def verify(path: Path, codebook, n: int, d: int) -> list[str]:
     lists, ids, codes = lists_of(index)
     if len(ids) != n or not np.array_equal(np.sort(ids), np.arange(n)):
         return [f"dense codes cover {len(np.unique(ids))} of {n} rows"]
-    exact = np.memmap(Path(path) / "vectors.f32", dtype=np.float32, mode="r", shape=(n, d)) if n else None
+    try:
+        exact = exact_vectors.ExactVectors(path, files or [(exact_vectors.FILE, n)], d)
+    except (IndexFormatError, OSError) as e:
+        return [str(e)]
     order = np.argsort(ids)
     lists, codes = lists[order], codes[order]
     for start in range(0, n, 65536):

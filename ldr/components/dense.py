@@ -9,7 +9,7 @@ import numpy as np
 from .topk import top_k
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
-from . import compressed
+from . import compressed, exact_vectors
 from .faiss_store import (DenseSearcher, DenseWriter, FaissSettings, compressed_kind, concrete, graph_to_grow,
                           grow_graph, load_vectors, one_thread, save_dense, write_dense)
 
@@ -153,6 +153,10 @@ def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: i
     vectors = _Rows(pieces, dim)
     out = state.folder
     out.mkdir()
+    # sources that lost no row keep their vector files (hard links); the rest are copied
+    exact = exact_vectors.merge_files(out, [(p.folder, exact_vectors.files_of(p.entry) if p.entry.get("codebook")
+                                             else None, keep, vecs) for (p, _, _), (vecs, keep) in zip(sources, pieces)],
+                                      lambda chosen: _Rows(chosen, dim))
     owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
     spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
     codes = None
@@ -171,7 +175,7 @@ def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: i
                 ln, cd = compressed.encode(codebook, _Rows([(vecs, keep)], dim)[0:int(keep.sum())])
                 lists.append(ln), ids.append(new_row[keep]), cds.append(cd)
         codes = (np.concatenate(lists), np.concatenate(ids), np.concatenate(cds))
-    return compressed.write_compressed(out, vectors, owner, fs, spans, state.root, record, codes=codes)
+    return compressed.write_compressed(out, vectors, owner, fs, spans, state.root, record, codes=codes, exact=exact)
 
 
 def _read_codes(folder):
@@ -269,7 +273,8 @@ class Dense(ModelComponent):
                 codebook = compressed.load_codebook(part.root, part.entry["codebook"])
             except Exception as e:
                 return [str(e)]
-            out += compressed.verify(part.folder, codebook, s.index.ntotal, s.index.d)
+            out += compressed.verify(part.folder, codebook, s.index.ntotal, s.index.d,
+                                     exact_vectors.files_of(part.entry))
         if s.index.ntotal and sub["faiss"]["index"] in ("flat", "hnsw"):     # both hold exact vectors
             for start in range(0, s.index.ntotal, 65536):
                 v = s.index.reconstruct_n(start, min(65536, s.index.ntotal - start))

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError, IndexFormatError
 from ..encode.pipeline import BatchedWriter
-from . import compressed
+from . import compressed, exact_vectors
 from .compressed import CODECS
 
 log = logging.getLogger(__name__)
@@ -205,8 +205,7 @@ def load_vectors(path: Path, entry: dict, dim: int) -> np.ndarray:
 
     path = Path(path)
     if entry.get("codebook"):
-        n, d = entry["vectors"], dim
-        return np.memmap(path / "vectors.f32", dtype=np.float32, mode="r", shape=(n, d)) if n else np.zeros((0, d), np.float32)
+        return exact_vectors.ExactVectors(path, exact_vectors.files_of(entry), dim)
     if (path / "vectors.npy").is_file():
         return np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
     index = faiss.read_index(str(path / "faiss.index"))
@@ -279,7 +278,8 @@ class DenseSearcher:
         fs = comp["faiss"]
         if comp.get("codebook"):
             self.index = compressed.CompressedIndex(path, comp.get("vectors", 0), comp.get("dim", 0),
-                                                    fs.get("nprobe", 16), fs.get("rescore", 400))
+                                                    fs.get("nprobe", 16), fs.get("rescore", 400),
+                                                    exact_vectors.files_of(comp))
         else:
             self.index = self._open_faiss(Path(path), comp)
         if faiss.get_num_gpus() > 0 and not comp.get("codebook") and fs["index"] != "hnsw":  # no GPU HNSW
