@@ -97,11 +97,21 @@ class ShardedIndex(ClusterHandle):
         return shards[shard_of(str(doc_id), len(shards))].document(doc_id)
 
     def info(self) -> dict:
-        """As Index.info, summed over the shards, with each shard's generation and documents."""
+        """As Index.info, summed over the shards, with each shard's generation and documents: the
+        components described over every shard's segments, the ingest of the cluster's last write
+        that took documents (an unsharded index shows its last ingest too)."""
+        from .index.manifest import describe
+
         snap = self._snap
         parts = [sh.info() for sh in snap.indexes]
-        ingest = {"indexed": sum(p["ingest"].get("indexed", 0) for p in parts if p["ingest"])}
+        whole = {**snap.indexes[0].manifest, "doc_count": len(snap),
+                 "segments": [s for sh in snap.indexes for s in sh.manifest["segments"]]}
+        last = next((h for h in reversed(snap.cluster["history"]) if h.get("op") in ("index", "add", "reshard")
+                     and (h.get("added") or h.get("replaced") or h.get("skipped") or h.get("op") != "add")), {})
+        ingest = {"indexed": last.get("added", 0) + last.get("replaced", 0), "unchanged": last.get("unchanged", 0),
+                  "skipped": {"documents": last["skipped"]} if last.get("skipped") else {}}
         return {**parts[0], "path": str(self.path), "generation": snap.generation, "documents": len(snap),
+                "components": describe(whole)["components"],
                 "bytes": sum(p["bytes"] for p in parts), "segments": [s for p in parts for s in p["segments"]],
                 "ingest": ingest, "created": snap.cluster["history"][0]["at"],
                 "shards": [self._shard_info(s) for s in snap.cluster["shards"]]}

@@ -103,6 +103,16 @@ def test_the_cli_builds_and_writes_a_sharded_index(tmp_path):
     assert r.invoke(main, ["merge", "-i", str(idx)]).exit_code == 0
     info = r.invoke(main, ["info", str(idx)])
     assert "shards      2" in info.output
+    # `ldr info` says what the same writes on one index say: its documents and its last ingest
+    one = tmp_path / "one"
+    r.invoke(main, ["index", str(ROOT / "corpora" / "sample"), "-o", str(one), "--dense", "none", "--sparse", "none",
+                    "-q", "--bm25", "native"])
+    for args in (["add", str(ROOT / "corpora" / "more")], ["add", str(ROOT / "corpora" / "more")],
+                 ["delete", "sourdough-guide"], ["merge"]):
+        r.invoke(main, [args[0], *args[1:], "-i", str(one)] + (["-q"] if args[0] == "add" else []))
+    lines = [{ln[:12]: ln for ln in r.invoke(main, ["info", str(i)]).output.splitlines()} for i in (idx, one)]
+    assert lines[0]["documents   "] == lines[1]["documents   "]
+    assert lines[0]["ingest      "] == lines[1]["ingest      "]
     check = r.invoke(main, ["check", str(idx)])
     assert check.exit_code == 0 and "in 2 shards" in check.output
     tantivy = r.invoke(main, ["index", str(ROOT / "corpora" / "sample"), "-o", str(tmp_path / "t"), "--shards", "2",
