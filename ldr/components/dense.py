@@ -160,6 +160,7 @@ def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: i
     owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
     spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
     codes = None
+    record = _bring_codebook(state.root, record, [p for p, _, _ in sources])
     if record is not None:
         codebook = compressed.load_codebook(state.root, record)
         lists, ids, cds, pos = [], [], [], 0
@@ -176,6 +177,28 @@ def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: i
                 lists.append(ln), ids.append(new_row[keep]), cds.append(cd)
         codes = (np.concatenate(lists), np.concatenate(ids), np.concatenate(cds))
     return compressed.write_compressed(out, vectors, owner, fs, spans, state.root, record, codes=codes, exact=exact)
+
+
+def _bring_codebook(root, record: dict | None, parts: list) -> dict | None:
+    """`record` if this index holds its codebook file or can copy it from a source's index (a
+    reshard merges other indexes' segments: their codes are then copied, not encoded again; the
+    file's name is its hash, checked when it is loaded); else None (a codebook is trained)."""
+    import shutil
+
+    from ..paths import inside
+
+    if not record:
+        return None
+    dst = inside(root, record["path"], "codebook")
+    for p in parts:
+        if dst.exists():
+            break
+        if p.root is not None and (p.entry.get("codebook") or {}).get("path") == record["path"]:
+            src = inside(p.root, record["path"], "codebook")
+            if src.is_file():
+                dst.parent.mkdir(exist_ok=True)
+                shutil.copyfile(src, dst)
+    return record if dst.exists() else None
 
 
 def _read_codes(folder):
@@ -248,8 +271,9 @@ class Dense(ModelComponent):
         if grow:
             return write_dense(out, grow_graph(sources[0][0].folder, vectors, fs), owner,
                                concrete(fs, n_total), spans)
-        return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, fs,
-                          allow_small=True, spans=spans, root=state.root, codebook=state.comp.get("codebook"))
+        return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, fs, allow_small=True,
+                          spans=spans, root=state.root, codebook=_bring_codebook(state.root, state.comp.get("codebook"),
+                                                                                [p for p, _, _ in sources]))
 
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):

@@ -131,6 +131,11 @@ class IndexWriter:
         segments = [s for s in segments if s["live"] > 0]   # an emptied segment is dropped
         rels = [s["path"] for s in segments if s["path"] != "."]
         rels += Stores(self.root, components, self.threads, append=False).paths()     # the index stores' folders
+        # an index-level codebook is the one later segments reuse: one this index does not hold (a
+        # reshard's copied settings) is dropped, a new segment then trains its own
+        components = {k: ({f: v for f, v in c.items() if f != "codebook"}
+                          if isinstance(c, dict) and (cb := gens.codebooks([], {k: c})) and
+                          not all((self.root / p).is_file() for p in cb) else c) for k, c in components.items()}
         rels += sorted(gens.codebooks(segments, components))        # compressed dense parts' codebooks
         previous = (self.current or {}).get("files", {})
         for rel in rels:
