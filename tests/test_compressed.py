@@ -182,3 +182,27 @@ def test_an_index_converts_to_compressed_vectors_and_back_without_re_encoding(sm
     assert [s["dense"]["faiss"]["index"] for s in idx.manifest["segments"]] == ["flat"]
     assert "codebook" not in json.dumps(idx.manifest)          # the collector may now remove it
     assert check_index(path)[1] == []
+
+
+def test_a_codebook_is_reused_until_the_vectors_outgrow_or_drift_from_it(tmp_path):
+    """Segments like the training sample reuse the codebook; 4x more vectors, or vectors of another
+    kind (far from every cell), get a new one."""
+    from ldr.components.faiss_store import save_dense
+
+    rng = np.random.default_rng(0)
+
+    def topic(n, centres):
+        v = centres[rng.integers(0, len(centres), n)] + rng.standard_normal((n, 32)).astype(np.float32) * 0.05
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    a, b = (rng.standard_normal((20, 32)).astype(np.float32) for _ in range(2))
+    fs = FaissSettings(index="rabitq")
+
+    def part(name, v, book=None):
+        (tmp_path / name).mkdir()
+        return save_dense(tmp_path / name, v, np.arange(len(v)), fs, root=tmp_path, codebook=book)["codebook"]
+
+    book = part("first", topic(2000, a))
+    assert part("like", topic(2000, a), book) == book
+    assert part("other", topic(2000, b), book)["path"] != book["path"]          # drifted
+    assert part("bigger", topic(9000, a), book)["path"] != book["path"]         # outgrew

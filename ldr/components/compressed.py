@@ -27,6 +27,8 @@ CODEBOOKS = "codebooks"
 CODECS = ("rabitq", "ivfpq")
 MIN_TRAIN = 1024           # vectors: fewer and a segment is stored flat (exact)
 GROW_RETRAIN = 4           # a codebook trained for n vectors serves segments up to 4n (lists ~2x sqrt-law)
+DRIFT_RETRAIN = 1.25       # ... whose vectors sit no further from their cells than 1.25x its training sample's
+DRIFT_MIN = 1000           # vectors a segment needs before its drift is measured
 
 
 def n_lists(n: int) -> int:
@@ -87,13 +89,14 @@ def residual(index, vectors: np.ndarray) -> float:
 _LOADED: dict[tuple, object] = {}
 
 
-def load_codebook(root: Path, record: dict):
-    """A codebook's trained (empty) index, read once per file; its name is checked against its bytes."""
+def load_codebook(root: Path, record: dict, cached: bool = True):
+    """A codebook's trained (empty) index, read once per file (`cached=False`: read again, as
+    `ldr check` does); its name is checked against its bytes."""
     import faiss
 
     path = inside(root, record["path"], "codebook")
     key = (str(path), record["path"])
-    if key not in _LOADED:
+    if key not in _LOADED or not cached:
         try:
             data = path.read_bytes()
         except OSError as e:
@@ -106,15 +109,20 @@ def load_codebook(root: Path, record: dict):
     return _LOADED[key]
 
 
-def needs_new(record: dict | None, n: int, sample: np.ndarray | None = None) -> bool:
-    """Whether a segment of n vectors should get a new codebook: none yet, or it outgrew this one
-    (lists GROW_RETRAIN x longer than trained for), or its vectors drifted from the cells
-    (mean residual 1.25x the training sample's)."""
+def needs_new(record: dict | None, vectors, root: Path | None = None, seed: int = 0) -> bool:
+    """Whether a segment of these vectors should get a new codebook: none yet, it outgrew this one
+    (GROW_RETRAIN x the vectors it was trained for: its lists too long to scan), or its vectors
+    drifted from the cells (the mean residual of 5,000 of them over DRIFT_RETRAIN x the training
+    sample's: a corpus of another kind than the one the cells were fitted on)."""
     if not record:
         return True
+    n = len(vectors)
     if n > GROW_RETRAIN * record.get("trained_for", 0):
         return True
-    return False
+    if root is None or n < DRIFT_MIN or not record.get("residual"):
+        return False          # a few vectors say nothing of drift (a later merge looks at them all)
+    take = np.sort(np.random.default_rng(seed).choice(n, min(n, 5000), replace=False))
+    return residual(load_codebook(root, record), np.asarray(vectors[take])) > DRIFT_RETRAIN * record["residual"]
 
 
 def write_part(path: Path, codebook, vectors: np.ndarray, codes: tuple | None = None,
@@ -215,7 +223,7 @@ def write_compressed(path: Path, vectors, owner: np.ndarray, fs, spans, root: Pa
                      codebook: dict | None, codes: tuple | None = None, stream: Path | None = None,
                      exact: list | None = None) -> dict:
     """A compressed part; `codes` ((lists, ids, codes) already made with `codebook`): copied, not encoded."""
-    if codebook is None or codebook.get("codec") != fs.index or needs_new(codebook, len(vectors)):
+    if codebook is None or codebook.get("codec") != fs.index or needs_new(codebook, vectors, root):
         codebook = train(root, vectors, fs.index, fs.pq_m)
     trained = load_codebook(root, codebook)
     write_part(path, trained, vectors, codes, stream, written=exact is not None)

@@ -139,11 +139,8 @@ def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: i
     (or the index's) when it still fits the merged size; its sources' codes are copied with their
     rows renumbered, other sources' live vectors are encoded with it. The exact vectors are
     streamed into the new vectors.f32 (never all in memory)."""
-    n_total = sum(int((rows[owner] >= 0).sum()) for _, rows, owner in sources)
     records = sorted((p.entry["codebook"] for p, _, _ in sources if p.entry.get("codebook")),
                      key=lambda r: -r.get("trained_for", 0)) + [state.comp.get("codebook")]
-    record = next((r for r in records if r and r.get("codec") == fs.index
-                   and not compressed.needs_new(r, n_total)), None)
     pieces, owners, spans = [], [], []
     for part, rows, owner in sources:
         keep = rows[owner] >= 0
@@ -151,6 +148,12 @@ def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: i
         owners.append(rows[owner][keep])
         spans.append(_spans(part.folder, len(owner))[keep])
     vectors = _Rows(pieces, dim)
+    parts, record = [p for p, _, _ in sources], None
+    for r in records:
+        if r and r.get("codec") == fs.index and _bring_codebook(state.root, r, parts) and \
+                not compressed.needs_new(r, vectors, state.root):
+            record = r
+            break
     out = state.folder
     out.mkdir()
     # sources that lost no row keep their vector files (hard links); the rest are copied
@@ -160,7 +163,6 @@ def merge_compressed(state: MergeState, sources: list, fs: FaissSettings, dim: i
     owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
     spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
     codes = None
-    record = _bring_codebook(state.root, record, [p for p, _, _ in sources])
     if record is not None:
         codebook = compressed.load_codebook(state.root, record)
         lists, ids, cds, pos = [], [], [], 0
@@ -294,7 +296,7 @@ class Dense(ModelComponent):
         out = []
         if part.entry.get("codebook"):          # codes against the exact vectors (which it checks too)
             try:
-                codebook = compressed.load_codebook(part.root, part.entry["codebook"])
+                codebook = compressed.load_codebook(part.root, part.entry["codebook"], cached=False)
             except Exception as e:
                 return [str(e)]
             out += compressed.verify(part.folder, codebook, s.index.ntotal, s.index.d,
