@@ -114,7 +114,8 @@ def test_auto_goes_flat_hnsw_compressed_by_segment_size(small, tmp_path, monkeyp
                                      capture_output=True, text=True, check=True).stdout)
     dense = info["components"]["dense"]
     assert dense["bytes"]["disk_per_vector"] > 384 * 4 and dense["bytes"]["ram_per_vector"] > 0
-    assert dense["parts"] == ["rabitq"]
+    assert dense["parts"] == ["rabitq"] and [s["index"] for s in dense["by_segment"]] == ["rabitq"]
+    assert dense["by_segment"][0]["vectors"] == 50 and dense["by_segment"][0]["ram_per_vector"] < 384 * 4
 
 
 def test_check_finds_a_flipped_code_byte_and_a_missing_codebook(small, tmp_path):

@@ -328,6 +328,9 @@ class Dense(ModelComponent):
             out["bytes"] = {"ram_per_vector": round(ram / max(n, 1), 1), "disk_per_vector": round(disk / max(n, 1), 1),
                             "ram": int(ram), "disk": int(disk)}
         out["parts"] = sorted({(p.get("faiss") or {}).get("index", "?") for p in parts})
+        out["by_segment"] = [{"segment": s.get("name"), "index": (s["dense"].get("faiss") or {}).get("index"),
+                              "vectors": s["dense"].get("vectors", 0), **s["dense"].get("bytes", {})}
+                             for s in segments if s.get("dense")]
         return out
 
     def summary(self, comp: dict) -> list[str]:
