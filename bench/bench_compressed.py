@@ -164,8 +164,8 @@ class Way:
             return self.d + 32 * 2 * 4 * 1.06
         if self.name == "ldr_rabitq":
             return self.entry["bytes"]["ram_per_vector"]
-        if self.name == "usearch_i8":
-            return self.ix.memory_usage / n
+        if self.name == "usearch_i8":      # int8 vectors + graph, all walked: its whole (mapped) file
+            return self.ix.serialized_length / n
         return 48 + 8       # IVF_PQ 48 sub-vectors: its codes and row ids (lance reads them from disk)
 
 

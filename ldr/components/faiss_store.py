@@ -44,7 +44,7 @@ class FaissSettings:
     ef_search: int = 128
     nlist: int | None = None          # IVF cells (default ~4·sqrt(n))
     pq_m: int | None = None           # PQ sub-quantisers (default d/8... must divide d)
-    nprobe: int = 16
+    nprobe: int = 32                  # IVF cells probed (at least; more when the depth asks more rows)
     rescore: int = 400                # rabitq / ivfpq: at least this many rows rescored exactly
 
     def __post_init__(self):
