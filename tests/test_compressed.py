@@ -207,3 +207,22 @@ def test_a_codebook_is_reused_until_the_vectors_outgrow_or_drift_from_it(tmp_pat
     assert part("like", topic(2000, a), book) == book
     assert part("other", topic(2000, b), book)["path"] != book["path"]          # drifted
     assert part("bigger", topic(9000, a), book)["path"] != book["path"]         # outgrew
+
+
+def test_a_failed_write_leaves_the_index_as_it_was_and_its_codebook_is_collected(small, tmp_path, monkeypatch):
+    path = tmp_path / "i"
+    flat = ldr.Index.build(_docs(), path, **DENSE)
+    before = {q: _top(flat, q) for q in QUERIES}
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(compressed, "write_part", fail)
+    with pytest.raises(Exception, match="space"):
+        flat.merge(faiss="rabitq")
+    assert [p.suffix for p in (path / "codebooks").iterdir()] == [".faiss"]     # trained, never committed
+    idx = ldr.open(path)
+    assert idx.components["dense"]["faiss"]["index"] == "auto" and {q: _top(idx, q) for q in QUERIES} == before
+    monkeypatch.undo()
+    monkeypatch.setattr(compressed, "MIN_TRAIN", 32)
+    idx.delete(["d1"])                          # the next write collects what no commit names
+    assert not (path / "codebooks").exists() or not list((path / "codebooks").iterdir())

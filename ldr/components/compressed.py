@@ -66,7 +66,9 @@ def train(root: Path, vectors: np.ndarray, codec: str, pq_m: int | None = None, 
     data = faiss.serialize_index(index).tobytes()
     rel = f"{CODEBOOKS}/dense-{hashlib.sha256(data).hexdigest()[:24]}.faiss"
     out = Path(root) / rel
-    if not out.is_file():
+    # the same training gives the same bytes: a file of this name left by a write that never
+    # committed is reused when its bytes are these, written again when not (damaged)
+    if not out.is_file() or hashlib.sha256(out.read_bytes()).hexdigest()[:24] not in out.name:
         out.parent.mkdir(exist_ok=True)
         part = out.with_name(out.name + ".part")
         with open(part, "wb") as fh:
