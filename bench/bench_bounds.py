@@ -35,6 +35,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--ldr-src", default=None, help="serve this checkout's ldr (PYTHONPATH)")
     ap.add_argument("--huge", action="store_true", help="200 KB globs (refused since issue 42) instead of 1,000")
+    ap.add_argument("--words", type=int, default=1000, help="words of each churned document (issue 57: 5,000)")
+    ap.add_argument("--churn-rounds", type=int, default=None, help="rounds of the churn part (default --rounds)")
+    ap.add_argument("--no-filters", action="store_true", help="skip the filters part")
     args = ap.parse_args()
     env = {**os.environ, "LDR_API_KEY": ""}
     if args.ldr_src:
@@ -65,7 +68,7 @@ def main() -> None:
             size = 200_000 if args.huge else 1000
             t = time.perf_counter()
             codes: dict = {}
-            for i in range(args.rounds):
+            for i in range(0 if args.no_filters else args.rounds):
                 pat = "p/" + "".join(rng.choice("abcdefghij") for _ in range(size - 3)) + "*"
                 r = http.post("/search", json={"query": "bridge", "filters": {"path": pat}})
                 codes[r.status_code] = codes.get(r.status_code, 0) + 1
@@ -74,14 +77,17 @@ def main() -> None:
             print(f"filters: {args.rounds} requests in {time.perf_counter() - t:.0f} s, answers {codes}, "
                   f"{rss_mb(srv.pid):.0f} MB")
             t = time.perf_counter()
-            for i in range(args.rounds):
-                words = " ".join(f"w{i}x{rng.randrange(10 ** 9)}" for _ in range(1000))
+            start = rss_mb(srv.pid)
+            rounds = args.churn_rounds or args.rounds
+            for i in range(rounds):
+                words = " ".join(f"w{i}x{rng.randrange(10 ** 9)}" for _ in range(args.words))
                 http.post("/documents", json={"documents": [{"id": "churn", "text": f"bridge {words}"}]})
                 http.post("/search", json={"query": "bridge bearing", "k": 5})
                 http.post("/documents/delete", json={"ids": ["churn"]})
-                if (i + 1) % 500 == 0:
-                    print(f"churn {i + 1}: {rss_mb(srv.pid):.0f} MB")
-            print(f"churn: {args.rounds} rounds in {time.perf_counter() - t:.0f} s, {rss_mb(srv.pid):.0f} MB")
+                if (i + 1) % 50 == 0:
+                    print(f"churn {i + 1}: {rss_mb(srv.pid):.0f} MB", flush=True)
+            print(f"churn: {rounds} rounds of {args.words} words in {time.perf_counter() - t:.0f} s, "
+                  f"{rss_mb(srv.pid):.0f} MB (+{rss_mb(srv.pid) - start:.0f} MB)")
         finally:
             srv.terminate()
             srv.wait(30)

@@ -71,7 +71,19 @@ class Index(Handle):
         view = self._open_view()
         with self._load_lock:
             self._view = view
+        self._retain(view.segments)
         return True
+
+    def _retain(self, segments) -> None:
+        """The caches by uid (analysed windows, recent texts) keep only the documents this
+        generation holds: their memory follows the live index, not its history."""
+        import numpy as np
+
+        def alive(uids):
+            docnos = segments.docnos_of_uids(uids)
+            return (docnos >= 0) & segments.live[np.maximum(docnos, 0)]
+        for cache in [self._texts, *list(self._window_terms.values())]:
+            cache.retain(alive)
 
     def close(self) -> None:
         """Release this handle's generation (the garbage collector may then remove its files)."""

@@ -21,6 +21,15 @@ class RecentTexts:
         self.max_chars, self._chars, self._by_uid = max_chars, 0, OrderedDict()
         self._lock = threading.Lock()
 
+    def retain(self, alive) -> None:
+        """Keep only the texts of the documents `alive(uids)` says the index still holds."""
+        with self._lock:
+            if not self._by_uid:
+                return
+            uids = np.fromiter(self._by_uid, dtype=np.int64, count=len(self._by_uid))
+            for u in uids[~alive(uids)].tolist():
+                self._chars -= len(self._by_uid.pop(u))
+
     def read(self, store, docs: list) -> dict:
         """{docno: text} of `docs` (of `store`, a generation's Segments), reading the missing together."""
         uids = {d: int(store.uids[d]) for d in docs}

@@ -115,3 +115,27 @@ def test_a_windows_terms_by_its_words_are_the_analyzers_terms(language):
         ids, vocab = wt.word_ids(wt.words(text))
         names = {i: t for t, i in vocab.items()}
         assert [names[i] for got in ids for i in got] == wt.terms(text)
+
+
+def test_the_window_caches_follow_the_live_index_under_churn(tmp_path, monkeypatch):
+    """Add a long document of words of its own, search, delete it, many times (issue 57 item 7):
+    the analysed windows and texts of deleted documents go at the next generation, and the
+    vocabulary starts afresh once it is mostly theirs, so the caches stay the live index's size."""
+    from ldr.search import window_terms
+
+    monkeypatch.setattr(window_terms, "VOCAB_FLOOR", 1500)
+    rng = np.random.default_rng(0)
+    idx = ldr.Index.build([{"id": f"d{i}", "text": f"bridge report {i} on bearing corrosion"} for i in range(20)],
+                          tmp_path / "idx", dense=None, sparse=None)
+    sizes = []
+    for i in range(8):
+        words = " ".join(f"w{i}x{rng.integers(10 ** 9)}" for _ in range(600))
+        idx.add([{"id": "churn", "text": f"bridge {words}"}])
+        assert idx.search("bridge bearing", k=5)
+        idx.delete(["churn"])
+        (cache,) = idx._window_terms.values()
+        live = set(idx._view.segments.uids[idx._view.segments.live].tolist())
+        assert {k[0] for k in cache._docs} <= live and set(cache.lengths) <= live
+        assert set(idx._texts._by_uid) <= live
+        sizes.append(len(cache.vocab))
+    assert max(sizes) <= 1500 + 700 and min(sizes) < 700        # started afresh; never past the floor and one document

@@ -10,6 +10,7 @@ from itertools import chain
 import numpy as np
 
 WORDS, STRIDE = 160, 80
+VOCAB_FLOOR, VOCAB_SLACK = 100_000, 4     # WindowTerms.retain: when the vocabulary starts afresh
 _WORD = re.compile(r"\S+")
 
 
@@ -63,6 +64,23 @@ class WindowTerms:
         self.lengths: dict = {}    # uid → its text's length: a cached document's text is never read again
         self._tokens, self.max_tokens, self.max_terms, self.max_words = 0, max_tokens, max_terms, max_words
         self._lock = threading.Lock()
+
+    def retain(self, alive) -> None:
+        """Keep only the documents `alive(uids)` (a bool per uid) says the index still holds; start
+        the vocabulary afresh when it is mostly the terms of documents gone (VOCAB_SLACK x the
+        kept windows' tokens and past VOCAB_FLOOR): on a living index the cache follows the live
+        documents, not every document it ever held (add/search/delete churn grew it by ~430 MB)."""
+        with self._lock:
+            keys = list(self._docs)
+            uids = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+            ok = alive(uids) if len(keys) else np.zeros(0, bool)
+            docs = OrderedDict((k, self._docs[k]) for k, keep in zip(keys, ok.tolist()) if keep)
+            lengths = list(self.lengths)
+            keep_len = alive(np.asarray(lengths, dtype=np.int64)) if lengths else np.zeros(0, bool)
+            self.lengths = {u: self.lengths[u] for u, keep in zip(lengths, keep_len.tolist()) if keep}
+            self._docs, self._tokens = docs, sum(len(e[2]) for e in docs.values())
+            if len(self.vocab) > max(VOCAB_FLOOR, VOCAB_SLACK * self._tokens):
+                self.vocab, self._words, self._docs, self._tokens = {}, {}, OrderedDict(), 0
 
     def terms(self, text: str) -> list[str]:
         return self._an.analyze(self._pre(text))
