@@ -327,3 +327,26 @@ def test_a_killed_builds_work_folder_is_removed_by_the_next_build(tmp_path, monk
     assert len(list(folder.parent.glob(".dense-k1-*"))) == 1
     build_once(folder, "meta.json", lambda work: (work / "meta.json").write_text("{}"), lambda e: None)
     assert (folder / "meta.json").is_file() and list(folder.parent.glob(".dense-k1-*")) == []
+
+
+def test_auto_runs_on_pytorch_when_the_cache_cannot_be_written_and_says_so_once(tmp_path, monkeypatch, caplog):
+    """Issue 57 item 11: with an unwritable cache, auto does not export per process (19 s and
+    87 MB in $TMPDIR each time): it runs on PyTorch, warns once, and leaves nothing behind."""
+    import glob
+    import logging
+    import tempfile
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LDR_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(onnx_export, "_SAID", set())
+    caplog.set_level(logging.WARNING)
+    encoders = [load_dense(DenseSettings(device="cpu", strategy="truncate")) for _ in range(2)]
+    assert all(isinstance(e, DenseEncoder) for e in encoders)           # PyTorch
+    assert caplog.text.count("not writable") == 1 and "PyTorch" in caplog.text
+    assert "failed" not in caplog.text and not glob.glob(str(tmp_path / "tmp" / "ldr-onnx-*"))
+    q = encoders[0].encode_queries(["bridge bearings"])
+    assert q.shape == (1, 384)

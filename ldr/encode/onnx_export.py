@@ -59,8 +59,12 @@ def export_key(kind: str, model_dir: Path, int8: bool) -> tuple[str, dict]:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24], settings
 
 
-def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: bool = False) -> Path:
-    """The cached export of `model_dir` (a local model folder) as `kind`, exported on a miss."""
+def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: bool = False,
+             temporary: bool = True) -> Path:
+    """The cached export of `model_dir` (a local model folder) as `kind`, exported on a miss. When
+    the cache cannot be written: `temporary` exports into a folder for this process only (an
+    explicit --backend onnx), else CacheUnwritable (auto then runs on PyTorch: an export per
+    process costs more than it saves: 19 s for MiniLM)."""
     model_dir = Path(model_dir)
     key, settings = export_key(kind, model_dir, int8)
     folder = cache_root() / "onnx" / f"{kind}-{key}"
@@ -68,7 +72,7 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
         return folder
     # int8 quantises the fp32 export's graph, which is exactly the graph an int8 export would
     # quantise: from the cached fp32 export it needs no torch and no tracing (MiniLM: 2 s, not 11 s)
-    base = exported(kind, model_dir, False, trust_remote_code) if int8 else None
+    base = exported(kind, model_dir, False, trust_remote_code, temporary) if int8 else None
 
     def make(work: Path) -> None:
         # shown by the CLI (a warning): the first run waits here for a minute or two with nothing
@@ -78,6 +82,13 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
         isolated(kind, model_dir, work, settings, trust_remote_code, base)
 
     def elsewhere(e: OSError) -> Path:
+        if not temporary:
+            if str(folder.parent) not in _SAID:         # said once per process
+                _SAID.add(str(folder.parent))
+                log.warning("the ONNX cache %s is not writable (%s); the models run on PyTorch. Set "
+                            "LDR_CACHE_DIR to a writable folder for ONNX Runtime's speed.",
+                            folder.parent, e.strerror or e)
+            raise CacheUnwritable(str(folder.parent))
         # a read-only or unwritable cache: export for this process only, and say how to fix it
         log.warning("the ONNX cache %s is not writable (%s); exporting into a temporary folder for this run "
                     "only. Set LDR_CACHE_DIR to a writable folder to keep exports.", folder.parent, e.strerror or e)
@@ -101,7 +112,9 @@ def query_engine_ready(kind: str, path: str, trust_remote_code: bool = False, wr
     if wrapper is not None:
         WRAPPERS.setdefault(kind, wrapper)
     try:
-        exported(kind, path, int8=False, trust_remote_code=trust_remote_code)
+        exported(kind, path, int8=False, trust_remote_code=trust_remote_code, temporary=False)
+    except CacheUnwritable:
+        pass                # said once already; queries run on PyTorch
     except Exception as e:  # noqa: BLE001 - the build itself does not need the graph
         log.warning("exporting the query engine of %s failed (%s); queries will run on PyTorch", path, e)
 
@@ -112,11 +125,16 @@ def label(model_dir: Path) -> str:
 
 
 FAILED = "ldr-export-error: "     # marks the line of the child's stderr the user reads
+_SAID: set[str] = set()           # unwritable caches already reported by this process
 
 
 class ExportFailed(RuntimeError):
     """The exporter itself failed (a model whose code it cannot trace): `auto` falls back to
     PyTorch on it (runtime.with_fallback), an explicit ONNX backend reports it."""
+
+
+class CacheUnwritable(ExportFailed):
+    """No export was tried: the cache cannot be written (already said once, as a warning)."""
 
 
 def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool,
@@ -152,14 +170,18 @@ def load(kind: str, settings, backend: str, trust_remote_code: bool = False):
     from .models import resolve
     from .runtime import OrtModel
 
+    from .runtime import EXACT
+
     path, _ = resolve(settings.model)
+    explicit = getattr(settings, "backend", None) not in (None, "auto", EXACT)
     if os.path.isdir(settings.model):   # an absolute path: search may run from another directory
         settings.model = path
     if not os.path.isdir(path):
         raise ModelError(f"--backend {backend} needs the model as a local folder (got {settings.model!r}); "
                          "download it first or use --backend torch")
     settings.backend = backend
-    return path, OrtModel(exported(kind, path, int8=backend == "onnx-int8", trust_remote_code=trust_remote_code))
+    return path, OrtModel(exported(kind, path, int8=backend == "onnx-int8", trust_remote_code=trust_remote_code,
+                                   temporary=explicit))
 
 
 def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool) -> None:

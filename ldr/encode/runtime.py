@@ -117,8 +117,9 @@ def with_fallback(settings, backend: str, onnx_cls, torch_cls):
         if asked not in (None, "auto", EXACT):
             raise ModelError(f"exporting {settings.model} to ONNX failed ({type(e).__name__}: {str(e)[:300]}); "
                              "use --backend torch") from None
-        log.warning("exporting %s to ONNX failed (%s: %s); using PyTorch", settings.model, type(e).__name__,
-                    str(e)[:200])
+        if type(e).__name__ != "CacheUnwritable":      # that one was said already, once
+            log.warning("exporting %s to ONNX failed (%s: %s); using PyTorch", settings.model, type(e).__name__,
+                        str(e)[:200])
         settings.backend = "auto"
         return torch_cls(settings)
 
