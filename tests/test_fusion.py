@@ -104,25 +104,24 @@ def test_partial_weights_merge_with_the_defaults(tmp_path):
     assert any(h.scores.get("bm25", 0) > 0 for h in partial) and partial[0].score > 0.5
 
 
-@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq"])
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivfpq", "rabitq"])
 def test_every_faiss_type_serves_search_and_passage_rescoring(tmp_path, kind):
-    """best_passage (the passage rescorer's dense feature) reconstructs vectors: IVF-PQ needs its direct map."""
-    import faiss
+    """best_passage (the passage rescorer's dense feature) reads exact vectors: compressed parts
+    from their vectors.f32, so their scores are exact too."""
     import numpy as np
-    from ldr.components.faiss_store import DenseSearcher, FaissSettings, build_faiss
+    from ldr.components.faiss_store import DenseSearcher, FaissSettings, save_dense
     rng = np.random.default_rng(1)
     owner = np.sort(rng.integers(0, 300, 2048))
     vecs = rng.standard_normal((2048, 16)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    fs = FaissSettings(index=kind)
-    faiss.write_index(build_faiss(vecs, fs), str(tmp_path / "faiss.index"))
-    np.save(tmp_path / "owner.npy", owner)
-    s = DenseSearcher(tmp_path, {"faiss": fs.to_dict(), "multi_vector": True}, encoder=None)
+    (tmp_path / "d").mkdir()
+    entry = save_dense(tmp_path / "d", vecs, owner, FaissSettings(index=kind), root=tmp_path)
+    s = DenseSearcher(tmp_path / "d", {**entry, "dim": 16}, encoder=None)
     q = vecs[7]
     hits = s.search_vectors(q[None], 5)[0]
-    assert len(hits) == 5 and (kind == "ivfpq" or hits[0][0] == owner[7])   # IVF-PQ is approximate
+    assert len(hits) == 5 and hits[0] == (int(owner[7]), pytest.approx(1.0, abs=1e-5))
     best = s.best_passage(q, [int(owner[7]), int(owner[100])])
-    assert np.isfinite(best).all() and best[0] > (0.3 if kind == "ivfpq" else 0.99)
+    assert np.isfinite(best).all() and best[0] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_one_top_k_rule_across_stages():

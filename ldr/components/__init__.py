@@ -141,3 +141,10 @@ def _register_builtins() -> None:
 
 
 _register_builtins()
+
+
+def retyped(comps: dict, index_type: str) -> dict:
+    """The components with the dense index type changed (`ldr merge --faiss`)."""
+    if "dense" not in comps:
+        raise ConfigError("--faiss: the index has no dense vectors")
+    return {**comps, "dense": get("dense").retyped(comps["dense"], index_type)}

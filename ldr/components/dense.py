@@ -284,6 +284,13 @@ class Dense(ModelComponent):
                  for p in state.parts()]
         return MultiDense(parts, state.segments, state.encoder())
 
+    def retyped(self, comp: dict, index_type: str) -> dict:
+        """The kind's entry with another FAISS index type (checked); a codebook of another codec
+        is not the index's any more (its file goes with the last segment that names it)."""
+        fs = FaissSettings(**{**comp["faiss"], "index": index_type})
+        return {**{k: v for k, v in comp.items() if k != "codebook" or (v or {}).get("codec") == index_type},
+                "faiss": fs.to_dict()}
+
     def passage_vectors(self, comp: dict) -> bool:
         return comp.get("model", {}).get("settings", {}).get("strategy") == "maxp"
 

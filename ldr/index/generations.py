@@ -174,6 +174,23 @@ def codebooks(segments: list[dict], components: dict) -> set[str]:
     return {c for e in [*components.values(), *(p for seg in segments for p in seg.values())] if (c := _codebook(e))}
 
 
+def held_codebooks(root: Path, components: dict) -> dict:
+    """The components without an index-level codebook this index does not hold (a reshard's
+    copied settings): later segments reuse that codebook, so a missing one is dropped and the
+    next segment trains its own."""
+    return {k: ({f: v for f, v in c.items() if f != "codebook"}
+                if (cb := codebooks([], {k: c})) and not all((Path(root) / p).is_file() for p in cb) else c)
+            for k, c in components.items()}
+
+
+def adopt_codebooks(components: dict, merged: dict) -> None:
+    """A codebook a merge trained (for more vectors than the index's) becomes the index's."""
+    for kind, part in merged.items():
+        if _codebook(part) and isinstance(components.get(kind), dict) and part["codebook"].get("trained_for", 0) > \
+                (components[kind].get("codebook") or {}).get("trained_for", 0):
+            components[kind]["codebook"] = part["codebook"]
+
+
 def _codebook(entry) -> str | None:
     """The index-level codebook file a component or segment part names (compressed dense parts)."""
     cb = entry.get("codebook") if isinstance(entry, dict) else None

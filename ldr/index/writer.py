@@ -113,12 +113,9 @@ class IndexWriter:
 
     def _encoder_settings(self, components: dict) -> dict:
         """{kind: encoder settings} the index's models were built with (kinds with a model)."""
-        out = {}
-        for name, kind in registry.kinds(components):
-            st = kind.encoder_settings(components[name], self.trust_remote_code, self.device, str(self.root))
-            if st is not None:
-                out[name] = st
-        return out
+        every = {name: kind.encoder_settings(components[name], self.trust_remote_code, self.device, str(self.root))
+                 for name, kind in registry.kinds(components)}
+        return {name: st for name, st in every.items() if st is not None}
 
     @staticmethod
     def _loaders(settings: dict) -> dict:
@@ -131,11 +128,7 @@ class IndexWriter:
         segments = [s for s in segments if s["live"] > 0]   # an emptied segment is dropped
         rels = [s["path"] for s in segments if s["path"] != "."]
         rels += Stores(self.root, components, self.threads, append=False).paths()     # the index stores' folders
-        # an index-level codebook is the one later segments reuse: one this index does not hold (a
-        # reshard's copied settings) is dropped, a new segment then trains its own
-        components = {k: ({f: v for f, v in c.items() if f != "codebook"}
-                          if isinstance(c, dict) and (cb := gens.codebooks([], {k: c})) and
-                          not all((self.root / p).is_file() for p in cb) else c) for k, c in components.items()}
+        components = gens.held_codebooks(self.root, components)
         rels += sorted(gens.codebooks(segments, components))        # compressed dense parts' codebooks
         previous = (self.current or {}).get("files", {})
         for rel in rels:
@@ -239,7 +232,8 @@ class IndexWriter:
         try:
             return fn()
         except BaseException as e:
-            _remove(created)
+            for p in created:
+                shutil.rmtree(p, ignore_errors=True)
             if _no_space(e):
                 raise IndexWriteError(f"no space left on device while writing {self.root}; nothing was committed "
                                       f"(generation {self.generation} is intact): free space and try again") from None
@@ -273,7 +267,8 @@ class IndexWriter:
         created = [self.root / seg["path"] for seg in segs] + stores.folders
         n_new = sum(seg["docs"] for seg in segs)
         if n_new == 0:     # every document unchanged (or skipped): nothing to commit
-            _remove(created)
+            for p in created:
+                shutil.rmtree(p, ignore_errors=True)
             return {"added": 0, "replaced": [], "unchanged": report.unchanged, "skipped": report.n_skipped,
                     "generation": self.generation}
         crash_point("add:segment-written")
@@ -354,14 +349,11 @@ class IndexWriter:
         with one segment holding deletions, `max_segments=1` rewrites it without them. The index
         stores (tantivy, Lucene) are written anew from the live documents (`exact_stores`), so
         their BM25 statistics equal a fresh build's; an add's automatic merge skips that.
-        `faiss`: the dense index type from now on; the merged segments are rewritten with it
-        (their vectors copied, not re-encoded), so a lone segment is rewritten too."""
+        `faiss`: the dense index type from now on, the merged (even a lone) segment rewritten with it."""
         current = self._writable()
         if max_segments < 1:
             raise ConfigError(f"--max-segments must be at least 1 (got {max_segments})")
-        comps = current["components"]
-        if faiss is not None:
-            comps = _with_faiss(comps, faiss)
+        comps = current["components"] if faiss is None else registry.retyped(current["components"], faiss)
         segments = [dict(s) for s in current["segments"]]
         masks = self._deleted_masks()
         n_merge = len(segments) - max_segments + 1
@@ -385,10 +377,7 @@ class IndexWriter:
             pos = sum(1 for i in range(chosen[0]) if i not in set(chosen))
             out = keep[:pos] + [merged] + keep[pos:]
             components = {k: dict(v) for k, v in comps.items()}
-            for kind, part in merged.items():      # a codebook the merge trained becomes the index's
-                if isinstance(part, dict) and part.get("codebook") and kind in components and \
-                        part["codebook"].get("trained_for", 0) > (components[kind].get("codebook") or {}).get("trained_for", 0):
-                    components[kind]["codebook"] = part["codebook"]
+            gens.adopt_codebooks(components, merged)
             stores = Stores(self.root, components, self.threads, append=False)
             if stores and exact_stores:   # deleted documents leave every statistic
                 stores.prepare()
@@ -406,21 +395,3 @@ class IndexWriter:
 def _unchanged_parts(current: dict) -> tuple[dict, dict, dict]:
     """(search defaults, ingest report, settings) a delete, merge or tune carries over."""
     return current.get("search", {}), current.get("ingest", {}), current.get("settings", {})
-
-
-def _remove(paths) -> None:
-    for p in paths:
-        shutil.rmtree(p, ignore_errors=True)
-
-
-def _with_faiss(comps: dict, kind: str) -> dict:
-    """The components with the dense index type changed (`ldr merge --faiss`)."""
-    from .. import components as registry
-
-    if "dense" not in comps:
-        raise ConfigError("--faiss: the index has no dense vectors")
-    settings = dict(registry.get("dense").build_settings())["faiss"]
-    fs = settings(**{**comps["dense"]["faiss"], "index": kind})       # checks the name
-    # a codebook of another codec is not the index's any more (its file goes with the last segment using it)
-    dense = {k: v for k, v in comps["dense"].items() if k != "codebook" or (v or {}).get("codec") == kind}
-    return {**comps, "dense": {**dense, "faiss": fs.to_dict()}}
