@@ -99,6 +99,34 @@ def run_round5(tmp: Path, corpus: Path, idx: Path, ldr, record, clean) -> None:
                         headers={"Origin": "http://attacker.example"})
         record("5.6 DNS rebinding: Host attacker.example", r.status_code == 400 and r2.status_code == 403,
                "400 (Host), 403 (cross-origin write)")
+        # 7. churn: add a 5,000-word document of words of its own, search, delete it
+        import random
+
+        def rss() -> float:
+            line = next(x for x in Path(f"/proc/{srv.pid}/status").read_text().splitlines() if x.startswith("VmRSS:"))
+            return int(line.split()[1]) / 1024
+        rng, at, url = random.Random(0), {}, f"http://127.0.0.1:{port}"
+        start = rss()
+        for i in range(80):
+            words = " ".join(f"w{i}x{rng.randrange(10 ** 9)}" for _ in range(5000))
+            httpx.post(url + "/documents", json={"documents": [{"id": "churn", "text": f"lamp {words}"}]}, timeout=60)
+            httpx.post(url + "/search", json={"query": "lamp keeper", "k": 5}, timeout=60)
+            httpx.post(url + "/documents/delete", json={"ids": ["churn"]}, timeout=60)
+            if i + 1 in (40, 80):
+                at[i + 1] = rss()
+        record("5.7 memory under add/search/delete churn", at[80] - start < 100 and at[80] - at[40] < 20,
+               f"+{at[40] - start:.0f} MB after 40 rounds, +{at[80] - start:.0f} MB after 80")
     finally:
         srv.terminate()
         srv.wait()
+    # 11. an unwritable export cache: PyTorch, said once, nothing left in TMPDIR
+    d, tmpdir = tmp / "r5-dense", tmp / "r5-tmpdir"
+    tmpdir.mkdir()
+    ldr("index", corpus, "-o", d, "-q", "--sparse", "none")
+    blocker = tmp / "r5-blocker"
+    blocker.write_text("not a folder")
+    env = {**os.environ, "LDR_CACHE_DIR": str(blocker / "cache"), "TMPDIR": str(tmpdir)}
+    r = subprocess.run([sys.executable, "-m", "ldr.cli", "search", "lamp keeper", "-i", str(d)], capture_output=True,
+                       env=env, timeout=300)
+    record("5.11 an unwritable export cache", r.returncode == 0 and r.stderr.count(b"not writable") == 1
+           and not list(tmpdir.glob("ldr-onnx-*")), "PyTorch, one warning, nothing in TMPDIR")

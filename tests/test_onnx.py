@@ -344,7 +344,9 @@ def test_auto_runs_on_pytorch_when_the_cache_cannot_be_written_and_says_so_once(
     monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setattr(onnx_export, "_SAID", set())
     caplog.set_level(logging.WARNING)
-    encoders = [load_dense(DenseSettings(device="cpu", strategy="truncate")) for _ in range(2)]
+    recorded = DenseSettings(device="cpu", strategy="truncate", backend="onnx")
+    recorded.from_index = True          # as an index's manifest gives it: not the user's request
+    encoders = [load_dense(DenseSettings(device="cpu", strategy="truncate")), load_dense(recorded)]
     assert all(isinstance(e, DenseEncoder) for e in encoders)           # PyTorch
     assert caplog.text.count("not writable") == 1 and "PyTorch" in caplog.text
     assert "failed" not in caplog.text and not glob.glob(str(tmp_path / "tmp" / "ldr-onnx-*"))

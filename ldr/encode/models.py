@@ -194,4 +194,8 @@ def model_settings(comp: dict, cls, trust_remote_code: bool, device: str | None,
         settings["trust_remote_code"] = wanted
     if device is not None and "device" in fields:
         settings["device"] = device
-    return cls(**settings)
+    out = cls(**settings)
+    # the backend an index recorded is not a user's request: with an unwritable export cache it
+    # runs on PyTorch rather than exporting in every process (onnx_export.load)
+    out.from_index = True
+    return out

@@ -173,7 +173,7 @@ def load(kind: str, settings, backend: str, trust_remote_code: bool = False):
     from .runtime import EXACT
 
     path, _ = resolve(settings.model)
-    explicit = getattr(settings, "backend", None) not in (None, "auto", EXACT)
+    explicit = getattr(settings, "backend", None) not in (None, "auto", EXACT) and not getattr(settings, "from_index", False)
     if os.path.isdir(settings.model):   # an absolute path: search may run from another directory
         settings.model = path
     if not os.path.isdir(path):

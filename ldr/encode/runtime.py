@@ -114,12 +114,13 @@ def with_fallback(settings, backend: str, onnx_cls, torch_cls):
     except (ConfigError, ModelError):
         raise
     except Exception as e:
+        if type(e).__name__ == "CacheUnwritable":      # said once already; the recorded engine's vectors
+            return torch_cls(settings)                 # and PyTorch's agree at cosine >= 0.9999
         if asked not in (None, "auto", EXACT):
             raise ModelError(f"exporting {settings.model} to ONNX failed ({type(e).__name__}: {str(e)[:300]}); "
                              "use --backend torch") from None
-        if type(e).__name__ != "CacheUnwritable":      # that one was said already, once
-            log.warning("exporting %s to ONNX failed (%s: %s); using PyTorch", settings.model, type(e).__name__,
-                        str(e)[:200])
+        log.warning("exporting %s to ONNX failed (%s: %s); using PyTorch", settings.model, type(e).__name__,
+                    str(e)[:200])
         settings.backend = "auto"
         return torch_cls(settings)
 
