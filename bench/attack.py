@@ -115,8 +115,9 @@ def run_round3(tmp: Path, corpus: Path, idx: Path) -> None:
     record("3 ldr add IDX -i IDX", r.returncode == 2 and b"inside the index" in r.stderr, r.stderr.decode().strip()[:90])
 
     # 4-5. a damaged tantivy file: no write re-blesses it, no search panics
-    dmg = tmp / "idx-dmg"
-    shutil.copytree(idx, dmg)
+    dmg = tmp / "idx-dmg"          # tantivy: no longer the default BM25 (issue 55), built for this one
+    r = ldr("index", idx.parent / "corpus", "-o", dmg, "-q", "--bm25", "tantivy", "--dense", "none", "--sparse", "none")
+    assert r.returncode == 0, r.stderr
     gen = sorted((dmg / "bm25-generations").iterdir())[-1]
     flip(max((f for f in gen.iterdir() if f.suffix in (".idx", ".term", ".pos", ".store")), key=lambda f: f.stat().st_size))
     add = tmp / "more"
@@ -269,11 +270,13 @@ def run(tmp: Path) -> None:
         r = ldr("info", bad)
         record(f"3 {label}", r.returncode == 2 and clean(r), r.stderr.decode().strip()[:90])
 
-    # 4. corrupted files
-    for label, target in (("docstore", "segments/seg-000001/docstore.parquet"),
-                          ("tantivy meta", "bm25-generations/gen-000001/meta.json")):
+    # 4. corrupted files (tantivy is no longer the default BM25: an index of its own for its file)
+    tantivy = tmp / "idx-tantivy"
+    ldr("index", tmp / "corpus", "-o", tantivy, "-q", "--bm25", "tantivy", "--dense", "none", "--sparse", "none")
+    for label, target, src in (("docstore", "segments/seg-000001/docstore.parquet", idx),
+                               ("tantivy meta", "bm25-generations/gen-000001/meta.json", tantivy)):
         bad = tmp / f"idx-c-{target.replace('/', '-')}"
-        shutil.copytree(idx, bad)
+        shutil.copytree(src, bad)
         data = bytearray((bad / target).read_bytes())
         data[len(data) // 2] ^= 0xFF
         (bad / target).write_bytes(bytes(data))

@@ -315,3 +315,38 @@ def test_rag_example_assembles_a_cited_prompt(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert "[1] (Minutes 3)" in out and "PELICAN-7431" in out and "Question: what is the secret" in out
     assert "[1] doc3 characters" in out
+
+
+def test_langchain_options_per_call_and_an_event_loop_left_free(tmp_path):
+    """Issue 58: LangChain's standard retriever tests call `invoke(q, k=1)`; options given to one
+    call (k, filters, mode) win over the retriever's, an unknown one is an error, and `ainvoke`
+    runs the search in a worker thread (six concurrent calls overlap instead of queueing)."""
+    import asyncio
+    import time
+
+    from ldr.errors import QueryError
+    from ldr.integrations.langchain import LdrRetriever
+
+    ldr.Index.build([{"id": f"d{i}", "text": f"bridge report {i} on bearing corrosion", "n": i % 2} for i in range(8)],
+                    tmp_path / "i", dense=None, sparse=None)
+    r = LdrRetriever(index=str(tmp_path / "i"), k=3)
+    assert len(r.invoke("bridge bearing")) == 3 and len(r.invoke("bridge bearing", k=1)) == 1
+    assert [d.metadata["doc_id"] for d in r.invoke("bridge bearing", k=8, filters={"n": 1})] == ["d1", "d3", "d5", "d7"]
+    assert len(r.invoke("bridge", mode="bm25", k=2)) == 2
+    with pytest.raises(QueryError, match="unknown search option"):
+        r.invoke("bridge", nonsense=3)
+    assert len(asyncio.run(r.ainvoke("bridge bearing", k=2))) == 2
+
+    source = r._source
+    real = source.search
+
+    def slow(*a, **k):
+        time.sleep(0.3)
+        return real(*a, **k)
+    source.search = slow
+
+    async def six():
+        t = time.perf_counter()
+        await asyncio.gather(*(r.ainvoke("bridge bearing") for _ in range(6)))
+        return time.perf_counter() - t
+    assert asyncio.run(six()) < 6 * 0.3 * 0.8          # overlapped, not one after another

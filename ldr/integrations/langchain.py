@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, PrivateAttr
@@ -37,13 +37,23 @@ class LdrRetriever(BaseRetriever):
     def model_post_init(self, __context: Any) -> None:
         self._source = open_source(self.index, self.url, self.api_key)
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                **kwargs: Any) -> list[Document]:
         # search_kwargs are any search options (ldr.search.options.QueryOptions) and win over the
-        # fields above: search_kwargs={"k": 2} is k=2, not a clash
+        # fields above: search_kwargs={"k": 2} is k=2, not a clash; options passed to one call
+        # (`retriever.invoke(q, k=1, filters={...}, mode="bm25")`) win over both
         options = {"k": self.k, "passages": self.passages, "filters": self.filters, "min_score": self.min_score,
-                   **self.search_kwargs}
+                   **self.search_kwargs, **kwargs}
         hits = self._source.search(query, **options)
         generation = getattr(hits, "generation", None)
         return [Document(page_content=r["text"], id=r["id"],
                          metadata={**r["metadata"], "score": r["score"], "generation": generation})
                 for r in passage_records(hits)]
+
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
+                                       **kwargs: Any) -> list[Document]:
+        # in a worker thread: a search never blocks the caller's event loop, and takes the same options
+        import asyncio
+
+        return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(),
+                                       **kwargs)
