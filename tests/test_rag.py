@@ -350,3 +350,43 @@ def test_langchain_options_per_call_and_an_event_loop_left_free(tmp_path):
         await asyncio.gather(*(r.ainvoke("bridge bearing") for _ in range(6)))
         return time.perf_counter() - t
     assert asyncio.run(six()) < 6 * 0.3 * 0.8          # overlapped, not one after another
+
+
+def test_llamaindex_takes_its_own_metadata_filters_and_leaves_the_event_loop_free(tmp_path):
+    """Issue 58: LlamaIndex's MetadataFilters (ExactMatchFilter, operators, AND) become ldr's
+    filters; what ldr cannot express (OR, nin) is refused clearly; aretrieve overlaps."""
+    import asyncio
+    import time
+
+    from llama_index.core.vector_stores.types import (ExactMatchFilter, FilterCondition, FilterOperator,
+                                                      MetadataFilter, MetadataFilters)
+
+    from ldr.errors import QueryError
+    from ldr.integrations.llamaindex import LdrRetriever
+
+    ldr.Index.build([{"id": f"d{i}", "text": f"bridge report {i} on bearing corrosion", "n": i % 2, "year": 2000 + i}
+                     for i in range(8)], tmp_path / "i", dense=None, sparse=None)
+    f = MetadataFilters(filters=[ExactMatchFilter(key="n", value=1),
+                                 MetadataFilter(key="year", value=2003, operator=FilterOperator.GTE)])
+    r = LdrRetriever(str(tmp_path / "i"), k=8, filters=f)
+    assert sorted(n.node.metadata["doc_id"] for n in r.retrieve("bridge bearing")) == ["d3", "d5", "d7"]
+    inn = MetadataFilters(filters=[MetadataFilter(key="year", value=[2001, 2006], operator=FilterOperator.IN)])
+    assert sorted(n.node.metadata["doc_id"] for n in LdrRetriever(str(tmp_path / "i"), k=8, filters=inn)
+                  .retrieve("bridge")) == ["d1", "d6"]
+    for bad in (MetadataFilters(filters=[ExactMatchFilter(key="n", value=1), ExactMatchFilter(key="year", value=2)],
+                                condition=FilterCondition.OR),
+                MetadataFilters(filters=[MetadataFilter(key="n", value=[1], operator=FilterOperator.NIN)])):
+        with pytest.raises(QueryError, match="not supported"):
+            LdrRetriever(str(tmp_path / "i"), filters=bad)
+    real = r._source.search
+
+    def slow(*a, **k):
+        time.sleep(0.3)
+        return real(*a, **k)
+    r._source.search = slow
+
+    async def six():
+        t = time.perf_counter()
+        await asyncio.gather(*(r.aretrieve("bridge bearing") for _ in range(6)))
+        return time.perf_counter() - t
+    assert asyncio.run(six()) < 6 * 0.3 * 0.8

@@ -10,7 +10,41 @@ from __future__ import annotations
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 
+from ..errors import QueryError
 from .source import open_source, passage_records
+
+# LlamaIndex's filter operators that ldr's filters express (ldr/search/filters.py)
+_OPS = {"==": "=", "!=": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
+
+
+def ldr_filters(filters) -> dict | None:
+    """LlamaIndex `MetadataFilters` (ExactMatchFilter, MetadataFilter with ==, !=, <, <=, >, >=,
+    in; conditions joined by AND) as ldr's filter dict; a mapping passes as it is. What ldr cannot
+    express (OR, nin, contains, text match, nested filters) is a clear error, never ignored."""
+    if filters is None or isinstance(filters, dict):
+        return filters
+    from llama_index.core.vector_stores.types import FilterCondition, MetadataFilters
+
+    if not isinstance(filters, MetadataFilters):
+        raise QueryError(f"filters must be a mapping or LlamaIndex MetadataFilters, not {type(filters).__name__}")
+    if len(filters.filters) > 1 and filters.condition not in (None, FilterCondition.AND):
+        raise QueryError(f"ldr's filters join conditions with AND; {filters.condition.value} is not supported")
+    out: dict = {}
+    for f in filters.filters:
+        if isinstance(f, MetadataFilters):
+            raise QueryError("nested MetadataFilters are not supported by ldr's filters")
+        op = getattr(f.operator, "value", f.operator)
+        if op == "in":
+            out[f.key] = list(f.value)
+        elif op in _OPS:
+            cond = out.setdefault(f.key, {})
+            if not isinstance(cond, dict) or _OPS[op] in cond:
+                raise QueryError(f"two conditions on {f.key!r} that ldr's filters cannot join")
+            cond[_OPS[op]] = f.value
+        else:
+            raise QueryError(f"the filter operator {op!r} (on {f.key!r}) is not supported by ldr's filters; "
+                             f"supported: {', '.join([*_OPS, 'in'])}")
+    return out
 
 
 class LdrRetriever(BaseRetriever):
@@ -24,7 +58,7 @@ class LdrRetriever(BaseRetriever):
         """`min_score`: drop documents whose calibrated relevance (0-1) is below it."""
         super().__init__(**kwargs)
         self._source = open_source(index, url, api_key)
-        self.k, self.passages, self.filters, self.min_score = k, passages, filters, min_score
+        self.k, self.passages, self.filters, self.min_score = k, passages, ldr_filters(filters), min_score
         self.search_kwargs = dict(search_kwargs or {})
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -43,3 +77,9 @@ class LdrRetriever(BaseRetriever):
             node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=md["doc_id"])
             out.append(NodeWithScore(node=node, score=r["score"]))
         return out
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        # in a worker thread: concurrent aretrieve calls overlap, the event loop stays free
+        import asyncio
+
+        return await asyncio.to_thread(self._retrieve, query_bundle)
