@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Iterator
@@ -44,6 +45,9 @@ class Limits:
         return False
 
 
+_REAL_UTF8 = re.compile("[^\x00-\x7f\ufffd]")
+
+
 def _decode(raw: bytes, where: str, report: IngestReport) -> str:
     enc, skip = sniff_bom(raw[:4])
     if enc and enc != "utf-8":
@@ -55,8 +59,17 @@ def _decode(raw: bytes, where: str, report: IngestReport) -> str:
     try:
         return raw[skip:].decode("utf-8")
     except UnicodeDecodeError:
+        text = raw[skip:].decode("utf-8", errors="replace")
+    if _REAL_UTF8.search(text):      # UTF-8 (its multi-byte characters decode) with damaged bytes
         report.warn("invalid UTF-8 replaced", where)
-        return raw[skip:].decode("utf-8", errors="replace")
+        return text
+    # not one valid multi-byte sequence: a one-byte encoding ("caf\xe9" is latin-1's café, which
+    # UTF-8 would store as U+FFFD, so "café" found nothing); Windows-1252 is latin-1's superset
+    report.warn("not UTF-8: read as Windows-1252", where)
+    try:
+        return raw[skip:].decode("cp1252")
+    except UnicodeDecodeError:       # 5 bytes Windows-1252 leaves undefined
+        return raw[skip:].decode("latin-1")
 
 
 def _read_bytes(path: Path, where: str, report: IngestReport, limits: Limits) -> bytes | None:
