@@ -15,6 +15,7 @@ Two parts (`figures/bench_compressed.json`):
   (Dense.merge_parts, the codebook reused, the codes copied), cold open after dropping the page
   cache, warm latency and recall per depth, RSS.
 
+    pip install -e '.[bench]'                 # usearch and lancedb, the peers
     python bench/bench_compressed.py --side 200000 --real /tmp/ldr-shards/default --scale 2000000
 """
 from __future__ import annotations
