@@ -263,3 +263,14 @@ class ClusterHandle(Handle):
 
     def __len__(self) -> int:
         return len(self._snap)
+
+    def refresh(self) -> bool:
+        """Move to the newest cluster generation. Searches already running finish on the snapshot
+        they took (its shards stay pinned until the last of them lets go of it)."""
+        cluster = self._newest_cluster()
+        if cluster["generation"] == self.generation:
+            return False
+        snap = self._open_cluster(cluster)
+        with self._load_lock:
+            self._snap = snap
+        return True

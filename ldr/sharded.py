@@ -76,15 +76,11 @@ class ShardedIndex(ClusterHandle):
         """The id of every document (reads each shard's id column: an export's work, not a search's)."""
         return [i for sh in self._snap.indexes for i in sh.live_ids()]
 
-    def refresh(self) -> bool:
-        """Move to the newest cluster generation. Searches already running finish on the snapshot
-        they took (its shards stay pinned until the last of them lets go of it)."""
-        if read_cluster(self.path)["generation"] == self.generation:
-            return False
-        snap = self._open(None)
-        with self._load_lock:
-            self._snap = snap
-        return True
+    def _newest_cluster(self) -> dict:
+        return read_cluster(self.path)
+
+    def _open_cluster(self, cluster: dict) -> Snapshot:
+        return self._open(None)      # the newest again: _open retries when a writer commits meanwhile
 
     def close(self) -> None:
         for sh in self._snap.indexes:

@@ -267,6 +267,7 @@ class CompressedIndex:
         except RuntimeError:
             self.codes = faiss.read_index(str(path / "ivf.index"))
         self.ntotal, self.d, self.rescore, self.nprobe = int(self.codes.ntotal), int(self.codes.d), rescore, nprobe
+        self.nlist = int(faiss.extract_index_ivf(self.codes).nlist)
         if self.ntotal != n or self.d != d:
             raise IndexFormatError(f"the dense index {path} is damaged: {self.ntotal} codes x {self.d}, the manifest "
                                    f"says {n} x {d}. Rebuild it with `ldr index`")
@@ -279,9 +280,8 @@ class CompressedIndex:
         q = np.ascontiguousarray(q, dtype=np.float32)
         want = min(self.ntotal, max(k, self.rescore))
         # probe enough cells to hold twice the rows asked for: the pipeline asks 4,000 passage rows,
-        # more than 16 cells of a 1M-vector segment hold (it would then deepen its request to n)
-        ivf = faiss.extract_index_ivf(self.codes)
-        nprobe = int(min(ivf.nlist, max(self.nprobe, np.ceil(2 * want * ivf.nlist / max(self.ntotal, 1)))))
+        # more than 32 cells of a 2M-vector segment hold (it would then deepen its request to n)
+        nprobe = int(min(self.nlist, max(self.nprobe, np.ceil(2 * want * self.nlist / max(self.ntotal, 1)))))
         _, cand = self.codes.search(q, want, params=faiss.SearchParametersIVF(nprobe=nprobe))
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         rows = np.full((len(q), k), -1, dtype=np.int64)

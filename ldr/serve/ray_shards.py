@@ -189,14 +189,11 @@ class RayShardedIndex(ClusterHandle):
         snap.cluster = cluster
         return snap
 
-    def refresh(self) -> bool:
-        cluster = self._cluster()
-        if cluster["generation"] == self._snap.generation:
-            return False
-        snap = self._open(cluster)
-        with self._load_lock:
-            self._snap = snap
-        return True
+    def _newest_cluster(self) -> dict:
+        return self._cluster()
+
+    def _open_cluster(self, cluster: dict) -> Snapshot:
+        return self._open(cluster)
 
     def close(self) -> None:
         self._close_pool()
