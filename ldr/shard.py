@@ -132,7 +132,7 @@ class LocalShard:
             finder = self._finder()
             for d, (spans, n, terms) in cuts.items():
                 got = finder.cut(texts[d], spans, n, terms)
-                out[d]["cuts"], out[d]["passages"] = got, [texts[d][a:e] for _, a, e, _ in got]
+                out[d]["cuts"], out[d]["passages"] = got, [texts[d][a:e] for _, a, e, _, _ in got]
         return out
 
 

@@ -72,7 +72,7 @@ def test_bad_inputs_are_counted_not_lost(tmp_path, write_jsonl):
     assert s["record without text field"] == 1
     assert s["JSON record is not an object"] == 1
     assert s["parquet without text column"] == 1
-    assert report.warnings["not UTF-8: read as Windows-1252"] == 1
+    assert report.warnings["not UTF-8: read as windows-1252 (guessed)"] == 1
     # documents in = indexed + skipped: 3 kept, 9 skipped (the 5 JSONL lines count one each)
     assert report.indexed == 3 and report.n_skipped == 9
     assert any("lines.jsonl line 2" in w for w in report.examples["malformed JSON line"])

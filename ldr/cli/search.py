@@ -187,7 +187,8 @@ def _print_hits(hits, stages) -> None:
         click.echo(f"{h.rank:>4}  {cut(h.id, width):<{width}}  {h.score:>9.4f}  {cols}{cut(h.title or '', room)}")
         if h.passages:
             p = h.passages[0]
-            where = f"[{p.start}:{p.end}] "
+            pages = f"p. {p.page}" + (f"-{p.page_end}" if p.page_end and p.page_end != p.page else "") if p.page else ""
+            where = f"[{p.start}:{p.end}{', ' + pages if pages else ''}] "
             # query terms in bold (click drops the styling when output is not a terminal)
             text = snippet(p.text, finder.marks(p.text, qterms), max(40, min(160, columns - 8 - len(where))),
                            lambda t: click.style(t, bold=True))

@@ -1,4 +1,5 @@
-"""Corpus ingestion: a directory or file of txt/md/html/jsonl/json/parquet → streamed Docs."""
+"""Corpus ingestion: a directory or file of text, Markdown, HTML, PDF, DOCX, ODT, EPUB, JSONL, JSON or
+Parquet → streamed Docs."""
 from __future__ import annotations
 
 import logging
@@ -10,7 +11,8 @@ from typing import Callable, Iterable, Iterator
 
 from ..errors import CorpusError
 from .doc import Doc
-from .readers import (DEFAULT_MAX_DOC_MB, HTML_EXTS, JSON_EXTS, PARQUET_EXTS, SUPPORTED, TEXT_EXTS, Limits, read_html,
+from .formats import DOC_EXTS
+from .readers import (DEFAULT_MAX_DOC_MB, HTML_EXTS, JSON_EXTS, PARQUET_EXTS, SUPPORTED, TEXT_EXTS, Limits, read_document, read_html,
                       read_jsonl, read_parquet, read_text)
 from .report import IngestReport
 from .text import has_surrogates, replace_surrogates, utf8_len
@@ -93,6 +95,8 @@ def _read_file(path: Path, rel: str, report: IngestReport, limits: Limits) -> It
         return read_jsonl(path, rel, report, limits)
     if ext in PARQUET_EXTS:
         return read_parquet(path, rel, report, limits)
+    if ext in DOC_EXTS:
+        return read_document(path, rel, report, limits)
     raise CorpusError(f"{rel}: unsupported file type {ext!r}; supported: {', '.join(sorted(SUPPORTED))}")
 
 

@@ -10,21 +10,22 @@ import io
 import json
 import os
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Iterator
 
 from .doc import Doc
+from .formats import DOC_EXTS, read_docx, read_epub, read_odt, read_pdf
+from .html import html_to_text
 from .report import IngestReport
 from .text import sniff_bom
 
 ID_KEYS = ("_id", "id", "docid", "doc_id", "pid")
 TEXT_KEYS = ("text", "contents", "passage", "body")
-TEXT_EXTS = {".txt", ".md", ".markdown", ".text"}
+TEXT_EXTS = {".txt", ".md", ".markdown", ".text", ".rst", ".adoc", ".asciidoc", ".org", ".tex"}
 HTML_EXTS = {".html", ".htm"}
 JSON_EXTS = {".jsonl", ".json", ".ndjson"}
 PARQUET_EXTS = {".parquet"}
-SUPPORTED = TEXT_EXTS | HTML_EXTS | JSON_EXTS | PARQUET_EXTS
+SUPPORTED = TEXT_EXTS | HTML_EXTS | JSON_EXTS | PARQUET_EXTS | DOC_EXTS
 
 _BINARY_SNIFF = 8192
 DEFAULT_MAX_DOC_MB = 64.0
@@ -63,16 +64,34 @@ def _decode(raw: bytes, where: str, report: IngestReport) -> str:
     if _REAL_UTF8.search(text):      # UTF-8 (its multi-byte characters decode) with damaged bytes
         report.warn("invalid UTF-8 replaced", where)
         return text
-    # not one valid multi-byte sequence: a one-byte encoding ("caf\xe9" is latin-1's café, which
-    # UTF-8 would store as U+FFFD, so "café" found nothing); Windows-1252 is latin-1's superset
-    report.warn("not UTF-8: read as Windows-1252", where)
+    # not one valid multi-byte sequence: a legacy one-byte or CJK encoding ("caf\xe9" is latin-1's
+    # café, which UTF-8 would store as U+FFFD, so "café" found nothing)
+    enc, text = _guess(raw[skip:])
+    report.warn(f"not UTF-8: read as {enc} (guessed)", where)
+    return text
+
+
+def _guess(raw: bytes) -> tuple[str, str]:
+    """(encoding, text) of bytes that are not UTF-8: Windows-1252 (latin-1's superset, the most
+    common by far) unless it reads as a mess, then charset-normalizer's guess (Cyrillic, Greek,
+    Central European, CJK). Measured on short samples in 11 encodings: 9 right; charset-normalizer
+    alone 6 (it takes latin-1 for cp1250 or cp775, curly quotes for cp437)."""
+    from charset_normalizer import from_bytes
+    from charset_normalizer.md import mess_ratio
+
     try:
-        return raw[skip:].decode("cp1252")
+        western = raw.decode("cp1252")
+        if mess_ratio(western, 1.0) <= 0.1:
+            return "windows-1252", western
     except UnicodeDecodeError:       # 5 bytes Windows-1252 leaves undefined
-        return raw[skip:].decode("latin-1")
+        western = None
+    best = from_bytes(raw).best()
+    if best is not None:
+        return best.encoding, str(best)
+    return ("windows-1252", western) if western is not None else ("latin-1", raw.decode("latin-1"))
 
 
-def _read_bytes(path: Path, where: str, report: IngestReport, limits: Limits) -> bytes | None:
+def _read_bytes(path: Path, where: str, report: IngestReport, limits: Limits, binary: bool = False) -> bytes | None:
     try:
         with path.open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -84,7 +103,7 @@ def _read_bytes(path: Path, where: str, report: IngestReport, limits: Limits) ->
         return None
     if limits.too_big(len(raw), where, report):  # grew while we read it
         return None
-    if sniff_bom(raw[:4])[0] is None and b"\x00" in raw[:_BINARY_SNIFF]:
+    if not binary and sniff_bom(raw[:4])[0] is None and b"\x00" in raw[:_BINARY_SNIFF]:
         report.skip("binary file", where)
         return None
     return raw
@@ -96,63 +115,44 @@ def read_text(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> 
         return
     text = _decode(raw, doc_id, report)
     del raw
-    title = path.stem
-    if path.suffix.lower() in {".md", ".markdown"}:
-        first = text[:4096].lstrip().split("\n", 1)[0]
-        if first.startswith("#"):
-            title = first.lstrip("#").strip() or title
+    title = _heading(text, path.suffix.lower()) or path.stem
     if not text.strip():
         report.skip("empty document", doc_id)
         return
     yield Doc(doc_id, text, title, {}, source=doc_id, path=doc_id)
 
 
-class _HTMLText(HTMLParser):
-    """Visible text of an HTML page; <script>/<style> dropped, block tags become newlines."""
-
-    _SKIP = {"script", "style", "noscript", "template"}
-    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section",
-              "article", "header", "footer", "pre", "blockquote", "table", "ul", "ol"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title_parts: list[str] = []
-        self._skip = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag, attrs):
-        if tag in self._SKIP:
-            self._skip += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in self._BLOCK:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag):
-        if tag in self._SKIP and self._skip:
-            self._skip -= 1
-        elif tag == "title":
-            self._in_title = False
-        elif tag in self._BLOCK:
-            self.parts.append("\n")
-
-    def handle_data(self, data):
-        if self._skip:
-            return
-        (self.title_parts if self._in_title else self.parts).append(data)
+def read_document(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
+    """PDF, DOCX, ODT or EPUB (formats.py), read whole within --max-doc-mb."""
+    raw = _read_bytes(path, doc_id, report, limits, binary=True)
+    if raw is None:
+        return
+    ext = path.suffix.lower()
+    if ext == ".pdf":
+        yield from read_pdf(raw, path, doc_id, report)
+        return
+    reader = {".docx": read_docx, ".odt": read_odt, ".epub": read_epub}[ext]
+    yield from reader(raw, path, doc_id, report, limits.max_doc_bytes, limits.max_doc_mb)
 
 
-def html_to_text(markup: str) -> tuple[str, str]:
-    """(title, text) of an HTML document with tags stripped and whitespace tidied."""
-    p = _HTMLText()
-    p.feed(markup)
-    p.close()
-    lines = (" ".join(line.split()) for line in "".join(p.parts).split("\n"))
-    text = "\n".join(line for line in lines if line)
-    # entities were already decoded by the parser (convert_charrefs): decoding again would turn a
-    # literal "&amp;amp;" into "&"
-    return " ".join("".join(p.title_parts).split()), text
+def _heading(text: str, ext: str) -> str | None:
+    """The title a lightweight markup file gives itself: Markdown "# T", AsciiDoc "= T", Org
+    "#+TITLE: T", reStructuredText's first line over (or between) a line of =, -, ~ or *."""
+    lines = [line.strip() for line in text[:4096].lstrip().split("\n")[:4]]
+    first = lines[0] if lines else ""
+    if ext in {".md", ".markdown"} and first.startswith("#"):
+        return first.lstrip("#").strip()
+    if ext in {".adoc", ".asciidoc"} and first.startswith("= "):
+        return first[2:].strip()
+    if ext == ".org" and first.lower().startswith("#+title:"):
+        return first[8:].strip()
+    if ext == ".rst":
+        rule = re.compile(r"^([=\-~*#^])\1{2,}$")
+        if len(lines) > 2 and rule.match(first) and rule.match(lines[2]):
+            return lines[1]
+        if len(lines) > 1 and first and rule.match(lines[1]):
+            return first
+    return None
 
 
 def read_html(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:

@@ -65,3 +65,11 @@ def text_chunks(text: str, size: int = _CHUNK):
             end = cut + 1 if cut > start else end
         yield text[start:end]
         start = end
+
+
+def page_of(text: str, offset: int) -> int | None:
+    """1-based page of a character offset in a text whose pages end with a form feed (PDFs as
+    ldr reads them, RFCs), None when the text has no page breaks."""
+    if "\f" not in text:
+        return None
+    return text.count("\f", 0, offset) + 1

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..corpus.text import page_of
 from .normalise import minmax
 from .window_terms import WindowTerms
 
@@ -33,9 +34,16 @@ class Passage:
     stage: str           # which source ranks this window highest: the vector kind ("dense") or the lexical one
     scores: dict
     highlights: list = field(default_factory=list)   # [start, end] of each word matching a query term (document offsets)
+    # in a document with page breaks (a PDF): the 1-based page it starts on, and ends on
+    page: int | None = None
+    page_end: int | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for k in ("page", "page_end"):
+            if d[k] is None or (k == "page_end" and d[k] == d["page"]):
+                del d[k]
+        return d
 
 
 @dataclass
@@ -156,15 +164,17 @@ class PassageFinder:
 
     def cut(self, text: str, spans, n: int, qterms) -> list[tuple]:
         """A document's n passages from its windows `spans` (best first): each cut to whole
-        sentences, a window overlapping a better one left out; [(window, start, end, marks)]."""
+        sentences, a window overlapping a better one left out; [(window, start, end, marks, pages)]
+        (pages: the pages it starts and ends on in a text with page breaks, else None)."""
         chosen: list[tuple] = []
         for j, (a, e) in enumerate(np.asarray(spans).tolist()):
             if len(chosen) >= n:
                 break
             a, e = _tidy(text, a, e)
-            if any(a < pe and ps < e for _, ps, pe, _ in chosen):
+            if any(a < pe and ps < e for _, ps, pe, _, _ in chosen):
                 continue   # overlapping windows: the better one stands for both
-            chosen.append((j, a, e, [[a + s, a + t] for s, t in self.marks(text[a:e], set(qterms))]))
+            chosen.append((j, a, e, [[a + s, a + t] for s, t in self.marks(text[a:e], set(qterms))],
+                           None if "\f" not in text else (page_of(text, a), page_of(text, e))))
         return chosen
 
     # -- where the candidates are gathered: BM25 among their windows, the best, the passages ---------
@@ -212,13 +222,13 @@ class PassageFinder:
     def passages_of(self, ranked: "Ranked", d: int, cuts: list[tuple], texts: list[str]) -> list[Passage]:
         """Document d's Passages from its cuts (`cut` over its windows in `ranked.order[d]`) and their texts."""
         out = []
-        for (j, a, e, marks), text in zip(cuts, texts):
+        for (j, a, e, marks, pages), text in zip(cuts, texts):
             i = ranked.order[d][j]
             scores = {self.term_kind: float(ranked.terms[i])}
             scores.update({k: float(v[i]) for k, v in ranked.vec.items() if not np.isnan(v[i])})
             # the source that adds the most to this window's score; vector kinds first on a tie
             stage = max([k for k in self.vectors if k in scores] + [self.term_kind], key=lambda k: ranked.contrib[k][i])
-            out.append(Passage(a, e, text, float(ranked.total[i]), stage, scores, marks))
+            out.append(Passage(a, e, text, float(ranked.total[i]), stage, scores, marks, *(pages or (None, None))))
         return out
 
     # -- both halves in one process ---------------------------------------------------------------
@@ -241,7 +251,7 @@ class PassageFinder:
         out = {}
         for d, text in docs.items():
             cuts = self.cut(text, ranked.win[ranked.order[d]], n, terms)
-            out[d] = self.passages_of(ranked, d, cuts, [text[a:e] for _, a, e, _ in cuts])
+            out[d] = self.passages_of(ranked, d, cuts, [text[a:e] for _, a, e, _, _ in cuts])
         return out
 
     def _bm25(self, lengths: np.ndarray, tf: np.ndarray) -> np.ndarray:
