@@ -277,13 +277,26 @@ def test_langchain_retriever_on_a_local_index(tmp_path):
     r = LdrRetriever(index=str(tmp_path / "idx"), k=2, passages=2, filters={"lang": "de"})
     assert isinstance(r, BaseRetriever)
     docs = r.invoke("secret launch code telescope budget")
-    assert len(docs) == 4 and all(isinstance(d, Document) for d in docs)
+    # k counts documents, as LangChain users and its standard tests read it: one Document per hit,
+    # its passages in the document's order
+    assert len(docs) == 2 and all(isinstance(d, Document) for d in docs)
     top = docs[0]
-    assert top.metadata["doc_id"] == "doc3" and "PELICAN-7431" in top.page_content
     text = ldr.open(tmp_path / "idx").document("doc3").text
-    assert text[top.metadata["start"]:top.metadata["end"]] == top.page_content
-    assert top.id == f"doc3#{top.metadata['start']}-{top.metadata['end']}" and top.metadata["lang"] == "de"
+    assert top.id == "doc3" and top.metadata["doc_id"] == "doc3" and "PELICAN-7431" in top.page_content
+    ps = top.metadata["passages"]
+    assert len(ps) == 2 and ps[0]["start"] < ps[1]["start"]
+    assert top.page_content == "\n…\n".join(text[p["start"]:p["end"]] for p in ps)
+    best = max(ps, key=lambda p: p["score"])
+    assert (top.metadata["start"], top.metadata["end"]) == (best["start"], best["end"])
+    assert "PELICAN-7431" in text[best["start"]:best["end"]] and top.metadata["lang"] == "de"
     assert {d.metadata["doc_id"] for d in docs} <= {"doc1", "doc3", "doc5"}
+    # one Document per passage on request, and the whole text with no passages
+    per = LdrRetriever(index=str(tmp_path / "idx"), k=2, passages=2, filters={"lang": "de"}, per_passage=True)
+    pdocs = per.invoke("secret launch code telescope budget")
+    assert len(pdocs) == 4 and pdocs[0].id == f"doc3#{pdocs[0].metadata['start']}-{pdocs[0].metadata['end']}"
+    assert text[pdocs[0].metadata["start"]:pdocs[0].metadata["end"]] == pdocs[0].page_content
+    whole = r.invoke("secret launch code telescope budget", passages=0)
+    assert len(whole) == 2 and whole[0].page_content == text and whole[0].metadata["passages"] == []
     with pytest.raises(ConfigError):
         LdrRetriever(k=2)
 

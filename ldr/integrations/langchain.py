@@ -1,9 +1,9 @@
-"""LangChain: `LdrRetriever`, a `BaseRetriever` returning the best passages of the best documents.
+"""LangChain: `LdrRetriever`, a `BaseRetriever` returning the best documents as their best passages.
 
     from ldr.integrations.langchain import LdrRetriever
     retriever = LdrRetriever(index="idx", k=4, passages=2)          # or url="http://127.0.0.1:8080"
-    docs = retriever.invoke("when can the licence be terminated?")
-    docs[0].page_content, docs[0].metadata["doc_id"], docs[0].metadata["start"]
+    docs = retriever.invoke("when can the licence be terminated?")  # 4 Documents, k as LangChain counts
+    docs[0].page_content, docs[0].metadata["doc_id"], docs[0].metadata["passages"][0]["start"]
 """
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, PrivateAttr
 
-from .source import open_source, passage_records
+from .source import document_records, open_source, passage_records, search_options
 
 
 class LdrRetriever(BaseRetriever):
-    """`k` documents, `passages` passages each (one LangChain Document per passage, in hit order,
-    each hit's passages best first;
-    metadata: doc_id, title, score, doc_score, relevance, start/end offsets, stage, the document's metadata)."""
+    """`k` LangChain Documents, one per hit, best first: its `passages` best passages in the
+    document's order, joined by a line holding "…" (`passages=0`: the document's whole text).
+    Metadata: doc_id, title, score, relevance, start/end (the best passage), passages (each one's
+    start, end, score, stage and page in a PDF), the document's own metadata.
+    `per_passage=True`: one Document per passage instead (k x passages of them, id "DOC#START-END")."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -29,6 +31,7 @@ class LdrRetriever(BaseRetriever):
     api_key: str | None = None
     k: int = 4
     passages: int = 1
+    per_passage: bool = False
     filters: dict | None = None
     min_score: float | None = None   # drop documents whose calibrated relevance is below (0-1)
     search_kwargs: dict = {}     # any search option: mode, fusion, weights, rerank, ... (they win over k etc.)
@@ -44,11 +47,13 @@ class LdrRetriever(BaseRetriever):
         # (`retriever.invoke(q, k=1, filters={...}, mode="bm25")`) win over both
         options = {"k": self.k, "passages": self.passages, "filters": self.filters, "min_score": self.min_score,
                    **self.search_kwargs, **kwargs}
-        hits = self._source.search(query, **options)
+        per_passage = options.pop("per_passage", self.per_passage)
+        hits = self._source.search(query, **search_options(options))
         generation = getattr(hits, "generation", None)
+        records = passage_records(hits) if per_passage else document_records(hits)
         return [Document(page_content=r["text"], id=r["id"],
                          metadata={**r["metadata"], "score": r["score"], "generation": generation})
-                for r in passage_records(hits)]
+                for r in records]
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        **kwargs: Any) -> list[Document]:

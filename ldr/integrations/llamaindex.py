@@ -11,7 +11,7 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 
 from ..errors import QueryError
-from .source import open_source, passage_records
+from .source import document_records, open_source, passage_records, search_options
 
 # LlamaIndex's filter operators that ldr's filters express (ldr/search/filters.py)
 _OPS = {"==": "=", "!=": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
@@ -50,29 +50,34 @@ def ldr_filters(filters) -> dict | None:
 class LdrRetriever(BaseRetriever):
     """`k` documents, `passages` passages each: one TextNode per passage (id "DOC#START-END",
     its document as SOURCE relationship, offsets as start/end_char_idx), in hit order, each hit's
-    passages best first; a node's score is its passage's."""
+    passages best first; a node's score is its passage's. `passages=0`: a node of each document's
+    whole text. `per_document=True`: one node per document (id = the document's id, as
+    RetrieverEvaluator's expected ids are; its passages joined in the document's order, score the
+    document's)."""
 
     def __init__(self, index=None, *, url: str | None = None, api_key: str | None = None, k: int = 4,
                  passages: int = 1, filters: dict | None = None, min_score: float | None = None,
-                 search_kwargs: dict | None = None, **kwargs):
+                 per_document: bool = False, search_kwargs: dict | None = None, **kwargs):
         """`min_score`: drop documents whose calibrated relevance (0-1) is below it."""
         super().__init__(**kwargs)
         self._source = open_source(index, url, api_key)
         self.k, self.passages, self.filters, self.min_score = k, passages, ldr_filters(filters), min_score
+        self.per_document = per_document
         self.search_kwargs = dict(search_kwargs or {})
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         # search_kwargs are any search options (ldr.search.options.QueryOptions), winning over k etc.
         options = {"k": self.k, "passages": self.passages, "filters": self.filters, "min_score": self.min_score,
                    **self.search_kwargs}
-        hits = self._source.search(query_bundle.query_str, **options)
+        hits = self._source.search(query_bundle.query_str, **search_options(options))
         generation = getattr(hits, "generation", None)
         out = []
-        for r in passage_records(hits):
+        for r in (document_records if self.per_document else passage_records)(hits):
             md = {**r["metadata"], "generation": generation}
             node = TextNode(id_=r["id"], text=r["text"], metadata=md, start_char_idx=md["start"], end_char_idx=md["end"],
                             # the numbers stay out of what an LLM or embedder is shown of the node
-                            excluded_llm_metadata_keys=["doc_score", "doc_rank", "relevance", "start", "end", "stage", "generation"],
+                            excluded_llm_metadata_keys=["doc_score", "doc_rank", "relevance", "start", "end", "stage", "generation",
+                                                        "passages"],
                             excluded_embed_metadata_keys=list(md))
             node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=md["doc_id"])
             out.append(NodeWithScore(node=node, score=r["score"]))

@@ -24,23 +24,60 @@ def open_source(index=None, url: str | None = None, api_key: str | None = None):
     return index
 
 
-def passage_records(hits, with_text_fallback: bool = True) -> list[dict]:
+def _base(h) -> dict:
+    base = {"doc_id": h.id, "title": h.title, "doc_score": float(h.score), "doc_rank": h.rank,
+            "relevance": getattr(h, "relevance", None),
+            **{f"ldr_{k}": v for k, v in (h.origin or {}).items()},
+            **{f"meta_{k}" if k in ("doc_id", "title", "start", "end", "page", "passages") else k: v
+               for k, v in (h.meta or {}).items()}}
+    if h.origin and "source" in h.origin:
+        base.setdefault("source", h.origin["source"])   # LangChain's citation key, unless the user has one
+    return base
+
+
+def _where(p) -> dict:
+    d = {"start": p.start, "end": p.end, "stage": p.stage}
+    if getattr(p, "page", None) is not None:
+        d["page"] = p.page
+    return d
+
+
+def search_options(options: dict) -> dict:
+    """The options of a framework's search: with no passages, the documents' whole texts."""
+    return {**options, "with_text": True} if not options.get("passages") else options
+
+
+def passage_records(hits) -> list[dict]:
     """One record per passage of each hit, in hit order (each hit's passages best first): the
-    text, the passage's score and what a citation
-    needs (document id, title, character offsets, metadata)."""
+    text, the passage's score and what a citation needs (document id, title, character offsets,
+    the page of a PDF, metadata); a hit without passages is one record of its whole text."""
     out = []
     for h in hits:
-        base = {"doc_id": h.id, "title": h.title, "doc_score": float(h.score), "doc_rank": h.rank,
-                "relevance": getattr(h, "relevance", None),
-                **{f"ldr_{k}": v for k, v in (h.origin or {}).items()},
-                **{f"meta_{k}" if k in ("doc_id", "title", "start", "end") else k: v for k, v in (h.meta or {}).items()}}
-        if h.origin and "source" in h.origin:
-            base.setdefault("source", h.origin["source"])   # LangChain's citation key, unless the user has one
-        if h.passages:
-            for p in h.passages:
-                out.append({"text": p.text, "score": float(p.score), "id": f"{h.id}#{p.start}-{p.end}",
-                            "metadata": {**base, "start": p.start, "end": p.end, "stage": p.stage}})
-        elif with_text_fallback and h.text is not None:
+        base = _base(h)
+        for p in h.passages:
+            out.append({"text": p.text, "score": float(p.score), "id": f"{h.id}#{p.start}-{p.end}",
+                        "metadata": {**base, **_where(p)}})
+        if not h.passages and h.text is not None:
             out.append({"text": h.text, "score": float(h.score), "id": h.id,
                         "metadata": {**base, "start": 0, "end": len(h.text), "stage": "document"}})
+    return out
+
+
+def document_records(hits) -> list[dict]:
+    """One record per hit (k hits: k records): its passages in the document's order, joined by a
+    line holding "…" (or its whole text when no passages were asked), the document's score, and
+    each passage's offsets, score and page under "passages"; "start"/"end" are the best one's."""
+    out = []
+    for h in hits:
+        base = _base(h)
+        if h.passages:
+            best = h.passages[0]
+            ordered = sorted(h.passages, key=lambda p: p.start)
+            text = "\n…\n".join(p.text for p in ordered)
+            where = {**_where(best), "passages": [{**_where(p), "score": float(p.score)} for p in ordered]}
+        elif h.text is not None:
+            text, where = h.text, {"start": 0, "end": len(h.text), "stage": "document", "passages": []}
+        else:
+            continue
+        out.append({"text": text, "score": float(h.score), "id": h.id, "metadata": {**base, **where}})
     return out

@@ -1,0 +1,87 @@
+"""The frameworks' own tests for third-party integrations (issue 58): LangChain's standard
+`RetrieversIntegrationTests` (langchain-tests) with 0, 1 and 2 passages per document, and
+LlamaIndex's `RetrieverEvaluator` scoring ldr by document ids."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import ldr
+
+pytest.importorskip("langchain_tests")
+from langchain_tests.integration_tests import RetrieversIntegrationTests  # noqa: E402
+
+from ldr.integrations.langchain import LdrRetriever  # noqa: E402
+
+TOPICS = ["bridge bearing corrosion", "harbour trawlers gale", "lighthouse lamp keeper", "council repainting budget",
+          "railway granite ballast", "tenant boiler repairs", "rowing club treasurer", "pump pressure valve"]
+_INDEX: dict = {}
+
+
+def _docs():
+    filler = "The committee went through the remaining items of the agenda without a vote. " * 30
+    for i, topic in enumerate(TOPICS):
+        yield {"id": f"doc{i}", "title": topic.title(), "text": filler + f"The {topic} was discussed at length. " + filler,
+               "n": i}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def index(tmp_path_factory):
+    # the default index, as a user builds it (a BM25-only one returns only documents that share a
+    # term with the query, fewer than the k the suite asks for)
+    _INDEX["path"] = str(tmp_path_factory.mktemp("frameworks") / "idx")
+    idx = ldr.Index.build(list(_docs()), _INDEX["path"])
+    yield idx
+    idx.close()
+
+
+class _Standard(RetrieversIntegrationTests):
+    passages = 1
+
+    @property
+    def retriever_constructor(self):
+        return LdrRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict:
+        return {"index": _INDEX["path"], "passages": self.passages}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "what was said about the bridge bearing corrosion?"
+
+
+class TestLangChainStandardNoPassages(_Standard):
+    passages = 0
+
+
+class TestLangChainStandardOnePassage(_Standard):
+    passages = 1
+
+
+class TestLangChainStandardTwoPassages(_Standard):
+    passages = 2
+
+
+def test_llamaindex_retriever_evaluator_scores_document_ids(index):
+    """RetrieverEvaluator compares retrieved node ids with expected ids: with `per_document=True`
+    those are the documents' ids, so finding the right document scores a hit."""
+    from llama_index.core.evaluation import RetrieverEvaluator
+
+    from ldr.integrations.llamaindex import LdrRetriever as LlamaRetriever
+
+    retriever = LlamaRetriever(index, k=3, passages=2, per_document=True)
+    evaluator = RetrieverEvaluator.from_metric_names(["hit_rate", "mrr"], retriever=retriever)
+    queries = [(f"what about the {t}?", [f"doc{i}"]) for i, t in enumerate(TOPICS)]
+    results = [evaluator.evaluate(q, expected_ids=ids) for q, ids in queries]
+    assert all(r.metric_vals_dict["hit_rate"] == 1.0 for r in results)
+    assert sum(r.metric_vals_dict["mrr"] for r in results) / len(results) == 1.0
+    # its async path (aretrieve in a worker thread)
+    got = asyncio.run(evaluator.aevaluate("lighthouse lamp keeper", expected_ids=["doc2"]))
+    assert got.metric_vals_dict["hit_rate"] == 1.0
+    nodes = retriever.retrieve("rowing club treasurer")
+    assert nodes[0].node.node_id == "doc6" and nodes[0].score == index.search("rowing club treasurer", k=1)[0].score
+    # by passage (the default), node ids are passage ids and their document is the SOURCE
+    by_passage = LlamaRetriever(index, k=3, passages=2).retrieve("rowing club treasurer")
+    assert by_passage[0].node.node_id.startswith("doc6#") and by_passage[0].node.source_node.node_id == "doc6"
