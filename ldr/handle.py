@@ -108,6 +108,15 @@ class Handle:
             finder=lambda weights, kinds: finder_for(components, weights, kinds, self._window_terms, self._load_lock),
             bind=self._bind, device=self.device)
 
+    def facets(self, top: int = 10) -> dict:
+        """The documents' metadata fields with counts, as one point in time has them: per field the
+        documents having it, its types, its `top` values with counts, a number's range
+        (search/facets.py; the search page lists them, filters take them)."""
+        from .search.facets import merge
+
+        snap = self._snapshot()
+        return {**merge(self._each(snap, lambda shard: shard.facets()), top), "generation": snap.generation}
+
     def _each(self, snap, call) -> list:
         """[call(shard) for each shard of `snap`] (None for a shard that did not answer): here, in
         this process, a thread per shard."""
@@ -220,6 +229,17 @@ class Handle:
         result["report"] = report
         self.refresh()
         return result
+
+    def load_write_encoders(self) -> None:
+        """Load the models a write encodes documents with, now: a server does before it accepts
+        writes, so its first POST /documents does not wait for them (19 s, issue 58)."""
+        from . import components as registry
+
+        comps = self.manifest["components"]
+        for name, kind in registry.kinds(comps):
+            settings = kind.encoder_settings(comps[name], self.trust_remote_code, self.device, str(self.path))
+            if settings is not None:
+                registry.lazy_encoder(name, settings)()
 
     def delete(self, ids: Iterable[str], *, wait: bool | float = False) -> dict:
         """Delete documents by id and commit. Returns {deleted (ids), missing (ids), generation}."""

@@ -79,6 +79,11 @@ class LocalShard:
     def describe(self) -> dict:
         return {"rows": int(self.store.rows), "docs": len(self.store), "fields": sorted(self.store.meta_fields())}
 
+    def facets(self) -> dict:
+        """This generation's metadata fields with counts (search/facets.py)."""
+        from .search.facets import count
+        return count(self.store.all_meta(), self.store.live)
+
     def stats(self, query: str, kinds: list, filters: dict | None) -> dict:
         m = self.mask(filters)
         return {"count": len(self.store) if m is None else int(m.sum()),

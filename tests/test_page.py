@@ -67,7 +67,7 @@ def _search(driver, query, mode="", filters=""):
     f.send_keys(filters)
     driver.execute_script("document.getElementById('status').textContent = ''")
     driver.find_element(By.ID, "go").click()
-    WebDriverWait(driver, 30).until(lambda d: "hits in" in d.find_element(By.ID, "status").text
+    WebDriverWait(driver, 30).until(lambda d: "(generation" in d.find_element(By.ID, "status").text
                                     or d.find_element(By.ID, "error").text)
     return driver.find_elements(By.CSS_SELECTOR, ".hit")
 
@@ -79,7 +79,8 @@ def test_a_query_shows_hits_with_passages_and_marked_terms(page):
     assert len(hits) == 2 and {"bridge-1", "bridge-2"} == {h.find_element(By.CLASS_NAME, "id").text for h in hits}
     marks = [m.text.lower() for m in page.find_elements(By.CSS_SELECTOR, ".passage mark")]
     assert "corrosion" in marks and "bearing" in marks
-    assert "fused" in hits[0].text or "bm25" in hits[0].text
+    scores = hits[0].find_element(By.CLASS_NAME, "scores").get_attribute("textContent")   # folded until "more"
+    assert "fused" in scores or "bm25" in scores
     assert "windows" in page.find_element(By.ID, "plan").get_attribute("textContent")
     assert "4 documents" in page.find_element(By.ID, "info").text
 
@@ -98,7 +99,8 @@ def test_the_mode_and_a_filter_change_the_hits(page):
     from selenium.webdriver.common.by import By
 
     hits = _search(page, "corrosion bearing", mode="bm25")
-    assert hits and all("fused" not in h.find_element(By.CLASS_NAME, "scores").text for h in hits)
+    assert hits and all("fused" not in h.find_element(By.CLASS_NAME, "scores").get_attribute("textContent")
+                        for h in hits)
     hits = _search(page, "corrosion bearing", filters="team=blue")
     assert [h.find_element(By.CLASS_NAME, "id").text for h in hits] == ["bridge-2"]
     _search(page, "corrosion", filters="team")
@@ -114,3 +116,56 @@ def test_marks_are_placed_by_code_points_after_emoji(page):
     assert hits[0].find_element(By.CLASS_NAME, "id").text == "emoji"
     marks = [m.text.lower() for m in hits[0].find_elements(By.CSS_SELECTOR, ".passage mark")]
     assert marks and set(marks) <= {"harbour", "gate"} and "harbour" in marks
+
+
+def _wait(driver, cond):
+    from selenium.webdriver.support.ui import WebDriverWait
+    return WebDriverWait(driver, 30).until(cond)
+
+
+def test_the_field_list_counts_values_and_a_click_filters(page):
+    """Issue 58: the fields one can filter on, with facet counts from the index's metadata; a
+    value clicked becomes a filter line and the search runs again."""
+    from selenium.webdriver.common.by import By
+
+    _search(page, "corrosion bearing")
+    fields = {f.find_element(By.CLASS_NAME, "name").text: f for f in page.find_elements(By.CSS_SELECTOR, ".field")}
+    assert set(fields) == {"team"} and "4 docs" in fields["team"].text
+    values = {b.find_element(By.CLASS_NAME, "v").text: b.find_element(By.CLASS_NAME, "n").text
+              for b in fields["team"].find_elements(By.CLASS_NAME, "value")}
+    assert values == {"blue": "2", "green": "1", "red": "1"}
+    page.execute_script("document.getElementById('status').textContent = ''")
+    next(b for b in fields["team"].find_elements(By.CLASS_NAME, "value") if b.text.startswith("blue")).click()
+    _wait(page, lambda d: "(generation" in d.find_element(By.ID, "status").text)
+    assert page.find_element(By.ID, "filters").get_attribute("value") == "team=blue"
+    assert [h.find_element(By.CLASS_NAME, "id").text for h in page.find_elements(By.CSS_SELECTOR, ".hit")] == ["bridge-2"]
+
+
+def test_the_query_is_in_the_url_and_a_hit_opens_its_document(page, tmp_path):
+    """Issue 58: the URL holds the query (a bookmark, Back), the relevance comes first, a hit is
+    compact until "more", and its title opens the whole document."""
+    from urllib.parse import parse_qs, urlparse
+
+    from selenium.webdriver.common.by import By
+
+    hits = _search(page, "keeper relit the lamp")
+    assert parse_qs(urlparse(page.current_url).query)["q"] == ["keeper relit the lamp"]
+    top = hits[0]
+    assert top.find_element(By.CSS_SELECTOR, "div > span:first-child").text.startswith("relevance")
+    assert not top.find_element(By.CLASS_NAME, "scores").is_displayed()
+    top.find_element(By.CLASS_NAME, "more").click()
+    assert top.find_element(By.CLASS_NAME, "scores").is_displayed()
+    url = page.current_url
+    top.find_element(By.CLASS_NAME, "title").click()
+    _wait(page, lambda d: d.find_element(By.ID, "doc-text").text)
+    assert page.find_element(By.ID, "doc-text").text == "The keeper relit the lamp at midnight."
+    assert "team" in page.find_element(By.ID, "doc-meta").text and "doc=lamp" in page.current_url
+    page.back()
+    _wait(page, lambda d: d.find_elements(By.CSS_SELECTOR, ".hit") and d.find_element(By.ID, "doc").get_attribute("hidden"))
+    assert page.current_url == url
+    # a bookmark: the URL alone runs the search, the options included
+    page.get(url.split("?")[0] + "?q=corrosion&mode=bm25&min=0.0001&filters=team%3Dred")
+    _wait(page, lambda d: "(generation" in d.find_element(By.ID, "status").text)
+    assert [h.find_element(By.CLASS_NAME, "id").text for h in page.find_elements(By.CSS_SELECTOR, ".hit")] == ["bridge-1"]
+    assert "with relevance ≥ 0.0001" in page.find_element(By.ID, "status").text
+    assert page.find_element(By.ID, "mode").get_attribute("value") == "bm25"

@@ -169,7 +169,10 @@ def test_info_health_metrics_and_openapi(server):
     assert 'ldr_requests_total{endpoint="/search",method="POST",status="200"}' in text
     assert "ldr_request_seconds_bucket" in text and "ldr_errors_total" in text
     assert f"ldr_index_generation {float(health['generation'])}" in text
-    assert server.http.get("/docs").status_code == 200
+    docs = server.http.get("/docs")      # Swagger UI from the installed package: nothing from a CDN
+    assert docs.status_code == 200 and "/docs-assets/swagger-ui-bundle.js" in docs.text and "cdn" not in docs.text.lower()
+    js = server.http.get("/docs-assets/swagger-ui-bundle.js")
+    assert js.status_code == 200 and len(js.content) > 100_000
     assert "/search" in server.http.get("/openapi.json").json()["paths"]
 
 

@@ -35,6 +35,33 @@ def test_ldr_add_on_an_unchanged_folder_encodes_nothing_and_says_so(tmp_path):
     assert len(index) == 4 and index.search("pears", mode="bm25")[0].id == "b.txt"
 
 
+def test_ldr_add_lists_what_is_gone_from_the_folder_and_prune_deletes_it(tmp_path):
+    """Issue 58: files removed from the folder (and records dropped from a JSONL file) are listed
+    by `ldr add FOLDER`; `--prune` deletes them. Documents from another folder, and a file that is
+    still there but now skipped, are never touched."""
+    c, idx, r = _corpus(tmp_path), tmp_path / "idx", CliRunner()
+    (c / "notes.jsonl").write_text('{"id": "n1", "text": "tide tables for May"}\n{"id": "n2", "text": "ferry times"}\n')
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "z.txt").write_text("a document from another folder about salt marshes")
+    assert r.invoke(main, ["index", str(c), "-o", str(idx)] + BM25_ONLY).exit_code == 0
+    assert r.invoke(main, ["add", str(other), "-i", str(idx), "-q"]).exit_code == 0
+    (c / "a.txt").unlink()
+    (c / "notes.jsonl").write_text('{"id": "n1", "text": "tide tables for May"}\n')
+    (c / "b.txt").write_bytes(b"\x00" * 10)          # still there, now skipped as binary: kept
+    listed = r.invoke(main, ["add", str(c), "-i", str(idx), "-q"])
+    assert listed.exit_code == 0, listed.output
+    assert "2 indexed document(s) read from" in listed.output and "a.txt, n2" in listed.output
+    assert "--prune` deletes them" in listed.output and "generation 2" in listed.output   # nothing committed
+    assert len(ldr.open(idx)) == 6
+    pruned = r.invoke(main, ["add", str(c), "-i", str(idx), "-q", "--prune"])
+    assert pruned.exit_code == 0, pruned.output
+    assert "2 deleted (gone from" in pruned.output and "generation 3" in pruned.output
+    assert sorted(ldr.open(idx).live_ids()) == ["b.txt", "c.md", "n1", "z.txt"]
+    again = r.invoke(main, ["add", str(c), "-i", str(idx), "-q", "--prune"])
+    assert "no longer in it" not in again.output and "deleted" not in again.output and "generation 3" in again.output
+
+
 def test_the_api_counts_unchanged_documents_and_metadata_is_content(tmp_path):
     docs = [ldr.Doc("x", "tidal flats and salt marsh", meta={"v": 1}), ldr.Doc("y", "granite quarry")]
     index = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None)

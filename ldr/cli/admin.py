@@ -79,7 +79,7 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
     settings = ServerSettings(api_key=api_key or None, read_only=read_only, max_body_bytes=int(max_body_mb * (1 << 20)),
                               max_query_chars=max_query_chars, host=host, allowed_hosts=tuple(allowed_hosts),
                               max_pending_bytes=int(max_pending_mb * (1 << 20)), body_stall_seconds=body_stall_seconds)
-    click.echo(f"serving {index_path} on http://{host}:{port} (API docs: /docs, a search page: /)"
+    click.echo(f"serving {index_path} on http://{host}:{port} ({'API docs: /docs, ' if _api_docs() else ''}a search page: /)"
                + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
     serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
 
@@ -221,3 +221,9 @@ def replicate_cmd(source, target, generation):
     r = catch_up(source, target, generation)
     click.echo(f"{target}: generation {r['generation']}, {r['copied']} file(s) copied ({r['bytes']:,} bytes), "
                f"{r['kept']} already there" + (f", {r['shards']} shards" if r["shards"] else ""))
+
+
+def _api_docs() -> bool:
+    """Whether /docs is served (its assets come from the swagger-ui-bundle package)."""
+    import importlib.util
+    return importlib.util.find_spec("swagger_ui_bundle") is not None

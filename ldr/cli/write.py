@@ -88,24 +88,42 @@ def _index_sharded(corpus, out, shards, options, report, quiet, wait, ray) -> No
 @click.option("--max-doc-mb", type=float, default=DEFAULT_MAX_DOC_MB, show_default=True,
               help="Skip (and count) documents larger than this.")
 @click.option("--no-merge", is_flag=True, help="Do not merge small segments after adding.")
+@click.option("--prune", is_flag=True,
+              help="Also delete the documents read from CORPUS before that are no longer in it (files removed, "
+                   "records dropped); without it they are listed.")
 @ray_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, quiet, ray_address, ray_workers,
-            ray_cpus_per_worker, ray_shard_docs):
-    """Add the documents of CORPUS to an index (encoding only them); an existing id is replaced."""
+def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, prune, quiet, ray_address,
+            ray_workers, ray_cpus_per_worker, ray_shard_docs):
+    """Add the documents of CORPUS to an index (encoding only new or changed ones); an existing id is
+    replaced, an unchanged document skipped. Documents read from CORPUS before that are gone from it
+    are listed (--prune deletes them)."""
+    from pathlib import Path
+
     from ..corpus import IngestReport, corpus_docs
+    from ..index.unchanged import Seen
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
-    docs = corpus_docs(corpus, report, max_doc_mb, index_path)     # refuses a corpus inside the index
+    docs = Seen(corpus_docs(corpus, report, max_doc_mb, index_path))     # refuses a corpus inside the index
+    folder = Path(corpus).resolve()
+    folder = str(folder if folder.is_dir() else folder.parent)
     with _writer(index_path, wait, trust_remote_code, device) as w:
         r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge, ray=ray)
+        stale = w.gone(folder, docs)
+        pruned = w.delete(stale) if prune and stale else None
     for line in report.details():
         click.echo(line, err=True)
     _echo_ray(w.ray_info if ray else None)
     unchanged = f"{r['unchanged']} unchanged, " if r["unchanged"] else ""
-    click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {unchanged}{r['skipped']} skipped "
-               f"(generation {r['generation']}, {_state(w)})")
+    deleted = f"{len(pruned['deleted'])} deleted (gone from {corpus}), " if pruned else ""
+    if stale and not prune:
+        shown = ", ".join(stale[:10]) + (f" and {len(stale) - 10} more" if len(stale) > 10 else "")
+        click.echo(f"{len(stale)} indexed document(s) read from {corpus} are no longer in it: {shown} "
+                   f"(`ldr add {corpus} -i {index_path} --prune` deletes them)", err=True)
+    generation = pruned["generation"] if pruned else r["generation"]
+    click.echo(f"{r['added']} added, {len(r['replaced'])} replaced, {unchanged}{deleted}{r['skipped']} skipped "
+               f"(generation {generation}, {_state(w)})")
 
 
 def _writer(index_path, wait, trust_remote_code=False, device=None):

@@ -114,8 +114,10 @@ def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
     limits = Limits(max_doc_mb)
     files = list_files(root, report, [Path(e) for e in exclude])
     base = root if root.is_dir() else root.parent
+    folder = str(base.resolve())
     for f in files:
-        yield from _read_file(f, f.relative_to(base).as_posix(), report, limits)
+        for doc in _read_file(f, f.relative_to(base).as_posix(), report, limits):
+            yield replace(doc, root=folder)
 
 
 def _clean(doc: Doc, report: IngestReport) -> Doc:

@@ -15,3 +15,6 @@ class Doc:
     # overwritten: where the document was read ("c.jsonl line 3") and the file it came from
     source: str | None = None
     path: str | None = None
+    # the folder (absolute) `path` is relative to, for documents read from a corpus folder: what
+    # `ldr add FOLDER` compares to find the folder's documents whose file is gone
+    root: str | None = None

@@ -159,6 +159,14 @@ class ClusterWriter:
         return self._commit("add", touched, {k: v if isinstance(v, int) else len(v) for k, v in result.items()},
                             result)
 
+    def gone(self, folder: str, seen) -> list[str]:
+        """Every shard's documents read from `folder` that an add of it no longer found."""
+        out: list[str] = []
+        for i in range(self.n_shards):
+            with IndexWriter(self.shard_path(i), wait=self.wait, cluster=True) as w:
+                out += w.gone(folder, seen)
+        return sorted(out)
+
     def delete(self, ids: Iterable[str]) -> dict:
         ids = list(dict.fromkeys(str(i) for i in ids))
         by_shard: dict[int, list[str]] = {}

@@ -29,6 +29,7 @@ SCHEMA = pa.schema([
     ("meta", pa.string()),    # JSON object: the user's fields only
     ("source", pa.string()),  # ldr's own: where the document was read ("c.jsonl line 3"), or null
     ("path", pa.string()),    # the file it came from, or null
+    ("root", pa.string()),    # the corpus folder `path` is relative to (absolute), or null
 ])
 # what opening a segment reads, beside the Parquet file: uid, id, title and length as one Arrow IPC
 # file, read whole in milliseconds. Read from the Parquet file's 64-row groups these took 1.3 s of a cold search
@@ -53,6 +54,7 @@ def rows_table(docs: list[Doc], uids: list[int], lengths: list[int] | None = Non
         "meta": [json.dumps(d.meta, ensure_ascii=False) if d.meta else "{}" for d in docs],
         "source": [d.source for d in docs],
         "path": [d.path for d in docs],
+        "root": [d.root for d in docs],
     }, schema=SCHEMA)
 
 
@@ -77,7 +79,7 @@ def doc_of(columns: dict, i: int) -> Doc:
     meta = json.loads(columns["meta"][i]) if columns["meta"][i] else {}
     if "source" in columns:
         return Doc(columns["id"][i], columns["text"][i], columns["title"][i], meta,
-                   columns["source"][i], columns["path"][i])
+                   columns["source"][i], columns["path"][i], columns["root"][i] if "root" in columns else None)
     meta, source, path = legacy_origin(meta)
     return Doc(columns["id"][i], columns["text"][i], columns["title"][i], meta, source, path)
 
@@ -91,7 +93,7 @@ class DocstoreWriter:
         # text column stays in the schema (empty): the texts are in doctexts' file, as it says
         self._writer = pq.ParquetWriter(self.path, WRITTEN_SCHEMA, compression="zstd",
                                         write_page_checksum=True, write_statistics=["uid", "id", "length"],
-                                        use_dictionary=["id", "title", "meta"])
+                                        use_dictionary=["id", "title", "meta", "root"])
         self._rows: list[Doc] = []
         self._uids: list[int] = []
         self._group, self._group_bytes, self._pending = rows_per_group, bytes_per_group, 0
@@ -214,7 +216,7 @@ class Docstore:
             self._pf = pq.ParquetFile(self.path, page_checksum_verification=True)
             names = self._pf.schema_arrow.names
             has_uid = "uid" in names   # format 2 docstores have none: uid = row
-            self._columns = [c for c in ("id", "title", "text", "meta", "source", "path") if c in names]
+            self._columns = [c for c in ("id", "title", "text", "meta", "source", "path", "root") if c in names]
             small = read_keys(Path(root), self._pf) if has_uid else None
             if small is None:
                 small = self._pf.read(columns=(["uid"] if has_uid else []) + ["id", "title", "length"])
@@ -318,7 +320,7 @@ class Docstore:
         """meta_doc of each of `rows` (one read for all of them)."""
         if not rows:
             return []
-        names = [c for c in self._columns if c in ("meta", "source", "path")]
+        names = [c for c in self._columns if c in ("meta", "source", "path", "root")]
         cols = self._rows(rows, names)
         blank = {"id": [""] * len(rows), "title": [""] * len(rows), "text": [""] * len(rows)}
         return [doc_of({**blank, **cols}, i) for i in range(len(rows))]
@@ -334,7 +336,7 @@ class Docstore:
     def all_meta(self) -> list[Doc]:
         """Every row's metadata, source and path as text-less Docs (filters read them; one pass
         over the small columns)."""
-        names = [c for c in self._columns if c in ("meta", "source", "path")]
+        names = [c for c in self._columns if c in ("meta", "source", "path", "root")]
         try:
             with self._lock:
                 t = self._pf.read(columns=names)
@@ -342,6 +344,18 @@ class Docstore:
             n = len(cols["meta"])
             blank = {"id": [""] * n, "title": [""] * n, "text": [""] * n}
             return [doc_of({**blank, **cols}, i) for i in range(n)]
+        except Exception as e:
+            raise _damaged(self.path, e) from None
+
+    def origins(self) -> tuple[list, list]:
+        """(path, root) of every row: the file each document was read from, and the corpus folder
+        that path is relative to (None where the document came from elsewhere, or before ldr kept it)."""
+        if "root" not in self._columns:
+            return [None] * len(self.ids), [None] * len(self.ids)
+        try:
+            with self._lock:
+                t = self._pf.read(columns=["path", "root"])
+            return t.column("path").to_pylist(), t.column("root").to_pylist()
         except Exception as e:
             raise _damaged(self.path, e) from None
 

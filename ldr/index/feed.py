@@ -3,14 +3,15 @@ postings) and the index stores (tantivy, Lucene work folders) fed together, docu
 The writer commits what this returns; a failure aborts every writer opened here."""
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
-from ..corpus import check_documents
+from ..corpus import CheckedDocs, check_documents
 from ..corpus.text import utf8_len
 from .faults import abort_all
 from .progress import BuildBar
-from .segment import SegmentWriter
+from .segment import SegmentWriter, segment_rel
 
 
 class SegmentFeed:
@@ -24,6 +25,11 @@ class SegmentFeed:
     def run(self, docs, report, first_uid: int, progress: bool, total: int | None, max_doc_mb: float):
         """(segment entry, bytes, index-level component info); the stores are closed, not published."""
         stores, seg_writer = self.stores, None
+        docs = iter(check_documents(docs, report, max_doc_mb))
+        first = next(docs, None)   # an add of nothing new (every document unchanged) stops here,
+        if first is None:          # before a segment, an index store or an encoder is opened
+            return {"path": segment_rel(self.number), "docs": 0}, 0, {}
+        docs = CheckedDocs(itertools.chain([first], docs))
         stores.prepare()
         self.created.extend(stores.folders)
         try:

@@ -31,7 +31,7 @@ from .manifest import check_uids, file_entries, new_manifest, read_manifest, sea
 from .feed import SegmentFeed
 from .segment import delete_rows, highest_uids, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, collect
-from .unchanged import Unchanged
+from .unchanged import Unchanged, gone
 
 log = logging.getLogger(__name__)
 AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
@@ -299,6 +299,10 @@ class IndexWriter:
             self.merge(AUTO_MERGE_TO, exact_stores=False)
             result["generation"] = self.generation
         return result
+
+    def gone(self, folder: str, seen) -> list[str]:
+        """Documents read from `folder` that an add of it (`seen`) no longer found (unchanged.gone)."""
+        return gone(self.root, self._writable()["segments"], self._deleted_masks(), folder, seen)
 
     def delete(self, ids: Iterable[str]) -> dict:
         """Mark documents deleted (a new deletes file per touched segment) and commit."""

@@ -28,6 +28,7 @@ class Shard(Protocol):
     def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict: ...  # {doc: WindowFeatures}
     def exact(self, kind: str, rep, docs: list, first: dict) -> list: ...
     def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict: ...
+    def facets(self) -> dict: ...      # its documents' metadata fields with counts (search/facets.py)
 
 
 class ShardMap:

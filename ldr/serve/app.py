@@ -114,6 +114,8 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
     async def lifespan(app: FastAPI):
         served.state["index"] = await run_in_threadpool(opener)
         await run_in_threadpool(served.warm)   # load every model now, not in the first user's request
+        if not s.read_only and s.warm_up and hasattr(served.index(), "load_write_encoders"):
+            await run_in_threadpool(served.index().load_write_encoders)     # and the writers' models
         task = asyncio.create_task(served.follow_generations())
         try:
             yield
@@ -121,8 +123,10 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             task.cancel()
             served.index().close()
 
-    app = FastAPI(title="ldr", version=_version(), lifespan=lifespan,
+    # /docs is served from the swagger-ui-bundle package, not FastAPI's CDN: it works offline
+    app = FastAPI(title="ldr", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Long-document retrieval: hybrid search with passages, filters, and a living index.")
+    add_api_docs(app)
 
     @app.middleware("http")
     async def observe(request: Request, call_next):
@@ -145,6 +149,27 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
     from .origin import HostCheck, allowed_hosts
     app.add_middleware(HostCheck, hosts=allowed_hosts(s.host, s.allowed_hosts))    # outermost: checked first
     return app
+
+
+def add_api_docs(app: FastAPI) -> bool:
+    """Swagger UI at /docs from the locally installed swagger-ui-bundle (the [server] extra);
+    without it there is no /docs (the OpenAPI schema stays at /openapi.json). True when served."""
+    try:
+        from swagger_ui_bundle import swagger_ui_path
+    except ImportError:
+        return False
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount("/docs-assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="ldr API",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
+    return True
 
 
 def add_error_handlers(app: FastAPI) -> None:

@@ -77,6 +77,9 @@ class ShardReplica:
         shard = self._at(entry)
         return {**shard.describe(), "manifest": shard.view.manifest}
 
+    def facets(self, entry: dict) -> dict:
+        return self._at(entry).facets()
+
     def stats(self, entry: dict, query: str, kinds: list, filters) -> dict:
         return self._at(entry).stats(query, kinds, filters)
 
@@ -136,6 +139,9 @@ class RemoteShard:
 
     def _live(self, method: str, *args):
         return None if self.describe().get("missing") else self._ask(method, *args)
+
+    def facets(self):
+        return self._live("facets")
 
     def stats(self, query, kinds, filters):
         return self._live("stats", query, kinds, filters)

@@ -66,6 +66,14 @@ def add_read_routes(app: FastAPI, served: Served) -> None:
         return {"id": doc.id, "title": doc.title, "text": doc.text, "meta": finite(doc.meta),
                 **({"ldr": origin(doc)} if origin(doc) else {}), "generation": ix.generation}
 
+    @app.get("/fields")
+    def fields(top: int = 10):
+        """The documents' metadata fields: per field the documents having it, its types, its `top`
+        most common values with counts, a number's range (the page's field list; filters take them)."""
+        if not 0 <= top <= 100:
+            raise HTTPException(400, "top must be between 0 and 100")
+        return finite(served.index().facets(top))
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page():
         """A search page (plain HTML and a little JavaScript; no build step, nothing from a CDN)."""
