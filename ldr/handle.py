@@ -4,6 +4,8 @@ second stage bound where the plan runs, and the write calls (each class names it
 write option reaches a sharded index's shards too)."""
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import threading
 import time
@@ -168,8 +170,9 @@ class Handle:
         query = prepare(query)
         conds = snap.conditions(request.filters)
         count, _, _ = searcher.statistics(snap, query, conds, self._run(snap))
-        return searcher.compile_for(snap, query, request, count, bool(conds), self.device,
+        plan = searcher.compile_for(snap, query, request, count, bool(conds), self.device,
                                     self._spec(snap.manifest["components"]))
+        return dataclasses.replace(plan, shards=len(snap.shards))
 
     def search_many(self, queries, k: int = 10, *, batch_size: int = 32, progress=None, **options):
         """Search many queries ({qid: text} or [(qid, text)]), yielding (qid, SearchResult or the

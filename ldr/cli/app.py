@@ -21,6 +21,18 @@ class _Group(click.Group):
     LdrError and OS errors (disk full, permissions) exit 2, anything unexpected 1 (its traceback
     with -vv), Ctrl-C 130 and SIGTERM 143, after the same cleanup."""
 
+    def format_commands(self, ctx, formatter):
+        """Each command with its first sentence whole (click cuts it at the terminal's width)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                text = " ".join((cmd.help or "").split())
+                rows.append((name, cmd.short_help or text.split(". ")[0].rstrip(".") + "."))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def parse_args(self, ctx, args):
         """-v works after the subcommand and -q before it, as users put them (`ldr index ... -v`,
         `ldr -q index ...`): -v is the group's, -q each command's."""

@@ -62,7 +62,10 @@ class BuildCommand(click.Command):
     def get_params(self, ctx):
         params = super().get_params(ctx)
         names = {p.name for p in params}
-        return params[:-1] + [o for o in options() if o.name not in names] + params[-1:]   # --help stays last
+        # what most users set first (output, the components), then how to run it; Ray's last
+        ray = [p for p in params[:-1] if (p.name or "").startswith("ray")]
+        own = [p for p in params[:-1] if p not in ray]
+        return own + [o for o in options() if o.name not in names] + ray + params[-1:]   # --help stays last
 
 
 def build_config(**values) -> BuildConfig:

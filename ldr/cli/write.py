@@ -17,6 +17,9 @@ def _echo_language(info: dict | None) -> None:
         return
     how = (f"detected in {100 * info['share']:.0f}% of the text of {info['sampled']} sampled documents"
            if info.get("detected") else "as given")
+    if info.get("fallback"):   # too little text, or no language holds most of it
+        how = (f"the default: no language was recognised in the {info['sampled']} sampled documents; "
+               "give --language if it is not English")
     models = ", ".join(f"{kind} {model}" for kind, model in info.get("models", {}).items() if model)
     click.echo(f"language: {info['code']} ({how}); BM25 analyzer {info['analyzer']}" + (f", {models}" if models else ""))
 
@@ -33,7 +36,7 @@ def _echo_language(info: dict | None) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_workers, ray_cpus_per_worker,
               ray_shard_docs, **options):
-    """Index CORPUS (a directory or file of txt/md/html/jsonl/json/parquet) into OUTPUT.
+    """Index CORPUS (a directory or file: text, Markdown, HTML, PDF, DOCX, ODT, EPUB, JSONL, JSON, Parquet) into OUTPUT.
 
     OUTPUT must be new, unless --overwrite: then a new generation holds only CORPUS (readers keep
     the previous one until they refresh). `ldr add CORPUS -i OUTPUT` adds to an index instead."""

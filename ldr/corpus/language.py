@@ -31,9 +31,11 @@ class Detected:
     share: float          # of the sample's letters in documents detected as `language`
     sampled: int          # documents looked at
     letters: int
+    fallback: bool = False   # the evidence was too thin or split: DEFAULT, not a detection
 
     def to_dict(self) -> dict:
-        return {"code": self.language, "detected": True, "share": round(self.share, 3), "sampled": self.sampled}
+        return {"code": self.language, "detected": True, "share": round(self.share, 3), "sampled": self.sampled,
+                **({"fallback": True} if self.fallback else {})}
 
 
 _identifier = None
@@ -64,10 +66,12 @@ def detect(texts: Iterable[str]) -> Detected:
         if lang and prob >= MIN_CONFIDENCE:
             weight[lang] = weight.get(lang, 0) + letters
     if total < MIN_LETTERS or not weight:
-        return Detected(DEFAULT, 0.0, n, total)
+        return Detected(DEFAULT, 0.0, n, total, fallback=True)
     lang, w = max(weight.items(), key=lambda kv: kv[1])
     share = w / total
-    return Detected(lang if share >= MIN_SHARE else DEFAULT, share, n, total)
+    if share < MIN_SHARE:
+        return Detected(DEFAULT, share, n, total, fallback=True)
+    return Detected(lang, share, n, total)
 
 
 def detect_docs(docs: Iterable[Doc]) -> tuple[Detected, Iterator[Doc]]:

@@ -6,24 +6,64 @@ encodes, the bar counts model tokens encoded (each encoder reports after every m
 ticker thread redraws it while the feeder waits and while the last batches finish. Its total is
 shown only once every document has been read: a total that grew as documents streamed in made
 the percentage run backwards (76% → 54%); until then it shows tokens, their rate and the
-documents read. A BM25-only build counts documents."""
+documents read. A BM25-only build counts documents. Where stderr is not a terminal (a log file,
+CI), the bar is a line every LINE_S seconds instead of tqdm's carriage-return redraws."""
 from __future__ import annotations
 
+import sys
 import threading
+import time
 
 from tqdm.auto import tqdm
 
 
 REDRAW_S = 0.5      # how often the ticker redraws the bar
+LINE_S = 30.0       # how often a log (stderr not a terminal) gets a progress line
+
+
+class LineBar:
+    """tqdm's surface that BuildBar uses, written as whole lines for a log: one every LINE_S
+    seconds while work goes on, and a last one when a build that printed any ends."""
+
+    def __init__(self, desc: str, unit: str, total: int | None, every: float = LINE_S, out=None):
+        self.desc, self.unit, self.total, self.every, self.out = desc, unit, total, every, out or sys.stderr
+        self.n, self.postfix, self.t0 = 0, "", time.monotonic()
+        self.last, self.printed = self.t0, False
+
+    def _line(self) -> None:
+        secs = time.monotonic() - self.t0
+        share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        total = f"/{self.total:,}" if self.total else ""
+        rate = f", {self.n / secs:,.0f} {self.unit}/s" if secs > 0 else ""
+        post = f", {self.postfix}" if self.postfix else ""
+        print(f"{self.desc}: {self.n:,}{total} {self.unit}{share} in {secs:.0f}s{rate}{post}", file=self.out, flush=True)
+        self.last, self.printed = time.monotonic(), True
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.monotonic() - self.last >= self.every:
+            self._line()
+
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None:
+        self.postfix = s
+        if time.monotonic() - self.last >= self.every:
+            self._line()
+
+    def close(self) -> None:
+        if self.printed:
+            self._line()
 
 
 class BuildBar:
     def __init__(self, segment, total_docs: int | None, enabled: bool, every: float | None = None):
         self.segment, self.total, self.docs, self.every = segment, total_docs, 0, every or REDRAW_S
         self.tokens = segment.encodes
-        self.bar = tqdm(desc="encoding" if self.tokens else "indexing", unit="tok" if self.tokens else "doc",
-                        unit_scale=self.tokens, total=None if self.tokens else total_docs,
-                        disable=not enabled, leave=False)
+        desc, unit = ("encoding", "tok") if self.tokens else ("indexing", "doc")
+        total = None if self.tokens else total_docs
+        if enabled and not sys.stderr.isatty():
+            self.bar = LineBar(desc, unit, total)
+        else:
+            self.bar = tqdm(desc=desc, unit=unit, unit_scale=self.tokens, total=total, disable=not enabled, leave=False)
         self._stop = threading.Event()
         self.read_all = False     # the corpus is read: the tokens to encode are known
         # only the ticker draws the bar (tqdm is not drawn from two threads); the feeder counts

@@ -94,7 +94,6 @@ class IndexWriter:
     def __exit__(self, *exc):
         self.close()
 
-    # -- helpers ----------------------------------------------------------------------------
     @property
     def generation(self) -> int:
         return self.current["generation"] if self.current else 0

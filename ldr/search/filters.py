@@ -205,6 +205,15 @@ def check_fields(filters: dict, fields: set) -> None:
         raise QueryError(f"no document has the field(s) {', '.join(unknown)}; fields: {', '.join(sorted(known))}")
 
 
+def _check_bounds(field: str, cond: dict, values: list) -> None:
+    """`year>=abc` on a field of numbers compares nothing (text against numbers: no document would
+    pass, silently): a QueryError naming the bound instead."""
+    bounds = [(op, b) for op, b in cond.items() if op in ("<", "<=", ">", ">=") and _number(b) is None]
+    if bounds and any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        op, b = bounds[0]
+        raise QueryError(f"filter {field}{op}{b}: {field} holds numbers; give a number to compare with")
+
+
 def mask(filters: dict, segments, check: bool = True) -> np.ndarray:
     """Boolean mask over the generation's docnos: live and passing every filter. `check=False`:
     the caller checked the fields against a larger whole (a shard lacking a field the others have
@@ -214,6 +223,7 @@ def mask(filters: dict, segments, check: bool = True) -> np.ndarray:
         check_fields(filters, segments.meta_fields())
     for field, cond in filters.items():
         values = _values(segments, field)
+        _check_bounds(field, cond, values)
         cache: dict = {}   # few distinct values: each is matched once
         for d in np.flatnonzero(allow).tolist():
             v = values[d]

@@ -49,7 +49,8 @@ class QueryOptions:
                                         cli=("--window-vectors",))
     window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window.",
                                     ge=1, le=1000, cli=("--window-depth",))
-    rerank: bool | str | None = _opt(None, "Second stage: passage, none (False) or the index's (None).",
+    rerank: bool | str | None = _opt(None, "Second stage: passage (the passage rescorer), none, or a kind's exact "
+                                           "scores (colbert); unset: the index's default.",
                                      cli=("--rerank",))
     rerank_model: str | None = _opt(None, "Cross-encoder for the second stage (any HF sequence-classification "
                                           "model or folder).", cli=("--rerank-model",),

@@ -34,6 +34,7 @@ class Plan:
     sources: dict = field(compare=False, default_factory=dict)   # setting → where its value came from
     first: tuple = ()                   # Retrieve stages (shard side)
     rest: tuple = ()                    # ranking stages (coordinator side)
+    shards: int = field(compare=False, default=1)   # of the index it was compiled for (explain says)
 
     @property
     def stages(self) -> tuple:
@@ -76,11 +77,11 @@ class Plan:
 
         lines = [f"plan for {self.query!r}: {self.k} hits"]
         if self.first:
-            lines.append("first stages (each shard):")
+            lines.append(f"first stages (each of {self.shards} shards):" if self.shards > 1 else "first stages:")
             for s in self.first:
                 lines.append(f"  {s.name:<10} {s.describe()}" + origin("mode", "depth"))
         if self.rest:
-            lines.append("then (the coordinator):")
+            lines.append("then (the coordinator, over the shards' candidates):" if self.shards > 1 else "then:")
             why = {Stage.FUSED.value: ["fusion", "rrf_k"] + [f"weights.{k}" for k in self.kinds],
                    Stage.WINDOWS.value: ["window_depth", "window_weight", "window_vectors"],
                    Stage.RERANKED.value: ["rerank", "rerank_model", "rerank_depth", "rerank_weight"],
