@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from pathlib import Path
@@ -16,13 +17,15 @@ from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError
 from .handle import Handle
 from .shard import LocalShard
-from .index.build import BuildConfig, build_index
+from .index.build import BuildConfig, build_index, create_index
 from .index.view import View, holds_index, newest, open_view
 from .index.ray_build import RayOptions, ray_options
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
 from .search.searcher import Snapshot
 from . import components as registry
 from .search.options import search_signature
+
+_NONE = object()
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,12 @@ class Index(Handle):
         if config is not None and options:
             raise ConfigError("give either config= or keyword options, not both")
         config = config or BuildConfig(**options)
+        if not isinstance(corpus, (str, os.PathLike)) and not overwrite:
+            it = iter(corpus)
+            first = next(it, _NONE)
+            if first is _NONE:            # no documents yet: an empty index that `add` fills
+                return cls.create(path, config=config, wait=wait)
+            corpus = itertools.chain([first], it)
         if not overwrite and holds_index(Path(path)):
             raise ConfigError(f"{path} is an index already: `ldr.open({str(path)!r}).add(...)` adds documents to it "
                               "(replacing those with the same ids); `overwrite=True` replaces the whole index")
@@ -125,6 +134,21 @@ class Index(Handle):
         build_index(docs, path, config, report, progress=progress, wait=wait, ray=ray_options(ray))
         index = cls(path, verify=False)
         index.report = report
+        return index
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, *, config: BuildConfig | None = None, wait: bool | float = False,
+               **options) -> "Index":
+        """An empty index in the new directory `path`, with the components and models these build
+        options choose (as `build` takes them); documents come with `add`. `language` as given, else
+        English (there is no text to detect it from). `Index.build([], path)` is the same."""
+        if config is not None and options:
+            raise ConfigError("give either config= or keyword options, not both")
+        if holds_index(Path(path)):
+            raise ConfigError(f"{path} is an index already: open it with `ldr.open({str(path)!r})`")
+        create_index(path, config or BuildConfig(**options), wait=wait)
+        index = cls(path, verify=False)
+        index.report = IngestReport()
         return index
 
     def _writer(self, wait):

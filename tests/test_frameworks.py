@@ -1,6 +1,8 @@
 """The frameworks' own tests for third-party integrations (issue 58): LangChain's standard
-`RetrieversIntegrationTests` (langchain-tests) with 0, 1 and 2 passages per document, and
-LlamaIndex's `RetrieverEvaluator` scoring ldr by document ids."""
+`RetrieversIntegrationTests` (langchain-tests) with 0, 1 and 2 passages per document and its
+`VectorStoreIntegrationTests` on an index that starts empty (every test, sync and async, with
+ldr's own encoders: the suite's fake embeddings are not used), and LlamaIndex's
+`RetrieverEvaluator` scoring ldr by document ids."""
 from __future__ import annotations
 
 import asyncio
@@ -10,9 +12,9 @@ import pytest
 import ldr
 
 pytest.importorskip("langchain_tests")
-from langchain_tests.integration_tests import RetrieversIntegrationTests  # noqa: E402
+from langchain_tests.integration_tests import RetrieversIntegrationTests, VectorStoreIntegrationTests  # noqa: E402
 
-from ldr.integrations.langchain import LdrRetriever  # noqa: E402
+from ldr.integrations.langchain import LdrRetriever, LdrVectorStore  # noqa: E402
 
 TOPICS = ["bridge bearing corrosion", "harbour trawlers gale", "lighthouse lamp keeper", "council repainting budget",
           "railway granite ballast", "tenant boiler repairs", "rowing club treasurer", "pump pressure valve"]
@@ -62,6 +64,40 @@ class TestLangChainStandardOnePassage(_Standard):
 
 class TestLangChainStandardTwoPassages(_Standard):
     passages = 2
+
+
+@pytest.fixture(scope="module")
+def empty_template(tmp_path_factory):
+    """One empty default index, copied for each test (creating one loads and describes every model)."""
+    path = tmp_path_factory.mktemp("empty") / "idx"
+    ldr.Index.create(path).close()
+    return path
+
+
+class TestLangChainVectorStore(VectorStoreIntegrationTests):
+    @pytest.fixture
+    def vectorstore(self, empty_template, tmp_path):
+        import shutil
+
+        shutil.copytree(empty_template, tmp_path / "idx")
+        store = LdrVectorStore(str(tmp_path / "idx"))
+        yield store
+        store.index.close()
+
+
+def test_the_vector_store_creates_its_index_and_filters(tmp_path):
+    from langchain_core.documents import Document
+
+    store = LdrVectorStore.from_texts(["the keeper relit the lamp", "granite ballast for the sidings"],
+                                      metadatas=[{"lang": "en"}, {"lang": "de"}], ids=["lamp", "rail"],
+                                      path=str(tmp_path / "new"), build_options={"sparse": None})
+    assert "sparse" not in store.index.manifest["components"] and len(store.index) == 2
+    assert store.similarity_search("lamp", k=2, filter={"lang": "de"}) == \
+        [Document(page_content="granite ballast for the sidings", metadata={"lang": "de"}, id="rail")]
+    scored = store.similarity_search_with_relevance_scores("who relit the lamp", k=1)
+    assert scored[0][0].id == "lamp" and 0.0 <= scored[0][1] <= 1.0
+    assert [d.id for d in store.as_retriever(search_kwargs={"k": 1}).invoke("ballast")] == ["rail"]
+    assert LdrVectorStore(str(tmp_path / "new")).get_by_ids(["rail", "nope"])[0].metadata == {"lang": "de"}
 
 
 def test_llamaindex_retriever_evaluator_scores_document_ids(index):

@@ -185,3 +185,30 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
         raise
     log.info("built %s (generation %d): %s", out, manifest["generation"], report.summary())
     return manifest
+
+
+SEED = "\x00ldr-empty-index"   # the one document an empty index is built with and deletes
+
+
+def create_index(out: str | os.PathLike, config: BuildConfig | None = None, wait: bool | float = False) -> dict:
+    """An empty index in the new directory `out`: components and models fixed by `config` (every
+    part written as for a corpus, so each model describes itself in the manifest), no documents.
+    It is built with one seed document that the next commit deletes, by the same writer; `auto`
+    language is English (no text to detect it from). Returns the manifest."""
+    from .writer import IndexWriter
+
+    config = config or BuildConfig()
+    if config.language == AUTO:
+        config = dataclasses.replace(config, language="en")
+    out = Path(out).absolute()
+    check_target(out)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} is not empty: an empty index is created in a new or empty directory")
+    try:
+        with IndexWriter(out, wait=wait, threads=config.threads, create=True) as writer:
+            writer.rebuild([Doc(SEED, "an empty ldr index")], config, IngestReport(), progress=False)
+            writer.delete([SEED])
+            return writer.current
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)     # nothing of a failed creation is left behind
+        raise

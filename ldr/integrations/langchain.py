@@ -1,4 +1,5 @@
-"""LangChain: `LdrRetriever`, a `BaseRetriever` returning the best documents as their best passages.
+"""LangChain: `LdrRetriever`, a `BaseRetriever` returning the best documents as their best passages,
+and `LdrVectorStore`, a `VectorStore` over an index that may start empty.
 
     from ldr.integrations.langchain import LdrRetriever
     retriever = LdrRetriever(index="idx", k=4, passages=2)          # or url="http://127.0.0.1:8080"
@@ -7,11 +8,16 @@
 """
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, PrivateAttr
 
 from .source import document_records, open_source, passage_records, search_options
@@ -62,3 +68,95 @@ class LdrRetriever(BaseRetriever):
 
         return await asyncio.to_thread(self._get_relevant_documents, query, run_manager=run_manager.get_sync(),
                                        **kwargs)
+
+
+class LdrVectorStore(VectorStore):
+    """A LangChain `VectorStore` over an ldr index (a local one: it writes), which may start empty.
+
+        store = LdrVectorStore("idx")                     # opens idx, or creates it empty
+        ids = store.add_documents(docs)                   # ids kept (or made), an existing id replaced
+        store.similarity_search("...", k=4, filter={"lang": "de"})
+        store.as_retriever(search_kwargs={"k": 4})
+
+    ldr encodes with the index's own models (a hybrid of BM25, dense and learned sparse by default),
+    so no `embedding` is taken: `from_texts(texts, embedding=None, path=...)` ignores one given.
+    A search returns each hit's Document as it was added (its whole text and metadata);
+    `similarity_search_with_score` gives ldr's ranking score (it orders one list),
+    `similarity_search_with_relevance_scores` the calibrated relevance (0-1, comparable across
+    queries). `build_options` (at creation): BuildConfig fields, e.g. dense=None for BM25 alone."""
+
+    def __init__(self, index=None, *, build_options: dict | None = None, **search_options: Any):
+        import ldr
+        from ldr.index.view import holds_index
+
+        if isinstance(index, (str, os.PathLike)):
+            index = ldr.open(index) if holds_index(Path(index)) else ldr.Index.create(index, **(build_options or {}))
+        if not hasattr(index, "add"):
+            raise TypeError("LdrVectorStore needs an ldr.Index or an index directory (it adds and deletes)")
+        self.index, self.search_options = index, search_options
+
+    @property
+    def embeddings(self):
+        return None                  # the index encodes with its own models
+
+    def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *, ids: list[str] | None = None,
+                  **kwargs: Any) -> list[str]:
+        from ldr import Doc
+
+        texts = list(texts)
+        ids = [str(i) if i is not None else uuid.uuid4().hex for i in (ids or [None] * len(texts))]
+        metadatas = metadatas or [{} for _ in texts]
+        if not (len(ids) == len(texts) == len(metadatas)):
+            raise ValueError(f"{len(texts)} texts, {len(ids)} ids and {len(metadatas)} metadatas: give as many of each")
+        last = {i: n for n, i in enumerate(ids)}          # an id given twice: its last text wins
+        docs = [Doc(i, texts[n], "", dict(metadatas[n] or {})) for i, n in last.items()]
+        if docs:
+            self.index.add(docs)
+        return ids
+
+    def add_documents(self, documents: list[Document], **kwargs: Any) -> list[str]:
+        ids = kwargs.pop("ids", None) or [d.id for d in documents]
+        return self.add_texts([d.page_content for d in documents], [d.metadata for d in documents], ids=ids, **kwargs)
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        if not ids:
+            return None
+        self.index.delete([str(i) for i in ids])
+        return True
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        out = []
+        for i in ids:
+            try:
+                doc = self.index.document(str(i))
+            except KeyError:
+                continue
+            out.append(Document(page_content=doc.text, metadata=dict(doc.meta), id=doc.id))
+        return out
+
+    def _search(self, query: str, k: int, filter: dict | None, **kwargs: Any):
+        options = {**self.search_options, **kwargs, "passages": 0, "with_text": True}
+        if filter:
+            options["filters"] = filter
+        hits = self.index.search(query, k=k, **options)
+        return [(Document(page_content=h.text, metadata=dict(h.meta or {}), id=h.id), h) for h in hits]
+
+    def similarity_search(self, query: str, k: int = 4, filter: dict | None = None, **kwargs: Any) -> list[Document]:
+        return [d for d, _ in self._search(query, k, filter, **kwargs)]
+
+    def similarity_search_with_score(self, query: str, k: int = 4, filter: dict | None = None,
+                                     **kwargs: Any) -> list[tuple[Document, float]]:
+        return [(d, float(h.score)) for d, h in self._search(query, k, filter, **kwargs)]
+
+    def _similarity_search_with_relevance_scores(self, query: str, k: int = 4, **kwargs: Any):
+        filter = kwargs.pop("filter", None)
+        return [(d, float(h.relevance if h.relevance is not None else 0.0))
+                for d, h in self._search(query, k, filter, **kwargs)]
+
+    @classmethod
+    def from_texts(cls, texts: list[str], embedding=None, metadatas: list[dict] | None = None, *,
+                   ids: list[str] | None = None, path=None, index=None, **kwargs: Any) -> "LdrVectorStore":
+        """A store at `path` (created empty if it holds no index) or over `index`, with `texts` added."""
+        store = cls(index if index is not None else path, **kwargs)
+        store.add_texts(texts, metadatas, ids=ids)
+        return store
