@@ -167,7 +167,8 @@ def test_eval_cli_writes_runs_metrics_report_and_plots(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert m["tasks"]["mini"]["stages"]["bm25"]["ndcg@10"] == 100.0
     assert m["averages"]["bm25"] == 100.0 and m["settings"]["partial"] == "max 4 queries per task"
-    assert m["default_stage"] == "bm25"         # BM25 alone: a plain search returns its list
+    # BM25 alone: a plain search still runs the window stage over BM25's list (issue 58: it said bm25)
+    assert m["default_stage"] == "windows" and "windows" in m["tasks"]["mini"]["stages"]
     assert len((out / "runs/mini.bm25.trec").read_text().splitlines()) >= 4
     assert (out / "report.md").read_text().count("Partial run") == 1
     assert (out / "tasks.png").stat().st_size > 1000
@@ -175,6 +176,22 @@ def test_eval_cli_writes_runs_metrics_report_and_plots(tmp_path):
     r = CliRunner().invoke(main, ["eval", "--bench", "beir", "--data", str(beir), "--out", str(out), "--dense", "none",
                                   "--sparse", "none", "-q"])
     assert json.loads((out / "metrics.json").read_text())["raw"]["mini"]["index_cached"] is True
+    # an index the user built of the same corpus (issue 58): evaluated as it is, nothing re-encoded
+    idx = tmp_path / "idx"
+    assert CliRunner().invoke(main, ["index", str(beir / "corpus.jsonl"), "-o", str(idx), "--dense", "none",
+                                     "--sparse", "none", "-q"]).exit_code == 0
+    r = CliRunner().invoke(main, ["eval", "--bench", "beir", "--data", str(beir), "-i", str(idx), "--out",
+                                  str(tmp_path / "out2"), "-q"])
+    assert r.exit_code == 0, r.output
+    m2 = json.loads((tmp_path / "out2" / "metrics.json").read_text())
+    assert m2["tasks"]["mini"]["stages"]["bm25"]["ndcg@10"] == 100.0 and m2["settings"]["index"] == str(idx)
+    assert not (tmp_path / "out2" / "cache").exists()
+    other = tmp_path / "other"
+    assert CliRunner().invoke(main, ["index", str(beir / "queries.jsonl"), "-o", str(other), "--dense", "none",
+                                     "--sparse", "none", "-q"]).exit_code == 0
+    r = CliRunner().invoke(main, ["eval", "--bench", "beir", "--data", str(beir), "-i", str(other), "-q",
+                                  "--out", str(tmp_path / "out3")])
+    assert r.exit_code == 2 and "is not an index of mini's corpus: it lacks 20 of its 20 documents" in r.output
 
 
 @pytest.mark.slow

@@ -121,3 +121,59 @@ def test_llamaindex_retriever_evaluator_scores_document_ids(index):
     # by passage (the default), node ids are passage ids and their document is the SOURCE
     by_passage = LlamaRetriever(index, k=3, passages=2).retrieve("rowing club treasurer")
     assert by_passage[0].node.node_id.startswith("doc6#") and by_passage[0].node.source_node.node_id == "doc6"
+
+
+def _beir_data():
+    corpus = {f"doc{i}": {"title": t.title(), "text": d["text"]} for i, (t, d) in enumerate(zip(TOPICS, _docs()))}
+    queries = {f"q{i}": f"what about the {t}?" for i, t in enumerate(TOPICS)}
+    qrels = {f"q{i}": {f"doc{i}": 1} for i in range(len(TOPICS))}
+    return corpus, queries, qrels
+
+
+def test_beir_evaluates_an_index_the_user_built(index):
+    """BEIR's own EvaluateRetrieval over LdrSearch: on the index built above (its documents checked
+    against BEIR's corpus by id), and a corpus the index lacks is refused."""
+    pytest.importorskip("beir")
+    from beir.retrieval.evaluation import EvaluateRetrieval
+
+    from ldr.errors import ConfigError
+    from ldr.integrations.beir import LdrSearch
+
+    corpus, queries, qrels = _beir_data()
+    evaluator = EvaluateRetrieval(LdrSearch(index=_INDEX["path"]), k_values=[1, 3])
+    results = evaluator.retrieve(corpus, queries)
+    assert set(results) == set(queries) and all(len(r) == 3 for r in results.values())
+    ndcg, _map, recall, _p = evaluator.evaluate(qrels, results, evaluator.k_values)
+    assert ndcg["NDCG@1"] == 1.0 and recall["Recall@3"] == 1.0
+    with pytest.raises(ConfigError, match="lacks 1 of"):
+        LdrSearch(index=_INDEX["path"]).search({**corpus, "other": {"text": "x"}}, queries, 3)
+
+
+def test_beir_builds_from_its_corpus(tmp_path):
+    pytest.importorskip("beir")
+    from ldr.integrations.beir import LdrSearch
+
+    corpus, queries, _ = _beir_data()
+    search = LdrSearch(path=str(tmp_path / "b"), build_options={"dense": None, "sparse": None}, mode="bm25")
+    results = search.search(corpus, {"q2": queries["q2"]}, 2, "cos_sim")
+    assert next(iter(sorted(results["q2"].items(), key=lambda kv: -kv[1])))[0] == "doc2"
+    assert (tmp_path / "b").is_dir()
+
+
+def test_pyterrier_experiment_runs_ldr(index):
+    pt = pytest.importorskip("pyterrier")
+    import pandas as pd
+
+    from ldr.integrations.pyterrier import LdrRetrieve
+
+    _, queries, qrels = _beir_data()
+    topics = pd.DataFrame({"qid": list(queries), "query": [q.rstrip("?") for q in queries.values()]})
+    qrels_df = pd.DataFrame([{"qid": q, "docno": d, "label": 1} for q, ds in qrels.items() for d in ds])
+    retr = LdrRetrieve(index, k=5)
+    ranked = retr.transform(topics.head(2))
+    assert list(ranked.columns) == ["qid", "query", "docno", "score", "rank"] and ranked["rank"].min() == 0
+    res = pt.Experiment([retr, retr % 1], topics, qrels_df, eval_metrics=["ndcg_cut_10", "recip_rank"],
+                        names=["ldr", "ldr top 1"])
+    assert res.set_index("name").loc["ldr", "recip_rank"] == 1.0
+    with_text = LdrRetrieve(index, k=1, text=True).transform(topics.head(1))
+    assert "bridge bearing corrosion" in with_text["text"][0]

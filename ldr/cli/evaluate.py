@@ -44,9 +44,12 @@ from .search import parse_stages
               help="A registered extra stage every search runs (its run is reported as a stage).")
 @click.option("--shards", type=click.IntRange(min=1), default=None,
               help="Evaluate sharded indexes of this many shards (BM25 native, scored with global statistics).")
+@click.option("-i", "--index", "index_path", type=click.Path(), default=None,
+              help="--bench beir --data DIR: evaluate this index you built (its documents must be the corpus's) "
+                   "instead of building one.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, haystack, lengths, synthetic_docs, split,
-             max_queries, depth, out_dir, cache, seed, rerank_model, stage, shards, quiet, **options):
+             max_queries, depth, out_dir, cache, seed, rerank_model, stage, shards, index_path, quiet, **options):
     """Evaluate every stage on a benchmark (writes TREC runs, metrics.json, report.md and plots),
     or score and compare run files: --qrels QRELS --run A.trec --run B.trec."""
     from pathlib import Path
@@ -59,6 +62,12 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     from ..eval.benchmarks import load
     from ..eval.runner import EvalOptions, run_benchmark
 
+    if index_path and (bench != "beir" or not data):
+        raise click.UsageError("-i IDX evaluates an index of one corpus: give it with --bench beir --data DIR")
+    typed = [n for n in options if click.get_current_context().get_parameter_source(n).name == "COMMANDLINE"]
+    if index_path and (shards or typed):
+        raise click.UsageError("-i IDX evaluates the index as it was built: leave out --shards and build options "
+                               f"({', '.join('--' + n.replace('_', '-') for n in typed) or '--shards'})")
     task_list = [t.strip() for t in tasks.split(",")] if tasks else None
     length_list = [int(x) for x in lengths.split(",")] if lengths else None
     loaded = load(bench, task_list, data, length_list, haystack, split, seed, synthetic_docs)
@@ -81,9 +90,9 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
                 "haystack": haystack, "synthetic_docs": synthetic_docs, "split": split, "max_queries": max_queries,
                 "lengths": length_list, "tasks": task_list, "depth": depth, "seed": seed,
                 "partial": "; ".join(partial) or None, "build": given(options),
-                "stages": parse_stages(stage) or None, "shards": shards}
+                "stages": parse_stages(stage) or None, "shards": shards, "index": index_path}
     opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
-                       rerank_model=rerank_model, stages=parse_stages(stage) or None)
+                       rerank_model=rerank_model, stages=parse_stages(stage) or None, index=index_path)
     settings["reranker"] = rerank_model or "passage"
     from ..api import Index
     from ..sharded import Shards

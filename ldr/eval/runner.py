@@ -16,7 +16,7 @@ from .metrics import evaluate
 from .report import stage_order
 from .runs import write_run
 from ..search.options import ldr_default
-from ..stages import HYBRID, Stage
+from ..stages import Stage
 from .tasks import Task
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class EvalOptions:
     stages: dict | None = None            # registered extra stages ({name: {setting: value}})
     cache: Path | None = None
     progress: bool = True
+    index: str | None = None              # evaluate this index (its documents must be the task's corpus)
 
 
 def _config_key(config: BuildConfig) -> str:
@@ -67,10 +68,30 @@ def task_index(task: Task, config: BuildConfig, cache: Path, progress: bool, ind
     return indexes.build(task.corpus(), path, config=config, progress=progress), False
 
 
+def given_index(task: Task, path: str):
+    """The index the user built (`ldr eval -i IDX`), opened, after checking it holds exactly the
+    task's corpus (by id): other documents would make it another collection, missing ones score 0."""
+    from .. import sharded
+    from ..errors import ConfigError
+
+    index = sharded.open(path)
+    held, corpus = set(index.live_ids()), {d.id for d in task.corpus()}
+    missing, extra = sorted(corpus - held), sorted(held - corpus)
+    if missing or extra:
+        raise ConfigError(f"{path} is not an index of {task.name}'s corpus: it lacks {len(missing)} of its "
+                          f"{len(corpus)} documents{f' (e.g. {missing[0]})' if missing else ''} and holds "
+                          f"{len(extra)} others{f' (e.g. {extra[0]})' if extra else ''}; build it from the "
+                          "corpus (`ldr index DIR/corpus.jsonl -o IDX`) or leave -i out")
+    return index
+
+
 def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path, indexes) -> dict:
     """Metrics per stage for one task; writes one TREC run per stage."""
     t0 = time.perf_counter()
-    index, cached = task_index(task, config, opts.cache or out / "cache", opts.progress, indexes)
+    if opts.index:
+        index, cached = given_index(task, opts.index), True
+    else:
+        index, cached = task_index(task, config, opts.cache or out / "cache", opts.progress, indexes)
     build_s = time.perf_counter() - t0
     qids = sorted(task.queries)
     if opts.max_queries:
@@ -101,10 +122,7 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
         if cands.features:
             features[qid] = {ids[d]: f for d, f in cands.features.items()}
     search_s = time.perf_counter() - t1
-    d = index.search_defaults()
-    # the stage a plain `ldr search` on this index returns
-    default_stage = Stage.RERANKED.value if d.get("rerank") or d.get("rerank_model") else (
-        d["mode"] if d["mode"] != HYBRID else Stage.FUSED.value if d.get("window_weight") == 0 else Stage.WINDOWS.value)
+    default_stage = plain_stage(index, task.queries[qids[0]] if qids else "query")
     result = {"queries": len(qids), "documents": len(index), "index_cached": cached, "default_stage": default_stage,
               "stage_runs": stage_runs(result.plan, default_stage) if qids else {},
               "seconds": {"index": round(build_s, 2), "search": round(search_s, 2)}, "stages": {},
@@ -121,6 +139,14 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
             write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")
             result["stages"][stage] = {m: round(100 * v, 2) for m, v in evaluate(qrels, runs[stage], METRICS).items()}
     return result
+
+
+def plain_stage(index, query: str) -> str:
+    """The stage whose order a plain search (`ldr search QUERY -i IDX`, no option) returns: the
+    last ranking stage of its plan (a BM25-only index still runs the window stage)."""
+    plan = index.plan(query)
+    ranking = [s.name for s in plan.rest if s.name in (Stage.FUSED.value, Stage.WINDOWS.value, Stage.RERANKED.value)]
+    return ranking[-1] if ranking else plan.first[0].kind
 
 
 def stage_runs(plan, default: str) -> dict[str, str]:
