@@ -130,3 +130,18 @@ def test_a_sync_sees_metadata_types(tmp_path):
     assert [h.id for h in index.search("tidal", filters={"urgent": "true"}, mode="bm25")] == ["x"]
     again = index.add([ldr.Doc("x", "tidal flats", meta={"urgent": True, "v": 2.0})])
     assert again["unchanged"] == 1
+
+
+def test_the_write_encoders_load_before_the_first_write(tmp_path):
+    """Issue 58: a server's first POST /documents took 19 s (the write encoders loaded lazily); the
+    server now calls `load_write_encoders` at start-up, after which a write loads no model."""
+    from ldr.components import ENCODERS
+
+    ldr.Index.build([{"id": "a", "text": "the keeper relit the lamp"}], tmp_path / "i", sparse=None).close()
+    ENCODERS.clear()
+    index = ldr.open(tmp_path / "i")
+    index.load_write_encoders()
+    loaded = len(ENCODERS.loaded())
+    assert loaded >= 1
+    index.add([{"id": "b", "text": "granite ballast for the sidings"}])
+    assert len(ENCODERS.loaded()) == loaded and index.search("ballast", k=1)[0].id == "b"
