@@ -1,24 +1,22 @@
-"""Fit the calibrated relevance (ldr/search/calibration.py) on development data and report how
-well it is calibrated, out of fold.
+"""Fit the calibrated relevance (ldr/search/calibration.py) across datasets and check it on each
+dataset held out of its own fit (leave-one-dataset-out).
 
-For every query of a BEIR folder, the default search's top K hits give (features, relevant?):
-features that depend on the query, the document and the index's statistics only, never on the
-other candidates (BM25 over the query's highest attainable BM25, the dense cosine). A logistic
-regression per feature set is fitted; 5-fold cross-validation grouped by relevant document (no
-document's queries in both the fit and the scoring) gives the out-of-fold AUC, Brier score,
-expected calibration error and the precision / recall at each threshold that the README quotes.
+For every query of each dataset, the default search's top K hits give (features, relevant?): a
+lexical kind's score over its bound, the query-term coverage of the best window and of the
+document, and the dense score as a z-score in its model's distribution of scores of unrelated
+documents (`nulls`: each query against every document it is not judged relevant to, over the
+datasets of that model). A logistic regression per feature set is fitted on the other datasets,
+each weighted equally (qmsum's 1,256 queries do not outvote 200), and scored on the held-out one:
+ECE, AUC, top-1 accuracy against the mean top-1 relevance, precision and the right top-1 hits kept
+at each threshold. --write stores the fits made on every dataset, with the nulls.
 
-    python bench/fit_calibration.py --data ../shared/data/qmsum-train --index IDX [--write]
-
---write stores the coefficients fitted on all queries in ldr/search/calibration.json, one fit per
-set of the kinds searched, with the models their scores came from. Choose --data among the development sets only.
+    python bench/fit_calibration.py --set qmsum-train=DATA_DIR:INDEX --set ... [--write] [--out JSON]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from itertools import combinations
 from pathlib import Path
 
 import numpy as np
@@ -30,118 +28,183 @@ import ldr  # noqa: E402
 from ldr.eval.beir import load_qrels, load_queries  # noqa: E402
 from ldr.search import calibration  # noqa: E402
 
-THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+THRESHOLDS = (0.1, 0.3, 0.5, 0.8)
+LEXICAL, VECTOR = "bm25", "dense"
+FEATURE_SETS = {"bm25+dense": (LEXICAL, "cover", "cover_doc", VECTOR), "bm25": (LEXICAL, "cover", "cover_doc")}
 
 
-def collect(index: ldr.Index, queries: dict, qrels: dict, k: int):
-    """(features by name → array, labels, query ids, group per row)"""
-    rows, labels, qids = [], [], []
-    kinds = index.retriever_names
-    for qid, hits in index.search_many(queries, k=k, passages=0):
-        if isinstance(hits, Exception):
-            continue
-        # the relevance stage's features (search/calibration.py), for every kind searched
-        bounds = {n: b(queries[qid]) for n in kinds if (b := getattr(index.retriever(n), "bound", None))}
-        for h in hits:
-            rows.append(calibration.features({**hits.candidates.first_stage(h.docno), **h.scores}, bounds, kinds))
-            labels.append(1 if qrels.get(qid, {}).get(h.id, 0) > 0 else 0)
-            qids.append(qid)
-    names = sorted({n for r in rows for n in r})
-    X = {n: np.asarray([r.get(n, 0.0) for r in rows]) for n in names}
-    return X, np.asarray(labels), np.asarray(qids)
+def _collecting(models: list[str]):
+    """A calibration table whose one fit reads every feature with weight 0 and whose nulls leave
+    vector scores as they are: the search then reports each feature in hit.scores."""
+    return {"fits": [{"kinds": [LEXICAL, VECTOR], "intercept": 0.0,
+                      "weights": {f: 0.0 for f in FEATURE_SETS["bm25+dense"]}},
+                     {"kinds": [LEXICAL], "intercept": 0.0, "weights": {f: 0.0 for f in FEATURE_SETS["bm25"]}}],
+            "nulls": {m: {"mean": 0.0, "std": 1.0} for m in models if m}}
 
 
-def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1e-3, iters: int = 50) -> np.ndarray:
-    """Newton's method on the L2-regularised log loss; returns [intercept, weights...]."""
+def collect(name: str, data: Path, index_path: str, k: int, split: str, max_queries: int | None) -> dict:
+    queries, qrels = load_queries(data), load_qrels(data, split)
+    queries = {q: t for q, t in sorted(queries.items()) if q in qrels}
+    if max_queries:
+        queries = dict(list(queries.items())[:max_queries])
+    index = ldr.open(index_path)
+    comps = index.manifest["components"]
+    model = calibration.models(comps, [VECTOR])[VECTOR] if VECTOR in comps else None
+    saved = calibration.table
+    calibration.table = lambda: _collecting([model])        # noqa: E731
+    try:
+        rows, null = [], []
+        for qid, hits in index.search_many(queries, k=k, passages=0):
+            if isinstance(hits, Exception):
+                continue
+            rel = {d for d, r in qrels.get(qid, {}).items() if r > 0}
+            for h in hits:
+                x = {f: h.scores.get(f"relevance.{f}", 0.0) for f in FEATURE_SETS["bm25+dense"]}
+                rows.append((qid, h.rank, x, int(h.id in rel)))
+        if model:      # every document's dense score for the first 100 queries: the unrelated ones
+            for qid, hits in index.search_many(dict(list(queries.items())[:100]), k=len(index), passages=0,
+                                               mode=VECTOR, rerank=False):
+                if not isinstance(hits, Exception):
+                    rel = {d for d, r in qrels.get(qid, {}).items() if r > 0}
+                    null += [h.scores[VECTOR] for h in hits if h.id not in rel and VECTOR in h.scores]
+    finally:
+        calibration.table = saved
+    print(f"{name}: {len(queries)} queries, {len(rows)} hits, model {model}", file=sys.stderr)
+    return {"name": name, "model": model, "rows": rows, "null": null, "queries": len(queries),
+            "language": index.manifest["settings"]["build"].get("language", {}).get("code")}
+
+
+def matrix(ds: dict, names: tuple, nulls: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    mean, std = nulls.get(ds["model"], (0.0, 1.0))
+    X = np.asarray([[(x[f] - mean) / std if f == VECTOR else x[f] for f in names] for _, _, x, _ in ds["rows"]])
+    y = np.asarray([r[3] for r in ds["rows"]], dtype=np.float64)
+    qid = np.asarray([r[0] for r in ds["rows"]])
+    rank = np.asarray([r[1] for r in ds["rows"]])
+    return X, y, qid, rank
+
+
+def null_stats(sets: list[dict]) -> dict:
+    by_model: dict = {}
+    for ds in sets:
+        if ds["model"]:
+            by_model.setdefault(ds["model"], []).extend(ds["null"])
+    return {m: (float(np.mean(v)), float(np.std(v))) for m, v in by_model.items() if len(v) > 10}
+
+
+def fit_logistic(X, y, sw, l2: float = 1e-2, iters: int = 100) -> np.ndarray:
+    """Newton's method on the weighted, L2-regularised log loss; [intercept, weights...]."""
     A = np.hstack([np.ones((len(X), 1)), X])
     w = np.zeros(A.shape[1])
     for _ in range(iters):
-        p = 1 / (1 + np.exp(-A @ w))
-        g = A.T @ (p - y) + l2 * np.r_[0, w[1:]]
-        H = (A * (p * (1 - p))[:, None]).T @ A + l2 * np.diag(np.r_[0, np.ones(len(w) - 1)])
+        p = 1 / (1 + np.exp(-np.clip(A @ w, -500, 500)))
+        g = A.T @ (sw * (p - y)) + l2 * np.r_[0, w[1:]]
+        H = (A * (sw * p * (1 - p))[:, None]).T @ A + l2 * np.diag(np.r_[0, np.ones(len(w) - 1)])
         step = np.linalg.solve(H, g)
         w -= step
-        if np.abs(step).max() < 1e-9:
+        if np.abs(step).max() < 1e-10:
             break
     return w
 
 
-def predict(w: np.ndarray, X: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-(w[0] + X @ w[1:])))
+def predict(w, X) -> np.ndarray:
+    return 1 / (1 + np.exp(-np.clip(w[0] + X @ w[1:], -500, 500)))
 
 
 def auc(y, p) -> float:
-    order = np.argsort(p)
+    order = np.argsort(p, kind="stable")
     ranks = np.empty(len(p))
     ranks[order] = np.arange(1, len(p) + 1)
     pos = y == 1
+    if not pos.any() or pos.all():
+        return float("nan")
     return float((ranks[pos].sum() - pos.sum() * (pos.sum() + 1) / 2) / (pos.sum() * (~pos).sum()))
 
 
 def ece(y, p, bins: int = 10) -> float:
-    edges = np.linspace(0, 1, bins + 1)
-    at = np.clip(np.digitize(p, edges) - 1, 0, bins - 1)
+    at = np.clip((p * bins).astype(int), 0, bins - 1)
     return float(sum(abs(y[at == b].mean() - p[at == b].mean()) * (at == b).mean() for b in range(bins) if (at == b).any()))
 
 
-def out_of_fold(X, y, groups, folds: int = 5, seed: int = 0) -> np.ndarray:
-    uniq = np.unique(groups)
-    rng = np.random.default_rng(seed)
-    fold_of = dict(zip(rng.permutation(uniq), np.arange(len(uniq)) % folds))
-    f = np.asarray([fold_of[g] for g in groups])
-    p = np.zeros(len(y))
-    for i in range(folds):
-        w = fit_logistic(X[f != i], y[f != i])
-        p[f == i] = predict(w, X[f == i])
-    return p
+def train(sets: list[dict], names: tuple, nulls: dict) -> np.ndarray:
+    parts = [matrix(ds, names, nulls) for ds in sets]
+    X = np.vstack([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    sw = np.concatenate([np.full(len(p[1]), 1.0 / max(1, ds["queries"])) for p, ds in zip(parts, sets)])
+    return fit_logistic(X, y, sw * len(sets) * 100)
+
+
+def report(ds: dict, names: tuple, w: np.ndarray, nulls: dict) -> dict:
+    X, y, qid, rank = matrix(ds, names, nulls)
+    p = predict(w, X)
+    top = rank == 1
+    out = {"queries": ds["queries"], "hits": int(len(y)), "auc": round(auc(y, p), 4), "ece": round(ece(y, p), 4),
+           "top1_accuracy": round(float(y[top].mean()), 4), "mean_top1_relevance": round(float(p[top].mean()), 4)}
+    right_top = top & (y == 1)
+    for t in THRESHOLDS:
+        kept = p >= t
+        out[f"at_{t}"] = {"kept_per_query": round(float(kept.sum()) / ds["queries"], 3),
+                          "precision": round(float(y[kept].mean()), 4) if kept.any() else None,
+                          "right_top1_kept": round(float((kept & right_top).sum() / max(1, right_top.sum())), 4)}
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--index", required=True, help="an index of the folder's corpus (ldr eval's cache holds one)")
-    ap.add_argument("--split", default="test")
+    ap.add_argument("--set", action="append", required=True, metavar="NAME=DATA:INDEX")
     ap.add_argument("--k", type=int, default=20)
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--max-queries", type=int, default=None)
+    ap.add_argument("--collected", default=None, help="reuse (or write) the collected features here (JSON)")
+    ap.add_argument("--out", default="bench/figures/calibration_lodo.json")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
-    queries, qrels = load_queries(Path(a.data)), load_qrels(Path(a.data), a.split)
-    queries = {q: t for q, t in queries.items() if q in qrels}
-    index = ldr.open(a.index)
-    X, y, qids = collect(index, queries, qrels, a.k)
-    # folds by relevant document: every query of a meeting / article on one side
-    first_rel = {q: sorted(d for d, r in rels.items() if r > 0)[0] for q, rels in qrels.items() if any(rels.values())}
-    groups = np.asarray([first_rel.get(q, q) for q in qids])
-    n_rel = sum(1 for rels in qrels.values() for r in rels.values() if r > 0)
-    components = index.info()["components"]
-    print(f"{a.data}: {len(queries)} queries, top {a.k} of the default search: {len(y)} hits, {y.sum()} relevant "
-          f"({n_rel} relevant pairs in the qrels); models {calibration.models(components, list(X))}")
-    fitted = []
-    for r in range(len(X), 0, -1):
-        for kinds in combinations(sorted(X), r):
-            M = np.column_stack([X[n] for n in kinds])
-            p = out_of_fold(M, y, groups)
-            w = fit_logistic(M, y)
-            oof = {"auc": round(auc(y, p), 4), "brier": round(float(((p - y) ** 2).mean()), 4), "ece": round(ece(y, p), 4)}
-            fitted.append({"models": calibration.models(components, kinds), "intercept": float(w[0]),
-                           "weights": dict(zip(kinds, map(float, w[1:]))), "oof": oof,
-                           "data": Path(a.data).name, "k": a.k, "queries": len(queries)})
-            print(f"\n{'+'.join(kinds)}: out-of-fold AUC {oof['auc']:.3f}, Brier {oof['brier']:.4f}, "
-                  f"ECE {oof['ece']:.4f}; coefficients {np.round(w, 3).tolist()}")
-            print("| min_score | hits kept per query | precision | recall |\n|---|---|---|---|")
-            for t in THRESHOLDS:
-                kept = p >= t
-                prec = f"{y[kept].mean():.3f}" if kept.any() else "-"
-                print(f"| {t:.1f} | {kept.sum() / len(queries):.2f} | {prec} | {y[kept].sum() / n_rel:.3f} |")
+    cache = Path(a.collected) if a.collected else None
+    got = json.loads(cache.read_text()) if cache and cache.is_file() else {}
+    sets = []
+    for spec in a.set:
+        name, where = spec.split("=", 1)
+        data, index = where.rsplit(":", 1)
+        if name not in got:
+            got[name] = collect(name, Path(data), index, a.k, a.split, a.max_queries)
+            if cache:
+                cache.write_text(json.dumps(got))
+        sets.append(got[name])
+    held_out = {}
+    for fs, names in FEATURE_SETS.items():
+        for ds in sets:
+            if fs != "bm25" and not ds["model"]:
+                continue
+            others = [o for o in sets if o is not ds and (fs == "bm25" or o["model"])]
+            if not others:
+                continue
+            nulls = null_stats(others)
+            if fs != "bm25" and ds["model"] not in nulls:
+                continue          # no other dataset of its model measured its distribution
+            w = train(others, names, nulls)
+            held_out.setdefault(fs, {})[ds["name"]] = report(ds, names, w, nulls)
+    nulls = null_stats(sets)
+    final = {fs: train([d for d in sets if fs == "bm25" or d["model"]], names, nulls) for fs, names in FEATURE_SETS.items()}
+    result = {"held_out": held_out, "nulls": nulls, "k": a.k,
+              "fits": {fs: dict(zip(("intercept",) + names, map(float, w))) for (fs, names), w in
+                       zip(FEATURE_SETS.items(), final.values())},
+              "in_sample": {fs: {ds["name"]: report(ds, FEATURE_SETS[fs], final[fs], nulls) for ds in sets
+                                 if fs == "bm25" or ds["model"]} for fs in FEATURE_SETS}}
+    Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+    for fs, per in held_out.items():
+        print(f"\n{fs}, each dataset held out of its fit:\n| dataset | queries | ECE | AUC | top-1 acc | mean top-1 rel "
+              "| prec@0.5 | right top-1 kept@0.5 | prec@0.8 |\n|---|---|---|---|---|---|---|---|---|")
+        for name, r in per.items():
+            print(f"| {name} | {r['queries']} | {r['ece']:.3f} | {r['auc']:.3f} | {r['top1_accuracy']:.3f} | "
+                  f"{r['mean_top1_relevance']:.3f} | {r['at_0.5']['precision']} | {r['at_0.5']['right_top1_kept']} "
+                  f"| {r['at_0.8']['precision']} |")
     if a.write:
-        table = json.loads(calibration.TABLE.read_text()) if calibration.TABLE.is_file() else {"fits": []}
-        key = lambda f: json.dumps(f["models"], sort_keys=True)      # noqa: E731
-        mine = {key(f): f for f in table["fits"]}
-        # a fit reading no model (BM25 alone) serves every index: the first data it was fitted on keeps it
-        keep = [f for f in fitted if any(f["models"].values()) or mine.get(key(f), {}).get("data") in (None, f["data"])]
-        for f in fitted:
-            if f not in keep:
-                print(f"kept the {'+'.join(f['models'])} fit made on {mine[key(f)]['data']}")
-        table["fits"] = [f for f in table["fits"] if key(f) not in {key(g) for g in keep}] + keep
+        data = sorted(d["name"] for d in sets)
+        fits = [{"kinds": [LEXICAL, VECTOR] if fs != "bm25" else [LEXICAL], "intercept": final[fs][0],
+                 "weights": dict(zip(names, map(float, final[fs][1:]))), "data": data, "k": a.k,
+                 "held_out": held_out.get(fs, {})} for fs, names in FEATURE_SETS.items()]
+        table = {"fits": fits, "nulls": {m: {"mean": v[0], "std": v[1], "data": sorted(d["name"] for d in sets
+                                                                                      if d["model"] == m)}
+                                         for m, v in nulls.items()}}
         calibration.TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
         print(f"\nwritten to {calibration.TABLE}")
 

@@ -215,7 +215,22 @@ class Index(Handle):
 
         return {"path": str(self.path), **describe(self.manifest), "search": self.search_defaults(),
                 "search_recorded": dict(self.manifest.get("search", {})),
-                "search_profile": of_manifest(self.manifest)}
+                "search_profile": of_manifest(self.manifest), "relevance": relevance_fit(self.manifest)}
+
+
+def relevance_fit(manifest: dict) -> dict | None:
+    """Which calibrated-relevance fit a default search of this index uses, and on what data it was
+    fitted and checked (search/calibration.py); None where none applies (no --min-score)."""
+    from .search import calibration
+
+    comps = manifest["components"]
+    fit = calibration.fit_for(comps, registry.in_order(comps))
+    if fit is None:
+        return None
+    return {"reads": sorted(fit["weights"]), "kinds": fit["kinds"], "fitted_on": fit.get("data"),
+            "null": {k: m for k, m in calibration.models(comps, fit["kinds"]).items() if m},
+            "held_out": {d: {m: r.get(m) for m in ("ece", "auc", "top1_accuracy", "mean_top1_relevance")}
+                         for d, r in (fit.get("held_out") or {}).items()}}
 
 
 Handle.search.__signature__ = search_signature()   # help() and editors list every option

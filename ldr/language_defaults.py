@@ -3,9 +3,9 @@
 language_defaults.json: fusion weights and the window stage's depth, weight and scorer.
 
 An index's language (detected or given at build, `settings.build.language` in its manifest) picks
-the profile: English (and `none`, no language) gets "en", chosen on qmsum-train; every other
-language gets "de", chosen on klexikon-de-dev: it is the nearest measured family, with the same
-models (multilingual-e5, no learned-sparse leg). A profile applies only to an index whose models
+the profile: English (and `none`, no language) gets "en", chosen on qmsum-train; German "de",
+chosen on klexikon-de-dev; a language gets a profile only from data in it, and one without keeps
+ldr's language-neutral defaults. A profile applies only to an index whose models
 are the ones it was measured with (a user's own model gets ldr's defaults). The settings follow
 the release, like ldr's own defaults; the manifest records which profile an index was built under
 (`settings.build.search_profile`), and its `search` entry (`ldr tune`, `Index.set_search_defaults`) overrides it."""
@@ -24,10 +24,15 @@ def table() -> dict:
     return json.loads(TABLE.read_text(encoding="utf-8"))
 
 
-def family(code: str | None) -> str:
-    """The measured language family whose defaults a language takes."""
+def family(code: str | None) -> str | None:
+    """The language whose measured defaults a language takes: its own, where its data chose them
+    (English and `none` take English's); None for a language with no data of its own, which keeps
+    ldr's language-neutral defaults (German's profile, given to every other language before, took
+    Chinese below BM25 alone: issue 59)."""
     code = (code or "en").lower()
-    return "en" if code in ENGLISH or "de" not in table() else code if code in table() else "de"
+    if code in ENGLISH:
+        return "en"
+    return code if code in table() else None
 
 
 def _model(comp: dict) -> str | None:
@@ -42,7 +47,7 @@ def profile(language: dict | str | None, components: dict, fam: str | None = Non
     a kind's model is not the one the profile was measured with)."""
     code = language.get("code") if isinstance(language, dict) else language
     fam = fam or family(code)
-    entry = table().get(fam)
+    entry = table().get(fam) if fam else None
     if entry is None:
         return None
     measured = entry.get("models", {})
@@ -68,5 +73,8 @@ def record(language: dict | str | None, components: dict) -> dict:
     """What a build writes in the manifest (`search_profile`): which profile, chosen on what."""
     found = profile(language, components)
     if found is None:
-        return {"family": None, "why": "its models are not the ones any language's defaults were measured with"}
+        code = language.get("code") if isinstance(language, dict) else language
+        why = ("its models are not the ones its language's defaults were measured with" if family(code)
+               else f"no data in {code} chose defaults for it: ldr's language-neutral ones apply")
+        return {"family": None, "why": why}
     return {k: found[k] for k in ("family", "language", "chosen_on")}

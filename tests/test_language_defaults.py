@@ -32,12 +32,15 @@ def test_the_table_names_its_data_and_its_figures():
     assert table["en"]["kept_today"] is True       # in English choosing did not beat today's default
 
 
-def test_languages_map_to_the_nearest_measured_family():
+def test_a_language_gets_a_profile_only_from_data_in_it():
+    """Issue 59: every language took German's profile and Chinese fell below BM25 alone; now a
+    language without data of its own keeps ldr's language-neutral defaults."""
     assert language_defaults.family("en") == "en" and language_defaults.family("none") == "en"
-    assert language_defaults.family(None) == "en"
-    assert {language_defaults.family(c) for c in ("de", "fr", "zh", "cjk", "ru")} == {"de"}
+    assert language_defaults.family(None) == "en" and language_defaults.family("de") == "de"
+    assert {language_defaults.family(c) for c in ("fr", "cjk", "ru")} == {None}
     e5 = {"bm25": {}, "dense": {"model": {"name": "e5-small-multilingual"}}}
-    assert language_defaults.profile("fr", e5)["family"] == "de"
+    assert language_defaults.profile("fr", e5) is None and language_defaults.profile("de", e5)["family"] == "de"
+    assert "no data in fr" in language_defaults.record("fr", e5)["why"]
     # a model the profile was not measured with: ldr's defaults, not another model's weights
     assert language_defaults.profile("de", {"bm25": {}, "dense": {"model": {"name": "bge-small"}}}) is None
     assert language_defaults.profile("de", {"bm25": {}})["family"] == "de"       # BM25 alone has no model

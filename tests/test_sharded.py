@@ -366,3 +366,18 @@ def test_a_missing_shard_is_named_with_the_right_advice(tmp_path):
         out = r.invoke(main, args)
         assert out.exit_code == code and "shard 1 of the sharded index" in out.output and "is missing" in out.output \
             and "-o " + str(s / "shards") not in out.output and "Traceback" not in out.output, (args, out.output)
+
+
+def test_facets_of_a_sharded_index_are_the_unsharded_ones(tmp_path):
+    """Issue 58: the search page's field counts, counted per shard and added, equal one index's."""
+    docs = [{"id": f"d{i}", "text": f"bridge report {i}", "team": ["red", "blue", "green"][i % 3],
+             "year": 2000 + i % 4, "tags": ["a", "b"][: 1 + i % 2]} for i in range(30)]
+    sharded = ShardedIndex.build(docs, tmp_path / "s", shards=3, dense=None, sparse=None)
+    one = ldr.Index.build(docs, tmp_path / "o", dense=None, sparse=None)
+    got, want = sharded.facets(), one.facets()
+    assert {**got, "generation": 0} == {**want, "generation": 0}
+    team = next(f for f in got["fields"] if f["name"] == "team")
+    assert team["values"] == [["blue", 10], ["green", 10], ["red", 10]] and team["documents"] == 30
+    year = next(f for f in got["fields"] if f["name"] == "year")
+    assert (year["min"], year["max"]) == (2000, 2003)
+    assert next(f for f in got["fields"] if f["name"] == "tags")["values"] == [["a", 30], ["b", 15]]

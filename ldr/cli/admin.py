@@ -162,6 +162,13 @@ def info_cmd(index_path, as_json):
             there = f" (nDCG@10 {fig['chosen_on_all']:.1f} there; {held})"
         click.echo(f"{'':<11} defaults for language {lang['family']}{nearest}, chosen on {lang['chosen_on']}{there}; "
                    "the index's own settings override them")
+    rel = info.get("relevance")
+    if rel:
+        where = ", ".join(rel["fitted_on"] or []) or "?"
+        click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])}; fitted on {where}, each "
+                   "held out of its own fit in turn (bench/README.md; `--min-score` cuts on it)")
+    else:
+        click.echo("relevance   none fitted for these models (hits carry no relevance; --min-score is refused)")
     t = info["search_recorded"].get("tuned")
     if t:
         click.echo(f"{'':<11} tuned by `ldr tune` on {t['data']} ({t['split']}, {t['queries']} queries) at "

@@ -26,10 +26,13 @@ class SegmentFeed:
         """(segment entry, bytes, index-level component info); the stores are closed, not published."""
         stores, seg_writer = self.stores, None
         docs = iter(check_documents(docs, report, max_doc_mb))
-        first = next(docs, None)   # an add of nothing new (every document unchanged) stops here,
-        if first is None:          # before a segment, an index store or an encoder is opened
-            return {"path": segment_rel(self.number), "docs": 0}, 0, {}
-        docs = CheckedDocs(itertools.chain([first], docs))
+        first = next(docs, None)
+        if first is None and self.allow_small:
+            # an add (the writer's small segments) of nothing new stops here, before a segment, an
+            # index store or an encoder is opened; a build still writes its empty segment (an
+            # empty shard's parts describe the models)
+            return {"path": segment_rel(self.number), "docs": 0, "live": 0}, 0, {}
+        docs = CheckedDocs(itertools.chain([first], docs) if first is not None else iter(()))
         stores.prepare()
         self.created.extend(stores.folders)
         try:

@@ -25,8 +25,9 @@ class LineBar:
     """tqdm's surface that BuildBar uses, written as whole lines for a log: one every LINE_S
     seconds while work goes on, and a last one when a build that printed any ends."""
 
-    def __init__(self, desc: str, unit: str, total: int | None, every: float = LINE_S, out=None):
-        self.desc, self.unit, self.total, self.every, self.out = desc, unit, total, every, out or sys.stderr
+    def __init__(self, desc: str, unit: str, total: int | None, every: float | None = None, out=None):
+        self.desc, self.unit, self.total, self.out = desc, unit, total, out or sys.stderr
+        self.every = LINE_S if every is None else every
         self.n, self.postfix, self.t0 = 0, "", time.monotonic()
         self.last, self.printed = self.t0, False
 
