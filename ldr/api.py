@@ -227,10 +227,8 @@ def relevance_fit(manifest: dict) -> dict | None:
     fit = calibration.fit_for(comps, registry.in_order(comps))
     if fit is None:
         return None
-    return {"reads": sorted(fit["weights"]), "kinds": fit["kinds"], "fitted_on": fit.get("data"),
-            "null": {k: m for k, m in calibration.models(comps, fit["kinds"]).items() if m},
-            "held_out": {d: {m: r.get(m) for m in ("ece", "auc", "top1_accuracy", "mean_top1_relevance")}
-                         for d, r in (fit.get("held_out") or {}).items()}}
+    return {"reads": sorted(fit["weights"]), "models": fit["models"], "fitted_on": fit.get("data"),
+            "out_of_fold": fit.get("oof"), "held_out": fit.get("held_out"), "exact": calibration.exact()}
 
 
 Handle.search.__signature__ = search_signature()   # help() and editors list every option

@@ -164,9 +164,10 @@ def info_cmd(index_path, as_json):
                    "the index's own settings override them")
     rel = info.get("relevance")
     if rel:
-        where = ", ".join(rel["fitted_on"] or []) or "?"
-        click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])}; fitted on {where}, each "
-                   "held out of its own fit in turn (bench/README.md; `--min-score` cuts on it)")
+        ex = rel.get("exact")
+        floor = f"; an exact match of a {ex['min_words']}+ word query at least {ex['p']:g}" if ex else ""
+        click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])}, fitted on {rel['fitted_on']} "
+                   f"(held out elsewhere: bench/README.md){floor}; `--min-score` cuts on it")
     else:
         click.echo("relevance   none fitted for these models (hits carry no relevance; --min-score is refused)")
     t = info["search_recorded"].get("tuned")

@@ -3,20 +3,21 @@ application can cut on (`min_score`), the same number whether the document came 
 hundred candidates, alone through a filter, or in an index of one.
 
 Its features depend on the query, the document and the index's statistics only, never on the
-other candidates, and their scale does not move with the corpus, the query's length or the model:
+other candidates: one per retriever kind searched, the kind's score of the document, over the
+highest score the query can reach where the kind knows it (BM25: every query term saturated, so
+the fraction of the query the document holds, weighted by the terms' rarity), else as it is (a
+cosine). A kind that did not return the document within its depth counts 0.
 
-- a lexical kind's score over the highest score the query can reach (BM25: every query term
-  saturated, so the fraction of the query the document holds, weighted by the terms' rarity);
-- `cover`: the largest share of the query's terms one window of the document holds (a quoted
-  sentence: 1), and `cover_doc`: the share the whole document holds;
-- a vector kind's score as a z-score in its model's own distribution of scores of unrelated
-  documents (`nulls`, measured once per model), so one fit serves every dense model measured.
+Logistic regressions over them were fitted by bench/fit_calibration.py on development data;
+calibration.json holds each fit with the kinds it reads, the models their scores came from, the
+data, and its out-of-fold AUC, Brier score and calibration error. A search uses the fit that reads
+the most of its kinds, under the same models.
 
-A kind that did not return the document within its depth counts 0. Logistic regressions over
-them were fitted by bench/fit_calibration.py across datasets and checked leave-one-dataset-out;
-calibration.json holds each fit with the features it reads, the data it was fitted on and its
-held-out figures. A search uses the fit that reads the most of its kinds; a vector kind whose
-model has no measured distribution is not read.
+An exact match is near certain: where two neighbouring windows of the document hold every term of a query of
+EXACT["min_words"] words or more (a quoted sentence), the estimate is at least EXACT["p"], the
+smallest share of such hits that were relevant on any dataset it was measured on (`exact` in
+calibration.json, measured by bench/fit_calibration.py; none below 0.86 on quoted needles, quoted
+manual sentences and QMSum).
 """
 from __future__ import annotations
 
@@ -28,16 +29,21 @@ from pathlib import Path
 from .. import components as registry
 
 TABLE = Path(__file__).with_name("calibration.json")
-WINDOW_FEATURES = ("cover", "cover_doc")
+COVER = "cover"          # PassageFinder.best_from: the largest share of the query's terms two neighbouring windows hold
 
 
 @lru_cache(maxsize=1)
 def table() -> dict:
-    return json.loads(TABLE.read_text(encoding="utf-8")) if TABLE.is_file() else {"fits": [], "nulls": {}}
+    return json.loads(TABLE.read_text(encoding="utf-8")) if TABLE.is_file() else {"fits": []}
 
 
 def fits() -> list[dict]:
     return table()["fits"]
+
+
+def exact() -> dict | None:
+    """{"min_words", "p", ...}: the measured floor of an exact match, or None."""
+    return table().get("exact")
 
 
 def models(components: dict, kinds) -> dict[str, str | None]:
@@ -45,48 +51,30 @@ def models(components: dict, kinds) -> dict[str, str | None]:
     return {k: registry.get(k).model_name(components[k]) for k in kinds}
 
 
-def nulls(components: dict, kinds) -> dict[str, tuple[float, float]]:
-    """{vector kind: (mean, std) of its model's scores of unrelated documents}, where measured."""
-    known = table().get("nulls", {})
-    return {k: (known[m]["mean"], known[m]["std"]) for k, m in models(components, kinds).items()
-            if m is not None and m in known}
-
-
-def readable(components: dict, kinds) -> list[str]:
-    """The kinds a fit may read here: lexical ones (no model), vector ones whose model was measured."""
-    have, measured = models(components, kinds), nulls(components, kinds)
-    return [k for k in kinds if have[k] is None or k in measured]
-
-
 def fit_for(components: dict, kinds: list[str]) -> dict | None:
-    """The fit reading the most of this index's readable kinds (and only those), or None."""
-    can = set(readable(components, kinds))
-    usable = [f for f in fits() if "kinds" in f and set(f["kinds"]) <= can]   # (fits of before v2 have none)
-    return max(usable, key=lambda f: (len(f["kinds"]), len(f["weights"])), default=None)
+    """The fit reading the most of `kinds` whose models match this index's, or None."""
+    have = models(components, kinds)
+    usable = [f for f in fits() if all(k in have and have[k] == m for k, m in f["models"].items())]
+    return max(usable, key=lambda f: len(f["models"]), default=None)
 
 
-def features(scores: dict, bounds: dict, kinds, windows: dict | None = None,
-             null: dict | None = None) -> dict[str, float]:
-    """The features of one document for one query: `scores` its scores by kind, `bounds` each
-    lexical kind's highest score for the query, `windows` its best-window evidence
-    (PassageFinder.best_from), `null` each vector kind's (mean, std) of unrelated scores."""
+def features(scores: dict, bounds: dict, kinds) -> dict[str, float]:
     out = {}
     for k in kinds:
         v = float(scores.get(k, 0.0))
-        if bounds.get(k):
-            out[k] = v / bounds[k]
-        elif null and k in null:
-            mean, std = null[k]
-            out[k] = (v - mean) / std if k in scores else 0.0
-        else:
-            out[k] = v
-    for name in WINDOW_FEATURES:
-        out[name] = float((windows or {}).get(name, 0.0))
+        out[k] = v / bounds[k] if bounds.get(k) else v
     return out
 
 
-def relevance(x: dict[str, float], fit: dict | None) -> float | None:
+def is_exact(query: str, cover: float | None) -> bool:
+    """A query of the measured length whose every term one window of the document holds."""
+    rule = exact()
+    return rule is not None and cover is not None and cover >= 1.0 and len(query.split()) >= rule["min_words"]
+
+
+def relevance(x: dict[str, float], fit: dict | None, exact_match: bool = False) -> float | None:
     if fit is None:
         return None
-    z = fit["intercept"] + sum(w * x.get(k, 0.0) for k, w in fit["weights"].items())
-    return 1 / (1 + math.exp(-z)) if z > -700 else 0.0
+    z = fit["intercept"] + sum(w * x[k] for k, w in fit["weights"].items())
+    p = 1 / (1 + math.exp(-z)) if z > -700 else 0.0
+    return max(p, exact()["p"]) if exact_match else p

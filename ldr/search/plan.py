@@ -151,8 +151,7 @@ def _relevance(components: dict, kinds: list[str], min_score: float | None) -> t
             raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {', '.join(kinds)} "
                              "with this index's models (bench/fit_calibration.py fits one): search without it")
         return ()
-    null = tuple(sorted(calibration.nulls(components, fit["kinds"]).items()))
-    return (Relevance(tuple(fit["kinds"]), fit, min_score, null),)
+    return (Relevance(tuple(fit["weights"]), fit, min_score),)
 
 
 _ORDER = (Stage.FUSED.value, Stage.WINDOWS.value, Stage.RERANKED.value)
