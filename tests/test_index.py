@@ -149,15 +149,17 @@ def test_corrupted_truncated_missing_and_newer_index(tmp_path):
 def test_api_input_validation(tmp_path):
     with pytest.raises(CorpusError, match="needs 'id'"):
         build([{"text": "no id"}], tmp_path / "a")
+    empty = build([], tmp_path / "b")        # an empty index that `add` fills (issue 58)
+    assert len(empty) == 0 and empty.search("anything") == []
     with pytest.raises(CorpusError, match="no indexable documents"):
-        build([], tmp_path / "b")
+        build([{"id": "e", "text": "   "}], tmp_path / "b2")
     idx = build(_docs(3), tmp_path / "c")
     with pytest.raises(ConfigError):
         idx.search("x", k=0)
     with pytest.raises(ConfigError, match="no 'dense' component|unknown search mode"):
         idx.search("x", mode="dense")
     assert idx.search("words that match nothing qqqq", k=5) == []
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b2").exists()
 
 
 def test_reading_a_hit_reads_a_small_row_group(tmp_path):

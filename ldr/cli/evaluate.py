@@ -92,7 +92,8 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
                 "partial": "; ".join(partial) or None, "build": given(options),
                 "stages": parse_stages(stage) or None, "shards": shards, "index": index_path}
     opts = EvalOptions(max_queries=max_queries, depth=depth, cache=Path(cache) if cache else None, progress=not quiet,
-                       rerank_model=rerank_model, stages=parse_stages(stage) or None, index=index_path)
+                       rerank_model=rerank_model, stages=parse_stages(stage) or None,
+                       index=_open_index(index_path) if index_path else None)
     settings["reranker"] = rerank_model or "passage"
     from ..api import Index
     from ..sharded import Shards
@@ -118,6 +119,11 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
         if s in runs_as:
             click.echo(f"{'*' if s == default else ' '} {s}: {runs_as[s]}")
     click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
+
+def _open_index(path: str):
+    from ..sharded import open as open_index
+    return open_index(path)
+
 
 def _compare_runs(qrels, run_files, as_json, per_query, plot) -> None:
     import json as _json

@@ -36,7 +36,7 @@ class EvalOptions:
     stages: dict | None = None            # registered extra stages ({name: {setting: value}})
     cache: Path | None = None
     progress: bool = True
-    index: str | None = None              # evaluate this index (its documents must be the task's corpus)
+    index: object = None                  # evaluate this opened index (its documents must be the task's corpus)
 
 
 def _config_key(config: BuildConfig) -> str:
@@ -68,17 +68,16 @@ def task_index(task: Task, config: BuildConfig, cache: Path, progress: bool, ind
     return indexes.build(task.corpus(), path, config=config, progress=progress), False
 
 
-def given_index(task: Task, path: str):
-    """The index the user built (`ldr eval -i IDX`), opened, after checking it holds exactly the
-    task's corpus (by id): other documents would make it another collection, missing ones score 0."""
-    from .. import sharded
+def given_index(task: Task, index):
+    """The index the user built (`ldr eval -i IDX`, opened by the caller), after checking it holds
+    exactly the task's corpus (by id): other documents would make it another collection, missing
+    ones score 0."""
     from ..errors import ConfigError
 
-    index = sharded.open(path)
     held, corpus = set(index.live_ids()), {d.id for d in task.corpus()}
     missing, extra = sorted(corpus - held), sorted(held - corpus)
     if missing or extra:
-        raise ConfigError(f"{path} is not an index of {task.name}'s corpus: it lacks {len(missing)} of its "
+        raise ConfigError(f"{index.path} is not an index of {task.name}'s corpus: it lacks {len(missing)} of its "
                           f"{len(corpus)} documents{f' (e.g. {missing[0]})' if missing else ''} and holds "
                           f"{len(extra)} others{f' (e.g. {extra[0]})' if extra else ''}; build it from the "
                           "corpus (`ldr index DIR/corpus.jsonl -o IDX`) or leave -i out")

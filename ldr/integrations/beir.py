@@ -26,7 +26,7 @@ class LdrSearch(BaseSearch):
         self._tmp = None
 
     def _open(self, corpus: dict):
-        import ldr
+        from .. import sharded
 
         if self.index is None:
             if self.path is None:
@@ -34,7 +34,7 @@ class LdrSearch(BaseSearch):
                 self.path = str(Path(self._tmp.name) / "idx")
             self.encode(corpus, {}, self.path)
         elif not hasattr(self.index, "search"):
-            self.index = ldr.open(self.index)
+            self.index = sharded.open(self.index)
         held = set(self.index.live_ids())
         missing = [d for d in corpus if d not in held]
         if missing:      # an index of other documents would score a different collection
@@ -46,10 +46,10 @@ class LdrSearch(BaseSearch):
                **kwargs) -> None:
         """Build the index of `corpus` at `encode_output_path` (BEIR's encode step: ldr's
         encoding is its index, with BM25 and sparse beside the vectors)."""
-        import ldr
+        from ..api import Index
 
         docs = ({"id": str(i), "title": d.get("title") or "", "text": d.get("text") or ""} for i, d in corpus.items())
-        self.index = ldr.Index.build(docs, encode_output_path, overwrite=overwrite, **self.build_options)
+        self.index = Index.build(docs, encode_output_path, overwrite=overwrite, **self.build_options)
         self.path = encode_output_path
 
     def search(self, corpus: dict, queries: dict, top_k: int, *args, **kwargs) -> dict[str, dict[str, float]]:

@@ -86,11 +86,12 @@ class LdrVectorStore(VectorStore):
     queries). `build_options` (at creation): BuildConfig fields, e.g. dense=None for BM25 alone."""
 
     def __init__(self, index=None, *, build_options: dict | None = None, **search_options: Any):
-        import ldr
-        from ldr.index.view import holds_index
+        from .. import sharded
+        from ..api import Index
+        from ..index.view import holds_index
 
         if isinstance(index, (str, os.PathLike)):
-            index = ldr.open(index) if holds_index(Path(index)) else ldr.Index.create(index, **(build_options or {}))
+            index = sharded.open(index) if holds_index(Path(index)) else Index.create(index, **(build_options or {}))
         if not hasattr(index, "add"):
             raise TypeError("LdrVectorStore needs an ldr.Index or an index directory (it adds and deletes)")
         self.index, self.search_options = index, search_options
@@ -101,7 +102,7 @@ class LdrVectorStore(VectorStore):
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *, ids: list[str] | None = None,
                   **kwargs: Any) -> list[str]:
-        from ldr import Doc
+        from ..corpus import Doc
 
         texts = list(texts)
         ids = [str(i) if i is not None else uuid.uuid4().hex for i in (ids or [None] * len(texts))]
