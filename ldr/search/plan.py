@@ -149,7 +149,7 @@ def _relevance(components: dict, kinds: list[str], min_score: float | None) -> t
     if fit is None:
         if min_score is not None:
             raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {', '.join(kinds)} "
-                             "with this index's models (bench/fit_calibration.py fits one): search without it")
+                             "with this index's models (bench/fit_own_calibration.py fits one): search without it")
         return ()
     return (Relevance(tuple(fit["weights"]), fit, min_score),)
 
