@@ -25,7 +25,7 @@ def test_check_reports_no_damage_while_a_writer_commits(tmp_path):
     idx = tmp_path / "idx"
     ldr.Index.build([{"id": f"d{i}", "text": f"document {i} about bridges"} for i in range(30)], idx,
                     bm25="native", dense=None, sparse=None)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(idx), "40"], stdout=subprocess.PIPE,
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(idx), "20"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     checks, alarms = 0, []
     while writer.poll() is None or checks < 5:

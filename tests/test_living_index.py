@@ -185,7 +185,7 @@ def test_readers_are_pinned_while_another_process_commits(tmp_path):
     base = ldr.Index.build([make_doc(i) for i in range(30)], path, dense=None, sparse=None)
     held = ldr.open(path)                 # never refreshed: must keep answering the same
     held_answer = [(h.id, h.score) for h in held.search("storm reef", k=10)]
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), "50"])
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), "25"])   # 25 commits beside the readers
     failures, answers, seen = [], 0, set()
     try:
         while proc.poll() is None or answers < 5:
@@ -209,7 +209,7 @@ def test_readers_are_pinned_while_another_process_commits(tmp_path):
     assert proc.returncode == 0
     assert failures == [] and answers >= 5 and len(seen) > 1
     held.refresh()
-    assert len(held) == 80 and held.generation > 50
+    assert len(held) == 55 and held.generation > 25
     assert base.generation == 1 and [(h.id, h.score) for h in base.search("storm reef", k=10)] == held_answer
 
 
