@@ -209,6 +209,8 @@ def test_first_hour_messages_say_what_happened(tmp_path):
     assert sorted(h["id"] for h in json.loads(ok.output)["hits"]) == ["d2", "d3"]
     plan = r.invoke(main, ["search", "bridge", "-i", str(tmp_path / "idx"), "--explain"]).output
     assert "shard" not in plan and "coordinator" not in plan and "first stages:" in plan
+    fields = r.invoke(main, ["info", str(tmp_path / "idx"), "--fields"]).output      # what --filter takes
+    assert "year             4 docs, number 2018..2021: 2018 (1), 2019 (1), 2020 (1), 2021 (1)" in fields
 
 
 def test_progress_in_a_log_is_lines_not_carriage_returns():

@@ -120,11 +120,17 @@ def _check_port(host: str, port: int) -> None:
 @main.command("info")
 @click.argument("index_path", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
-def info_cmd(index_path, as_json):
+@click.option("--fields", is_flag=True,
+              help="The documents' metadata fields instead: each with its documents, types and most common values "
+                   "(what --filter takes).")
+def info_cmd(index_path, as_json, fields):
     """Show what an index holds (components, models, counts, sizes)."""
     from .. import sharded
 
-    info = sharded.open(index_path).info()
+    index = sharded.open(index_path)
+    if fields:
+        return _echo_fields(index.facets(), as_json)
+    info = index.info()
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -235,3 +241,17 @@ def _api_docs() -> bool:
     """Whether /docs is served (its assets come from the swagger-ui-bundle package)."""
     import importlib.util
     return importlib.util.find_spec("swagger_ui_bundle") is not None
+
+
+def _echo_fields(facets: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(facets, indent=2))
+        return
+    click.echo(f"{facets['documents']} documents, generation {facets['generation']}")
+    if not facets["fields"]:
+        click.echo("no metadata fields (filters can still use id, title and ldr.path)")
+    for f in facets["fields"]:
+        rng = f" {f['min']}..{f['max']}" if f["min"] is not None else ""
+        values = ", ".join(f"{v} ({n})" for v, n in f["values"])
+        more = f", ... {f['distinct']}{'+' if f['truncated'] else ''} values" if f["distinct"] > len(f["values"]) else ""
+        click.echo(f"{f['name']:<16} {f['documents']} docs, {'/'.join(f['types'])}{rng}: {values}{more}")
