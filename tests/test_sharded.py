@@ -97,8 +97,10 @@ def test_the_cli_builds_and_writes_a_sharded_index(tmp_path):
     assert r.invoke(main, ["search", "bearing plates", "-i", str(idx), "--json"]).exit_code == 0
     out = r.invoke(main, ["add", str(ROOT / "corpora" / "more"), "-i", str(idx), "-q"])
     assert out.exit_code == 0 and "documents in 2 shards" in out.output, out.output
+    generation = ShardedIndex(idx).generation
     again = r.invoke(main, ["add", str(ROOT / "corpora" / "more"), "-i", str(idx), "-q"])
     assert "0 added, 0 replaced" in again.output and "unchanged" in again.output
+    assert ShardedIndex(idx).generation == generation          # nothing new: no commit, as unsharded
     assert r.invoke(main, ["delete", "sourdough-guide", "-i", str(idx)]).exit_code == 0
     assert r.invoke(main, ["merge", "-i", str(idx)]).exit_code == 0
     info = r.invoke(main, ["info", str(idx)])

@@ -145,7 +145,8 @@ class ClusterWriter:
                 with IndexWriter(self.shard_path(i), wait=self.wait, threads=self.threads, cluster=True) as w:
                     r = w.add(routed_docs(f), IngestReport(), progress=progress, total=counts[i],
                               auto_merge=auto_merge)
-                touched.append(i)
+                if r["added"] or r["replaced"]:      # the shard committed (an unchanged add does not)
+                    touched.append(i)
                 result["added"] += r["added"]
                 result["replaced"] += r["replaced"]
                 result["unchanged"] += r["unchanged"]
@@ -156,6 +157,8 @@ class ClusterWriter:
         report.unchanged += result["unchanged"]
         result["skipped"] = report.n_skipped
         result["replaced"] = sorted(result["replaced"])
+        if not touched:          # nothing new (every document unchanged or skipped): no commit, as unsharded
+            return {**result, "generation": self.generation}
         return self._commit("add", touched, {k: v if isinstance(v, int) else len(v) for k, v in result.items()},
                             result)
 

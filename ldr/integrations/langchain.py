@@ -90,6 +90,9 @@ class LdrVectorStore(VectorStore):
         from ..api import Index
         from ..index.view import holds_index
 
+        if isinstance(index, str) and index.startswith(("http://", "https://")):
+            raise TypeError("LdrVectorStore writes to a local index (an index directory or ldr.Index); for a "
+                            "running `ldr serve`, use LdrRetriever(url=...) to search it")
         if isinstance(index, (str, os.PathLike)):
             index = sharded.open(index) if holds_index(Path(index)) else Index.create(index, **(build_options or {}))
         if not hasattr(index, "add"):
