@@ -28,9 +28,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import components as registry
+from .passages import COVER  # noqa: F401  (the relevance stage reads it here)
 
 TABLE = Path(__file__).with_name("calibration.json")
-COVER = "cover"          # PassageFinder.best_from: the largest share of the query's terms two neighbouring windows hold
 
 
 @lru_cache(maxsize=1)

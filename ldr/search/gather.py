@@ -179,7 +179,10 @@ class ShardedSource:
 
     def best_windows(self, docnos: list[int]) -> dict:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
-        each vector kind: its best window's similarity}} (PassageFinder.best_from)."""
+        each vector kind: its best window's similarity}} (PassageFinder.best_from); {} where no
+        finder analyses this index's windows."""
+        if self.finder is None:
+            return {}
         return self.finder.best_from(self._features(docnos), docnos)
 
     def passages(self, docnos: list[int], n: int) -> dict:

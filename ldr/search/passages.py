@@ -23,7 +23,7 @@ from .normalise import minmax
 from .window_terms import WindowTerms
 
 _MARKABLE = re.compile(r"\w+", re.UNICODE)
-COVER, COVER_DOC = "cover", "cover_doc"     # best_from's query-term shares (best window, document)
+COVER = "cover"     # best_from: the largest share of the query's terms two neighbouring windows hold
 
 
 @dataclass
@@ -194,11 +194,10 @@ class PassageFinder:
     def best_from(self, feats: dict, docnos: list[int]) -> dict[int, dict[str, float]]:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
         each vector kind: its best window's similarity (nan: none), COVER: the largest share of
-        the query's terms two neighbouring windows hold, COVER_DOC: the share the document holds}}. The two
-        shares depend on the document and the query alone (the relevance stage reads them)."""
+        the query's terms two neighbouring windows hold}}. COVER depends on the document and the
+        query alone (the relevance stage reads it)."""
         owner, _, vec, terms = self._scored(feats, docnos)
-        out = {d: {self.term_kind: 0.0, **{k: float("nan") for k in self.vectors}, COVER: 0.0, COVER_DOC: 0.0}
-               for d in docnos}
+        out = {d: {self.term_kind: 0.0, **{k: float("nan") for k in self.vectors}, COVER: 0.0} for d in docnos}
         for d in docnos:
             f = feats.get(d)
             if f is not None and len(f.spans) and f.tf.shape[1]:
@@ -206,7 +205,6 @@ class PassageFinder:
                 # two neighbouring windows: a sentence across the boundary of two is still held whole
                 pairs = present[:-1] | present[1:] if len(present) > 1 else present
                 out[d][COVER] = float(pairs.sum(axis=1).max() / f.tf.shape[1])
-                out[d][COVER_DOC] = float(present.any(axis=0).mean())
         if len(owner):
             # per document among these (not per docno: an array as long as the index, filled per
             # kind, cost ~1.5 ms a query at a million documents)

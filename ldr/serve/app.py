@@ -114,7 +114,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
     async def lifespan(app: FastAPI):
         served.state["index"] = await run_in_threadpool(opener)
         await run_in_threadpool(served.warm)   # load every model now, not in the first user's request
-        if not s.read_only and s.warm_up and hasattr(served.index(), "load_write_encoders"):
+        if not s.read_only and s.warm_up:
             await run_in_threadpool(served.index().load_write_encoders)     # and the writers' models
         task = asyncio.create_task(served.follow_generations())
         try:

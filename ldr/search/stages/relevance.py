@@ -41,10 +41,8 @@ class Relevance:
             bounds = {n: source.score_bound(n) for n in self.names}
             windows = {}
             if calibration.exact() is not None and len(source.query.split()) >= calibration.exact()["min_words"]:
-                try:     # the window evidence (read by the window stage already for its depth)
-                    windows = source.best_windows([d for d, _, _ in cands.rows])
-                except AttributeError:      # no finder: an index whose windows cannot be analysed
-                    windows = {}
+                # the window evidence (the window stage read it already for its depth)
+                windows = source.best_windows([d for d, _, _ in cands.rows])
             out = []
             for d, sc, st in cands.rows:
                 x = calibration.features({**cands.first_stage(d), **st}, bounds, self.names)
