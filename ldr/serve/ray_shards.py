@@ -33,6 +33,7 @@ from ..shard import query_side
 log = logging.getLogger(__name__)
 APP = "ldr-shard-{}"          # one Serve application per shard
 ATTEMPTS, TIMEOUT_S = 4, 30.0
+REFRESH_WAIT_S = 5.0
 
 
 class ShardReplica:
@@ -173,12 +174,21 @@ class RayShardedIndex(ClusterHandle):
         self._sides: dict = {}
         self._snap = self._open(self._cluster())
 
-    def _cluster(self) -> dict:
-        for h in self.handles:
-            try:
-                return h.cluster.remote().result(timeout_s=self.timeout_s)
-            except Exception as e:
-                log.warning("a shard's replicas cannot read the cluster commit: %s", type(e).__name__)
+    def _cluster(self, wait_s: float | None = None) -> dict:
+        """The newest cluster commit, from the first shard whose replicas answer within `wait_s` in
+        all (every shard asked at once: a shard whose replicas are all gone costs no wait of its own)."""
+        wait_s = self.timeout_s if wait_s is None else wait_s
+        asked = [h.cluster.remote() for h in self.handles]
+        deadline = time.monotonic() + wait_s
+        try:
+            for r in asked:
+                try:
+                    return r.result(timeout_s=max(0.05, deadline - time.monotonic()))
+                except Exception as e:
+                    log.warning("a shard's replicas cannot read the cluster commit: %s", type(e).__name__)
+        finally:
+            for r in asked:
+                r.cancel()
         raise IndexFormatError(f"no shard of {self.path} answers on Ray Serve: is the index where its replicas run?")
 
     def _open(self, cluster: dict) -> Snapshot:
@@ -196,7 +206,8 @@ class RayShardedIndex(ClusterHandle):
         return snap
 
     def _newest_cluster(self) -> dict:
-        return self._cluster()
+        # the server asks every few seconds: a shard gone must not hold a refresh (or a shutdown) 30 s
+        return self._cluster(REFRESH_WAIT_S)
 
     def _open_cluster(self, cluster: dict) -> Snapshot:
         return self._open(cluster)
