@@ -34,14 +34,25 @@ from ldr.search import calibration  # noqa: E402
 THRESHOLDS = (0.1, 0.3, 0.5, 0.8)
 LEXICAL, VECTOR = "bm25", "dense"
 FEATURE_SETS = {"bm25+dense": (LEXICAL, "cover", VECTOR), "bm25": (LEXICAL, "cover")}
+# the query fits' features (search/calibration.py): BM25 in the query's scores over the index, cover,
+# the dense cosine as a z-score in its model's scores of unrelated documents
+QUERY_FEATURES = ("bm25.z", "bm25.best", "cover", "dense.z")
+QUERY_FITS = {"bm25+dense": {"reads": [LEXICAL, VECTOR], "features": QUERY_FEATURES},
+              "bm25": {"reads": [LEXICAL], "features": ("bm25.z", "bm25.best", "cover")}}
+MIN_DOCS = 50
 EXACT_WORDS = 6
 
 
-def _collecting(comps: dict):
+def _collecting(comps: dict, query: bool = False):
     """A calibration table whose one fit reads BM25 and dense with weight 0 under this index's
     models, and whose exact-match rule applies to every query: the search then reports each
-    feature in hit.scores (relevance.bm25, relevance.dense, relevance.cover)."""
+    feature in hit.scores (relevance.bm25, relevance.dense, relevance.cover). `query`: a query fit
+    instead, over BM25's distribution (relevance.bm25.z, relevance.bm25.best, relevance.cover)."""
     kinds = [k for k in (LEXICAL, VECTOR) if k in comps]
+    if query:
+        return {"fits": [], "query_fits": [{"reads": [LEXICAL], "intercept": 0.0,
+                                            "weights": {f: 0.0 for f in QUERY_FEATURES if f.startswith(LEXICAL) or f == "cover"}}],
+                "min_docs": 0, "exact": {"min_words": 1, "p": 0.0}}
     return {"fits": [{"models": calibration.models(comps, kinds), "intercept": 0.0, "weights": {k: 0.0 for k in kinds}}],
             "exact": {"min_words": 1, "p": 0.0}}
 
@@ -55,18 +66,24 @@ def collect(name: str, data: Path, index_path: str, k: int, split: str, max_quer
     comps = index.manifest["components"]
     model = calibration.models(comps, [VECTOR])[VECTOR] if VECTOR in comps else None
     saved = calibration.table
-    calibration.table = lambda: _collecting(comps)        # noqa: E731
     try:
-        rows, null = [], []
-        for qid, hits in index.search_many(queries, k=k, passages=0):
-            if isinstance(hits, Exception):
-                continue
-            rel = {d for d, r in qrels.get(qid, {}).items() if r > 0}
-            for h in hits:
-                x = {f: h.scores.get(f"relevance.{f}", 0.0) for f in (LEXICAL, "cover", VECTOR)}
-                x["sparse"] = h.scores.get("sparse", 0.0)           # a feature as it is (the shipped fit reads it)
-                x["words"] = len(queries[qid].split())
-                rows.append((qid, h.rank, x, int(h.id in rel)))
+        rows, null = {}, []
+        for query in (False, True):     # the first fits' features, then the query fits'
+            calibration.table = lambda: _collecting(comps, query)        # noqa: E731
+            for qid, hits in index.search_many(queries, k=k, passages=0):
+                if isinstance(hits, Exception):
+                    continue
+                rel = {d for d, r in qrels.get(qid, {}).items() if r > 0}
+                for h in hits:
+                    x = rows.setdefault((qid, h.rank), (qid, h.rank, {}, int(h.id in rel)))[2]
+                    if query:
+                        x.update({f: h.scores.get(f"relevance.{f}", 0.0) for f in QUERY_FEATURES if f != "dense.z"})
+                        x["dense.score"] = h.scores.get(VECTOR, 0.0)       # its z-score: against the nulls
+                    else:
+                        x.update({f: h.scores.get(f"relevance.{f}", 0.0) for f in (LEXICAL, "cover", VECTOR)})
+                        x["sparse"] = h.scores.get("sparse", 0.0)           # a feature as it is (the shipped fit reads it)
+                        x["words"] = len(queries[qid].split())
+        rows = list(rows.values())
         if model:      # every document's dense score for the first 100 queries: the unrelated ones
             for qid, hits in index.search_many(dict(list(queries.items())[:100]), k=len(index), passages=0,
                                                mode=VECTOR, rerank=False):
@@ -83,7 +100,8 @@ def collect(name: str, data: Path, index_path: str, k: int, split: str, max_quer
 
 def matrix(ds: dict, names: tuple, nulls: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     mean, std = nulls.get(ds["model"], (0.0, 1.0))
-    X = np.asarray([[(x[f] - mean) / std if f == VECTOR else x[f] for f in names] for _, _, x, _ in ds["rows"]])
+    X = np.asarray([[(x[f] - mean) / std if f == VECTOR else (x["dense.score"] - mean) / std if f == "dense.z"
+                     else x[f] for f in names] for _, _, x, _ in ds["rows"]])
     y = np.asarray([r[3] for r in ds["rows"]], dtype=np.float64)
     qid = np.asarray([r[0] for r in ds["rows"]])
     rank = np.asarray([r[1] for r in ds["rows"]])
@@ -186,6 +204,30 @@ def _table(title: str, per: dict) -> None:
               f"| {r['at_0.8']['precision']} |")
 
 
+def query_fits(sets: list[dict]) -> tuple[dict, dict]:
+    """({fit: {dataset: its figures held out of the fit}}, what calibration.json takes: each query
+    fit over every dataset it can read, the dense models' nulls, min_docs)."""
+    report_, fits = {}, []
+    nulls_all = null_stats(sets)
+    for name, spec in QUERY_FITS.items():
+        names = spec["features"]
+        usable = [d for d in sets if VECTOR not in spec["reads"] or d["model"]]
+        for ds in usable:
+            others = [o for o in usable if o is not ds]
+            # a model no other dataset measured: its own unrelated documents' scores (no labels of its queries' hits)
+            nulls = {**{ds["model"]: nulls_all.get(ds["model"])}, **null_stats(others)} if ds["model"] else {}
+            report_.setdefault(name, {})[ds["name"]] = report(ds, names, train(others, names, nulls), nulls)
+        w = train(usable, names, nulls_all)
+        if VECTOR in spec["reads"]:
+            continue        # reported, not shipped: the cosine's weight is ~0 (bench/README.md)
+        fits.append({"name": name, "reads": spec["reads"], "intercept": float(w[0]),
+                     "weights": {f: float(v) for f, v in zip(names, w[1:])}, "data": [d["name"] for d in usable],
+                     "held_out": {n: {k: r[k] for k in ("ece", "auc", "top1_accuracy", "mean_top1_relevance")}
+                                  | {"at_0.5": r["at_0.5"]} for n, r in report_[name].items()},
+                     "by": "bench/fit_calibration.py --write (each dataset weighted equally)"})
+    return report_, {"query_fits": fits, "min_docs": MIN_DOCS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", action="append", required=True, metavar="NAME=DATA:INDEX")
@@ -195,6 +237,7 @@ def main() -> None:
     ap.add_argument("--collected", default=None, help="reuse (or write) the collected features here (JSON)")
     ap.add_argument("--out", default="bench/figures/calibration_held_out.json")
     ap.add_argument("--write-exact", action="store_true")
+    ap.add_argument("--write", action="store_true", help="write the query fit (fitted on every set) to calibration.json")
     a = ap.parse_args()
     cache = Path(a.collected) if a.collected else None
     got = json.loads(cache.read_text()) if cache and cache.is_file() else {}
@@ -222,6 +265,7 @@ def main() -> None:
             if fs != "bm25" and ds["model"] not in nulls:
                 continue          # no other dataset of its model measured its distribution
             result["refit"].setdefault(fs, {})[ds["name"]] = report(ds, names, train(others, names, nulls), nulls)
+    result["query_fits"], fitted = query_fits(sets)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     _table("the shipped estimate (calibration.json), on each dataset (held out where not in fitted_on):",
            result["shipped"])
@@ -230,6 +274,13 @@ def main() -> None:
         print(f"  {name}: {r['relevant']} of {r['hits']} hits ({r['queries']} queries)")
     for fs, per in result["refit"].items():
         _table(f"refit over {fs} features, each dataset held out of its fit:", per)
+    for fs, per in result["query_fits"].items():
+        _table(f"query fit {fs} ({', '.join(QUERY_FITS[fs]['features'])}), each dataset held out of its fit:", per)
+    if a.write:
+        table = json.loads(calibration.TABLE.read_text())
+        table.update(fitted)
+        calibration.TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        print(f"\nwritten {len(fitted['query_fits'])} query fit(s) to {calibration.TABLE}")
     if a.write_exact:
         measured = {n: r for n, r in result["exact"].items() if r["hits"] >= 20}
         table = json.loads(calibration.TABLE.read_text())

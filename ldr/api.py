@@ -224,11 +224,15 @@ def relevance_fit(manifest: dict) -> dict | None:
     from .search import calibration
 
     comps = manifest["components"]
-    fit = calibration.fit_for(comps, registry.in_order(comps))
-    if fit is None:
-        return None
-    return {"reads": sorted(fit["weights"]), "models": fit["models"], "fitted_on": fit.get("data"),
-            "out_of_fold": fit.get("oof"), "held_out": fit.get("held_out"), "exact": calibration.exact()}
+    kinds = registry.in_order(comps)
+    fit, query_fit = calibration.fit_for(comps, kinds), calibration.query_fit_for(comps, kinds)
+    first = fit and {"reads": sorted(fit["weights"]), "models": fit["models"], "fitted_on": fit.get("data"),
+                     "out_of_fold": fit.get("oof"), "held_out": fit.get("held_out"), "exact": calibration.exact()}
+    if query_fit is None:
+        return first or None
+    return {"reads": list(query_fit["weights"]), "models": calibration.models(comps, list(query_fit["reads"])),
+            "fitted_on": query_fit["data"], "held_out": query_fit["held_out"], "exact": calibration.exact(),
+            "query_fit": query_fit["name"], "min_docs": calibration.min_docs(), "smaller_indexes": first}
 
 
 Handle.search.__signature__ = search_signature()   # help() and editors list every option

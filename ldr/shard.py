@@ -102,7 +102,8 @@ class LocalShard:
                                    f"{self.store.rows} documents: a component is damaged; run `ldr check` and "
                                    "rebuild the index")
         ids = self.store.ids
-        return {"lists": cands.lists, "timings": cands.timings, "ids": {d: ids[d] for d in listed}}
+        return {"lists": cands.lists, "timings": cands.timings, "ids": {d: ids[d] for d in listed},
+                "distributions": cands.distributions}
 
     def _finder(self, kinds=()):
         from .search.passages import finder_for

@@ -5,6 +5,7 @@ document alone (through a filter, or in an index of one) gets the relevance it g
 import json
 import shutil
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -133,10 +134,61 @@ def test_a_quoted_sentence_makes_its_document_near_certain(tmp_path, kinds):
 
 def test_ldr_info_names_the_relevance_fit(hybrid):
     """Issue 59: `ldr info` says which fit an index's relevance uses, on what data, and the
-    exact-match floor; a BM25-only index of one language is served by the fit reading BM25."""
+    exact-match floor: the query fit (native BM25, the default) fitted on five datasets, and the
+    first fit (fitted on qmsum-train) for indexes of fewer than min_docs documents."""
     full, _ = hybrid
     info = full.info()["relevance"]
-    assert info["models"]["dense"] == "all-MiniLM-L6-v2" and info["fitted_on"] == "qmsum-train"
+    assert sorted(info["reads"]) == ["bm25.best", "bm25.z", "cover"] and info["query_fit"] == "bm25"
+    assert {"qmsum-train", "legal-case-reports-dev", "passage-retrieval-zh-dev"} <= set(info["fitted_on"])
+    assert all(r["ece"] <= 0.05 for r in info["held_out"].values())
+    small = info["smaller_indexes"]
+    assert small["models"]["dense"] == "all-MiniLM-L6-v2" and small["fitted_on"] == "qmsum-train"
     assert info["exact"]["p"] >= 0.8 and info["exact"]["min_words"] == 6
     out = CliRunner().invoke(main, ["info", str(full.path)]).output
-    assert "relevance   calibrated P(relevant) from bm25, dense, sparse, fitted on qmsum-train" in out
+    assert "relevance   calibrated P(relevant) from bm25.best, bm25.z, cover (the query's scores over the index)" in out
+    assert f"below {info['min_docs']} documents from bm25, dense, sparse, fitted on qmsum-train" in out
+
+
+def _many_docs(n: int = 64) -> list[dict]:
+    """`n` short documents of made-up prose (enough for the query fit: calibration.min_docs())."""
+    from faker import Faker
+
+    fake = Faker("en_US")
+    fake.seed_instance(11)
+    return [{"id": f"d{i:02d}", "text": " ".join(fake.paragraph(nb_sentences=6) for _ in range(3)),
+             "part": "a" if i % 2 else "b"} for i in range(n)]
+
+
+def test_the_query_fit_places_bm25_in_the_query_s_scores_over_the_whole_index(tmp_path):
+    """Issue 59: on an index of min_docs documents or more, the relevance reads the document's BM25
+    as a z-score in the query's BM25 scores over every document of the index and as a share of the
+    index's best, whatever a filter leaves and however many shards hold the documents; a smaller
+    index keeps the first fit (its features over the query's bound)."""
+    from ldr.search import calibration
+    from ldr.sharded import ShardedIndex
+
+    docs = _many_docs()
+    assert len(docs) >= calibration.min_docs() > 10
+    one = ldr.Index.build(docs, tmp_path / "one", dense=None, sparse=None)
+    four = ShardedIndex.build(docs, tmp_path / "four", shards=4, dense=None, sparse=None)
+    small = ldr.Index.build(docs[:10], tmp_path / "small", dense=None, sparse=None)
+    assert "bm25.z" in one.info()["relevance"]["reads"]
+    for d in (docs[5], docs[40]):
+        q = " ".join(d["text"].split()[3:9])
+        hits = one.search(q, k=5)
+        top = hits[0]
+        every = one.search(q, k=len(one), mode="bm25", passages=0)
+        s = np.array([h.scores["bm25"] for h in every] + [0.0] * (len(one) - len(every)))
+        assert top.scores["relevance.bm25.z"] == pytest.approx((top.scores["bm25"] - s.mean()) / s.std(), rel=1e-5)
+        assert top.scores["relevance.bm25.best"] == pytest.approx(top.scores["bm25"] / s.max(), rel=1e-6)
+        assert 0 <= top.scores["relevance.cover"] <= 1 and "relevance.bm25" not in top.scores
+        alone = one.search(q, filters={"id": top.id})
+        assert alone[0].relevance == pytest.approx(top.relevance, abs=1e-9)
+        # the other half of the documents through a filter: the same estimate for each
+        other = {h.id: h.relevance for h in one.search(q, k=5, filters={"part": d["part"]})}
+        assert all(other[h.id] == pytest.approx(h.relevance, abs=1e-9) for h in hits if h.id in other)
+        sharded = four.search(q, k=5)
+        assert [(h.id, round(h.relevance, 6)) for h in sharded] == [(h.id, round(h.relevance, 6)) for h in hits]
+        first = small.search(q, k=3)[0]
+        assert "relevance.bm25" in first.scores and "relevance.bm25.z" not in first.scores
+    assert top.id == "d40" and top.relevance > 0.5

@@ -172,8 +172,16 @@ def info_cmd(index_path, as_json, fields):
     if rel:
         ex = rel.get("exact")
         floor = f"; an exact match of a {ex['min_words']}+ word query at least {ex['p']:g}" if ex else ""
-        click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])}, fitted on {rel['fitted_on']} "
-                   f"(held out elsewhere: bench/README.md){floor}; `--min-score` cuts on it")
+        if rel.get("query_fit"):
+            small = rel["smaller_indexes"]
+            below = (f"; below {rel['min_docs']} documents from {', '.join(small['reads'])}, fitted on {small['fitted_on']}"
+                     if small else f"; none below {rel['min_docs']} documents")
+            click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])} (the query's scores over the "
+                       f"index), fitted on {', '.join(rel['fitted_on'])}, each also held out (bench/README.md)"
+                       f"{below}{floor}; `--min-score` cuts on it")
+        else:
+            click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])}, fitted on {rel['fitted_on']} "
+                       f"(held out elsewhere: bench/README.md){floor}; `--min-score` cuts on it")
     else:
         click.echo("relevance   none fitted for these models (hits carry no relevance; --min-score is refused)")
     t = info["search_recorded"].get("tuned")

@@ -1,24 +1,29 @@
 """The calibrated relevance: an estimate of P(the document is relevant to the query) that a RAG
 application can cut on (`min_score`), the same number whether the document came first among a
-hundred candidates, alone through a filter, or in an index of one.
+hundred candidates or alone through a filter. Its features depend on the query, the document and
+the whole index's statistics only, never on the other candidates.
 
-Its features depend on the query, the document and the index's statistics only, never on the
-other candidates: one per retriever kind searched, the kind's score of the document, over the
-highest score the query can reach where the kind knows it (BM25: every query term saturated, so
-the fraction of the query the document holds, weighted by the terms' rarity), else as it is (a
-cosine). A kind that did not return the document within its depth counts 0.
+Two families of logistic regressions, both in calibration.json with the data they were fitted
+and checked on:
 
-Logistic regressions over them were fitted by bench/fit_own_calibration.py on development data;
-calibration.json holds each fit with the kinds it reads, the models their scores came from, the
-data, and its out-of-fold AUC, Brier score and calibration error. A search uses the fit that reads
-the most of its kinds, under the same models.
+- `query_fits` (issue 59), fitted across datasets by bench/fit_calibration.py and reported on each
+  dataset held out of the fit: the document's BM25 placed in the query's own distribution of BM25
+  scores over every document of the index (a z-score, and a share of the index's best score: the
+  distribution comes as sums from each shard, search/gather.py), the largest share of the query's
+  terms two neighbouring windows of the document hold (`cover`). Their scale does not move with
+  the corpus's size, its documents' length or the query's, nor with the language or the dense
+  model (a dense cosine as a z-score in its model's scores of unrelated documents got a weight of
+  0.05 and changed nothing held out: bench/README.md). They need BM25 scores over the whole
+  index (the native backend, the default) and `min_docs` documents in the index.
+- `fits` (the first estimate, fitted on qmsum-train or klexikon-de-dev alone): one feature per
+  kind, its score over the highest score the query can reach where the kind knows it (BM25: the
+  fraction of the query the document holds, weighted by rarity), else as it is. They serve what
+  the query fits cannot: a tantivy or Lucene BM25, a dense-only index, an index of fewer than
+  `min_docs` documents (its distribution says little).
 
-An exact match is near certain: where two neighbouring windows of the document hold every term of a query of
-EXACT["min_words"] words or more (a quoted sentence), the estimate is at least EXACT["p"], the
-smallest share of such hits that were relevant on any dataset it was measured on (`exact` in
-calibration.json, measured by bench/fit_calibration.py: 0.82, from quoted manual sentences; quoted
-needles and QMSum's exact matches were all relevant). bench/fit_calibration.py also reports the
-estimate on every dataset it was not fitted on.
+An exact match is near certain: where two neighbouring windows of the document hold every term of a
+query of EXACT["min_words"] words or more (a quoted sentence), the estimate is at least EXACT["p"],
+the smallest share of such hits that were relevant on any dataset it was measured on (`exact`).
 """
 from __future__ import annotations
 
@@ -57,6 +62,38 @@ def fit_for(components: dict, kinds: list[str]) -> dict | None:
     have = models(components, kinds)
     usable = [f for f in fits() if all(k in have and have[k] == m for k, m in f["models"].items())]
     return max(usable, key=lambda f: len(f["models"]), default=None)
+
+
+def query_fit_for(components: dict, kinds: list[str]) -> dict | None:
+    """The query fit whose kinds this index scores over every document (native BM25), or None."""
+    from .. import components as registry
+
+    def whole(kind: str) -> bool:
+        return kind in kinds and bool(registry.get(kind).collection_stats(components[kind]))
+
+    usable = [f for f in table().get("query_fits", []) if all(whole(k) for k in f["reads"])]
+    return max(usable, key=lambda f: len(f["reads"]), default=None)
+
+
+def min_docs() -> int:
+    return int(table().get("min_docs", 0))
+
+
+def query_features(fit: dict, scores: dict, distributions: dict, cover: float) -> dict | None:
+    """The query fit's features of one document: `scores` its first stages' ({kind: score}, 0
+    where a kind did not list it), `distributions` the query's over the whole index per kind;
+    None where a distribution it reads is absent."""
+    x = {"cover": float(cover)}
+    for kind in fit["reads"]:
+        d = distributions.get(kind)
+        if d is None or d["n"] < 1:
+            return None
+        s = float(scores.get(kind, 0.0))
+        mean = d["sum"] / d["n"]
+        std = math.sqrt(max(d["sumsq"] / d["n"] - mean * mean, 0.0)) or 1.0
+        x[kind + ".z"] = (s - mean) / std
+        x[kind + ".best"] = s / d["max"] if d["max"] > 0 else 0.0
+    return x
 
 
 def features(scores: dict, bounds: dict, kinds) -> dict[str, float]:

@@ -83,7 +83,16 @@ def gather(parts: list[dict | None], shards: ShardMap, query: str, depth: dict[s
         out.lists[kind] = rows[:depth[kind]]
         out.runs[kind] = dict(out.lists[kind])
         out.timings[kind] = max((c["timings"].get(kind, 0.0) for _, c in answered), default=0.0)
+        parts_of = [c["distributions"][kind] for _, c in answered if kind in c.get("distributions", {})]
+        if parts_of and len(parts_of) == len(answered):     # the whole index's, or none (a shard that did not say)
+            out.distributions[kind] = add_distributions(parts_of)
     return out, ids
+
+
+def add_distributions(parts: list[dict]) -> dict:
+    """Shards' score distributions of one query as the whole index's (sums add; the max is the max)."""
+    return {"n": sum(p["n"] for p in parts), "sum": sum(p["sum"] for p in parts),
+            "sumsq": sum(p["sumsq"] for p in parts), "max": max(p["max"] for p in parts)}
 
 
 class Exact:

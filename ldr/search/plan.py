@@ -126,7 +126,9 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     # a lexical kind weighted 0 in the fusion adds no window evidence either
     windows = opts.window_weight > 0 and term_kind is not None and opts.weights.get(term_kind(), 1.0) != 0
     depth = max(opts.depth, k, opts.rerank_depth if second is not None else 0)
-    first = tuple(Retrieve(n, depth, filtered) for n in kinds)
+    relevance = _relevance(components, kinds, request.min_score, k)
+    asks = relevance[0].distributions if relevance else ()
+    first = tuple(Retrieve(n, depth, filtered, n in asks) for n in kinds)
     later: list = []
     if windows:
         lexical = term_kind()
@@ -138,20 +140,21 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
         later.insert(_position(later, stage_type(name).after), stage_type(name).build(values))
     keep = max([k] + [s.needs() for s in later])
     fuse = Fuse(tuple(kinds), opts.fusion, tuple((n, opts.weights[n]) for n in kinds), opts.rrf_k, keep, fused)
-    rest = (fuse, *later) + _relevance(components, kinds, request.min_score) \
+    rest = (fuse, *later) + relevance \
         + ((Passages(request.passages, k),) if request.passages else ())
     return Plan(query, k, opts, sources, first, rest)
 
 
-def _relevance(components: dict, kinds: list[str], min_score: float | None) -> tuple:
+def _relevance(components: dict, kinds: list[str], min_score: float | None, k: int) -> tuple:
     """The relevance stage, where a calibration was fitted for these kinds (search/calibration.py)."""
     fit = calibration.fit_for(components, kinds)
-    if fit is None:
+    query_fit = calibration.query_fit_for(components, kinds)
+    if fit is None and query_fit is None:
         if min_score is not None:
             raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {', '.join(kinds)} "
                              "with this index's models (bench/fit_own_calibration.py fits one): search without it")
         return ()
-    return (Relevance(tuple(fit["weights"]), fit, min_score),)
+    return (Relevance(tuple(fit["weights"]) if fit else (), fit, min_score, query_fit, k),)
 
 
 _ORDER = (Stage.FUSED.value, Stage.WINDOWS.value, Stage.RERANKED.value)

@@ -136,7 +136,9 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
     cands, ids = gather([None if i in missing else p for i, p in enumerate(parts)], snap.map, query,
                         {s.kind: s.depth for s in plan.first})
     o = plan.settings
-    finder = run.finder(o.weights, plan.kinds) if (request.passages or o.rerank_model or o.window_weight) else None
+    # the relevance stage reads the hits' window evidence (cover) too
+    windows = request.passages or o.rerank_model or o.window_weight or plan.stage("relevance") is not None
+    finder = run.finder(o.weights, plan.kinds) if windows else None
     source = ShardedSource(query, reps, snap.shards, snap.map, ids, finder,
                            lambda k: encode(snap, query, [k], stats=stats)[k],
                            lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)),

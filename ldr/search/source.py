@@ -33,6 +33,12 @@ class IndexSource:
         r = self.retriever(kind)
         return r.search_rep(rep, depth) if self.allow is None else r.search_rep(rep, depth, allow=self.allow)
 
+    def distribution(self, kind: str, rep) -> dict | None:
+        """The query's score distribution over the whole generation (sums: n, sum, sumsq, max), where
+        the kind's reader gives one (native BM25), else None."""
+        get = getattr(self.retriever(kind), "score_distribution", None)
+        return get(rep) if get is not None else None
+
     def score_bound(self, kind: str) -> float | None:
         """The highest score `kind` can give this query (BM25: every term saturated), None when it
         has no such bound (a cosine is its own scale)."""

@@ -27,7 +27,8 @@ class Candidates:
     """The candidates of one query so far. `lists`: each first stage's ranked (docno, score);
     `rows`: the current ranking with every stage's score of each row; `runs`: every score a
     ranking stage gave ({stage: {docno: score}}, what `ldr eval` writes); `features`: a
-    reranker's named features per docno; `timings`: seconds per stage."""
+    reranker's named features per docno; `timings`: seconds per stage; `distributions`: a first
+    stage's scores of the query over every document of the index, as sums (n, sum, sumsq, max)."""
 
     query: str
     lists: dict[str, list] = field(default_factory=dict)
@@ -37,6 +38,7 @@ class Candidates:
     passages: dict[int, list] = field(default_factory=dict)   # docno → its best Passages (the hits')
     rescored: tuple | None = None   # the second stage's (head rows, tail rows, scores, features)
     timings: dict[str, float] = field(default_factory=dict)
+    distributions: dict[str, dict] = field(default_factory=dict)   # kind → its scores over the index (sums)
 
     @contextmanager
     def timed(self, name: str):

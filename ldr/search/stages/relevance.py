@@ -1,13 +1,16 @@
 """The relevance stage: each candidate's calibrated relevance (search/calibration.py), an
 estimate of P(relevant) that does not depend on the other candidates; `min_score` drops the
 candidates below it. It orders nothing: the hits keep the ranking of the stages before.
-Its score is `scores["relevance"]`, its features `scores["relevance.<kind>"]` (each kind's score
-over its bound, or as it is) and `scores["relevance.cover"]` (the largest share of the query's
-terms one window holds: all of a quoted sentence's make it an exact match)."""
+Its score is `scores["relevance"]`, its features `scores["relevance.<feature>"]`: with a query
+fit, each kind's z-score in the query's scores over the index (`bm25.z`, `dense.z`), BM25 over
+the index's best (`bm25.best`) and `cover` (the largest share of the query's terms two
+neighbouring windows hold: all of a quoted sentence's make it an exact match); with the first
+fits, each kind's score over its bound, or as it is."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...errors import QueryError
 from ...stages import Stage, detail
 from .. import calibration
 from .base import Candidates, QuerySource
@@ -15,39 +18,64 @@ from .base import Candidates, QuerySource
 
 @dataclass(frozen=True)
 class Relevance:
-    names: tuple[str, ...]            # the kinds the fit reads: one feature each
-    fit: dict = None                  # the fitted coefficients (search/calibration.py)
+    names: tuple[str, ...]            # the kinds the first fit reads: one feature each
+    fit: dict = None                  # the first fit (search/calibration.py), None where none applies
     min_score: float | None = None
+    query_fit: dict | None = None     # the query fit, where this index gives what it reads
+    k: int | None = None              # the hits the search returns: no later row needs an estimate
     side = "coordinator"
     name = Stage.RELEVANCE.value
 
     def __hash__(self):
-        return hash((self.names, self.min_score))
+        return hash((self.names, self.min_score, self.k))
 
     def needs(self) -> int:
         return 0
+
+    @property
+    def distributions(self) -> tuple[str, ...]:
+        """The kinds whose scores over the whole index the query fit reads (the first stages bring them)."""
+        return tuple((self.query_fit or {}).get("reads", ()))
 
     def describe(self) -> str:
         cut = f"; hits below {self.min_score:g} dropped" if self.min_score is not None else ""
         rule = calibration.exact()
         floor = (f", at least {rule['p']:g} where one window holds every term of a query of {rule['min_words']}+ words"
                  if rule else "")
-        return f"calibrated P(relevant) from {' and '.join(self.fit['weights'])}{floor}{cut}"
+        how = f"{' and '.join(self.fit['weights'])} over their bounds" if self.fit else ""
+        if self.query_fit:
+            first = f"{' and '.join(self.query_fit['weights'])} (the query's scores over the index)"
+            how = first + (f"; below {calibration.min_docs()} documents, {how}" if how else "")
+        return f"calibrated P(relevant) from {how}{floor}{cut}"
 
     def run(self, cands: Candidates, source: QuerySource) -> Candidates:
         if not cands.rows:
             return cands
         with cands.timed(self.name):
-            bounds = {n: source.score_bound(n) for n in self.names}
-            windows = {}
-            if calibration.exact() is not None and len(source.query.split()) >= calibration.exact()["min_words"]:
-                # the window evidence (the window stage read it already for its depth)
-                windows = source.best_windows([d for d, _, _ in cands.rows])
-            out = []
+            dists = cands.distributions
+            use_query = self.query_fit is not None and all(
+                dists.get(k, {}).get("n", 0) >= calibration.min_docs() for k in self.query_fit["reads"])
+            long_query = calibration.exact() is not None and len(source.query.split()) >= calibration.exact()["min_words"]
+            bounds = {n: source.score_bound(n) for n in self.names} if not use_query else {}
+            out, windows, at = [], {}, 0
             for d, sc, st in cands.rows:
-                x = calibration.features({**cands.first_stage(d), **st}, bounds, self.names)
-                cover = (windows.get(d) or {}).get(calibration.COVER)
-                p = calibration.relevance(x, self.fit, calibration.is_exact(source.query, cover))
+                if self.k is not None and len(out) >= self.k:
+                    break           # the plan keeps k rows: the rest need no estimate (nor their windows)
+                if (use_query or long_query) and d not in windows:
+                    # the window evidence of the next rows together (the window stage read most already)
+                    ahead = [r[0] for r in cands.rows[at:at + max(self.k or 10, 10)] if r[0] not in windows]
+                    windows.update({e: {} for e in ahead})
+                    windows.update(source.best_windows(ahead))
+                at += 1
+                cover = windows.get(d, {}).get(calibration.COVER)
+                p, x = self._estimate({**cands.first_stage(d), **st}, dists, cover, bounds, use_query)
+                if p is None:       # no estimate applies to this index (too few documents for the query fit)
+                    if self.min_score is not None:
+                        raise QueryError(f"min_score needs a calibrated relevance, and this index's is fitted for "
+                                         f"indexes of {calibration.min_docs()} documents or more: search without it")
+                    out.append((d, sc, st))
+                    continue
+                p = max(p, calibration.exact()["p"]) if calibration.is_exact(source.query, cover) else p
                 if self.min_score is None or p >= self.min_score:
                     extra = {detail(Stage.RELEVANCE, n): v for n, v in x.items()}
                     if cover is not None:
@@ -55,3 +83,14 @@ class Relevance:
                     out.append((d, sc, dict(st, **extra, **{self.name: p})))
             cands.rows = out
         return cands
+
+    def _estimate(self, scores: dict, dists: dict, cover, bounds: dict, use_query: bool):
+        """(P(relevant), its features) by the query fit where it applies (its cover known), else the first fit."""
+        if use_query and cover is not None:
+            x = calibration.query_features(self.query_fit, scores, dists, cover)
+            if x is not None:
+                return calibration.relevance(x, self.query_fit), x
+        if self.fit is None:
+            return None, {}
+        x = calibration.features(scores, bounds, self.names)
+        return calibration.relevance(x, self.fit), x

@@ -14,6 +14,7 @@ class Retrieve:
     kind: str
     depth: int
     filtered: bool = False
+    distribution: bool = False      # also the query's score distribution over the whole generation (relevance)
     side = "shard"
 
     @property
@@ -31,6 +32,8 @@ class Retrieve:
             rep = source.rep(self.kind)
             with damage_guard(self.kind):
                 found = source.search(self.kind, rep, self.depth)
+            if self.distribution and (got := source.distribution(self.kind, rep)) is not None:
+                cands.distributions[self.kind] = got
         cands.lists[self.kind] = found
         cands.runs[self.kind] = dict(found)
         return cands
