@@ -233,6 +233,37 @@ def test_cross_encoder_scores_the_first_stage_best_passages(tmp_path):
                                                    abs=1e-5)
 
 
+def test_a_cross_encoder_over_shards_is_sent_passages_not_whole_texts(tmp_path):
+    """Issue 55: the coordinator's cross-encoder scores each candidate's best passages, which the
+    shards cut and send; no shard sends a candidate's whole text for it. The answers are the
+    unsharded index's."""
+    from tiny_models import make
+
+    from ldr.sharded import ShardedIndex
+
+    model = str(make("bert-classifier", tmp_path / "ce"))
+    one = ldr.Index.build(_long_docs(), tmp_path / "one", dense=None, sparse=None)
+    two = ShardedIndex.build(_long_docs(), tmp_path / "two", shards=2, dense=None, sparse=None)
+    calls = []
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            fn = getattr(self.inner, name)
+            return (lambda *a, **kw: (calls.append((name, kw)), fn(*a, **kw))[1]) if name == "fetch" else fn
+
+    snap = two._snapshot()
+    snap.shards = [Spy(s) for s in snap.shards]
+    q = "secret launch code telescope"
+    want = one.search(q, k=3, rerank_model=model, rerank_depth=6, passages=1)
+    got = two.search(q, k=3, rerank_model=model, rerank_depth=6, passages=1)
+    assert [(h.id, round(h.score, 6), h.scores["reranked.raw"]) for h in got] == \
+        [(h.id, round(h.score, 6), h.scores["reranked.raw"]) for h in want] and got.reranker
+    assert calls and not any(kw.get("text") for _, kw in calls), calls
+
+
 def test_rerank_windows_per_search_leave_the_shared_settings_alone(tmp_path, monkeypatch):
     from tiny_models import make
 

@@ -105,14 +105,17 @@ class Rerank:
         reranker = reranker or self.bound(source)
         out = [Candidate(d, cands.first_stage(d)) for d in docnos]
         n = reranker.passages_wanted(self.windows)
-        if reranker.reads_text or n:
-            source.prefetch(docnos)
-            for c in out:
-                c.text = source.text(c.docno)
         if n:
             found = source.passages(docnos, n)
             for c in out:
                 c.passages = [p.text for p in sorted(found.get(c.docno, []), key=lambda p: p.start)]
+        if reranker.reads_text:
+            # a whole text only where no passage came (a cross-encoder then scores its own windows
+            # of it): a shard sends the passages, not 100 long documents
+            bare = [c for c in out if not c.passages]
+            source.prefetch([c.docno for c in bare])
+            for c in bare:
+                c.text = source.text(c.docno)
         return out
 
     def rescore(self, cands: Candidates, source: QuerySource) -> tuple[list, list, np.ndarray, dict]:
