@@ -139,8 +139,10 @@ def ray_cluster() -> str:
         from ray.cluster_utils import Cluster
 
         # no dashboard (as ldr starts its own clusters): its processes held ~320 MB
-        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-        c.add_node(num_cpus=1)
+        # each node holds one shard's files (`ldr serve --ray` places that shard's replicas there)
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                          "resources": {"ldr_shard_1": 1000}})
+        c.add_node(num_cpus=1, resources={"ldr_shard_0": 1000})
         ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
         _RAY["cluster"] = c
     yield _RAY["cluster"].address

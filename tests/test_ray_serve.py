@@ -130,6 +130,7 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
                     assert "missing_shards" not in body, body
 
         assert http.get("/health").json()["documents"] == len(one)
+        _placed_by_resource()
         same(QUERIES)
         assert sorted(p.name for p in (local / "shards").iterdir()) == ["shard-000", "shard-001"]
         doc = http.get("/documents/" + one.search(QUERIES[0], k=1)[0].id).json()
@@ -155,6 +156,17 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
             except Exception:
                 pass
     assert "Traceback" not in out and "shard 0 did not answer" in out, out
+
+
+def _placed_by_resource() -> None:
+    """Every replica of shard i runs on the node whose resource says it holds shard i's files."""
+    nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+    replicas = [a for a in ray._private.state.actors().values() if a["State"] == "ALIVE"
+                and a["Name"].startswith("SERVE_REPLICA") and "ldr-shard-" in a["Name"]]
+    assert len(replicas) == 4, [a["Name"] for a in replicas]
+    for a in replicas:
+        shard = int(a["Name"].split("ldr-shard-")[1].split("#")[0].split(":")[0])
+        assert f"ldr_shard_{shard}" in nodes[a["Address"]["NodeID"]], (a["Name"], nodes)
 
 
 def _kill_a_replica_under_clients(http) -> None:

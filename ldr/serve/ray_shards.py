@@ -32,6 +32,7 @@ from ..shard import query_side
 
 log = logging.getLogger(__name__)
 APP = "ldr-shard-{}"          # one Serve application per shard
+PLACE = "ldr_shard_{}"        # a node's Ray resource: it holds this shard's files (replicas go there)
 ATTEMPTS, TIMEOUT_S = 4, 30.0
 REFRESH_WAIT_S = 5.0
 
@@ -251,7 +252,8 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     """Start (or join) Ray, run one Serve application per shard with `replicas` replicas (each
     reserving `cpus` of Ray's CPUs: a shard's first stages are brief numpy and mapped reads), and
     return their handles. `local`: each replica serves its own copy of its shard under this
-    folder of its node (ShardReplica)."""
+    folder of its node (ShardReplica). A shard whose resource (PLACE) some node has gets its
+    replicas on those nodes only."""
     import ray
     from ray import serve
 
@@ -270,6 +272,13 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
         raise ConfigError(f"--ray serves a sharded index that its nodes can read; at {root} they found none: "
                           f"{getattr(e, 'cause', e)}") from None
     deployment = serve.deployment(ShardReplica, name="shard")
-    options = {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus}}
-    return [serve.run(deployment.options(**options).bind(root, i, device, local), name=APP.format(i),
+    have = ray.cluster_resources()
+
+    def options(i: int) -> dict:
+        # nodes that hold shard i's files say so with a resource (`ray start --resources
+        # '{"ldr_shard_0": 1000}'`): its replicas run there and nowhere else; else anywhere
+        placed = {"resources": {PLACE.format(i): 0.001}} if PLACE.format(i) in have else {}
+        return {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus, **placed}}
+
+    return [serve.run(deployment.options(**options(i)).bind(root, i, device, local), name=APP.format(i),
                       route_prefix=None) for i in range(n)]
