@@ -54,7 +54,7 @@ class WindowFeatures:
     query's terms (columns in `PassageFinder.term_list` order), each vector kind's similarity."""
     spans: np.ndarray          # (m, 2) int64
     lengths: np.ndarray        # (m,) int64
-    tf: np.ndarray             # (m, terms) uint32
+    tf: np.ndarray             # (m, terms) uint16 (uint32 where a count passes 65,535)
     vec: dict                  # {kind: (m,) float64, nan where the kind has no vector}
 
 
@@ -159,8 +159,11 @@ class PassageFinder:
                 col[at:at + len(sp)] = sims
                 vec[k] = col
                 at += len(sp)
+            tf = _counts(indptr, ids, vocab, terms)
+            if not tf.size or tf.max() < 1 << 16:      # half the bytes a shard sends (counts in a window are small)
+                tf = tf.astype(np.uint16)
             out[d] = WindowFeatures(np.asarray(win, dtype=np.int64).reshape(-1, 2), np.diff(indptr).astype(np.int64),
-                                    _counts(indptr, ids, vocab, terms), vec)
+                                    tf, vec)
         return out
 
     def cut(self, text: str, spans, n: int, qterms) -> list[tuple]:
