@@ -1,4 +1,5 @@
 """A newcomer's first hour (issue 42 items 9 and 10), tried the way it was found."""
+import pytest
 from click.testing import CliRunner
 
 import ldr
@@ -247,6 +248,28 @@ def test_a_clone_named_ldr_beside_a_script_imports_the_package(tmp_path):
     got = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert got.stdout.startswith("ldr.api ") and str(clone) in got.stdout
+
+
+@pytest.mark.parametrize("folder", ["ldr-main", "main"])
+def test_the_suite_runs_in_a_clone_of_any_name(tmp_path, folder):
+    """pytest imports a test root's __init__.py: in a clone named `ldr-main` (a GitHub zip) it
+    failed every test (a relative import with no package); in one named `main` it loaded a second
+    copy of ldr as `main.*`. The root __init__.py acts only when imported as `ldr`."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    clone = tmp_path / folder
+    (clone / "tests").mkdir(parents=True)
+    shutil.copy(ROOT / "__init__.py", clone / "__init__.py")
+    (clone / "ldr").symlink_to(ROOT / "ldr")
+    (clone / "tests" / "test_one.py").write_text(
+        "import sys\n\ndef test_one():\n    assert not any(m.startswith('main.') for m in sys.modules)\n")
+    got = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "tests"],
+                         cwd=clone, capture_output=True, text=True)
+    assert got.returncode == 0 and "1 passed" in got.stdout, got.stdout[-1500:]
 
 
 def test_the_readme_makes_one_environment():
