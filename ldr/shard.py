@@ -80,9 +80,10 @@ class LocalShard:
         return {"rows": int(self.store.rows), "docs": len(self.store), "fields": sorted(self.store.meta_fields())}
 
     def facets(self) -> dict:
-        """This generation's metadata fields with counts (search/facets.py)."""
+        """This generation's metadata fields with counts (search/facets.py), counted once."""
         from .search.facets import count
-        return count(self.store.all_meta(), self.store.live)
+        # counted once per generation (O(documents) in Python), not per request of the search page
+        return self.store.cached("facets", lambda s: count(s.all_meta(), s.live))
 
     def stats(self, query: str, kinds: list, filters: dict | None) -> dict:
         m = self.mask(filters)

@@ -139,6 +139,11 @@ class Segments:
     def cached_mask(self, k: str, compute) -> np.ndarray:
         """A mask over docnos cached under key `k` for this generation (the search side computes
         filter masks, ldr/search/filters.py); at most 64 kept."""
+        return self.cached("mask:" + k, compute)
+
+    def cached(self, k: str, compute):
+        """`compute(self)` cached under key `k` for this generation (a generation never changes:
+        filter masks, the metadata fields' counts); at most 64 kept. Callers do not mutate it."""
         with self._meta_lock:
             got = self._masks.get(k)
             if got is None:
