@@ -9,28 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 import time
 from pathlib import Path
 
-
-class Counting:
-    """A Shard whose calls' arguments and answers are pickled and counted (what crosses the wire)."""
-
-    def __init__(self, inner, tally: dict):
-        self.inner, self.tally = inner, tally
-
-    def __getattr__(self, name):
-        fn = getattr(self.inner, name)
-        if name not in ("stats", "first", "windows", "exact", "fetch"):
-            return fn
-
-        def call(*a, **kw):
-            out = fn(*a, **kw)
-            self.tally[name] = self.tally.get(name, 0) + len(pickle.dumps((a, kw))) + len(pickle.dumps(out))
-            return out
-        return call
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_coordinator import Counting  # noqa: E402
 
 
 def main() -> None:

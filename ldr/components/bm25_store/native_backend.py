@@ -175,9 +175,9 @@ class NativeSearcher:
 
     def search_rep(self, query: str, k: int, allow: np.ndarray | None = None) -> list[tuple[int, float]]:
         scores = self.scores(query)
-        self._last = (query, self._distribution(scores))     # what score_distribution(query) asks next
+        self._last = (query, scores)        # unmasked: what score_distribution(query) may ask next
         if allow is not None:   # a filter: only allowed documents compete for the k places
-            scores[~allow] = 0
+            scores = np.where(allow, scores, np.float32(0))
         return top_k_dense(scores, k)
 
     def score_distribution(self, query: "str | GlobalQuery") -> dict:
@@ -185,11 +185,7 @@ class NativeSearcher:
         as sums that add up across shards: {"n", "sum", "sumsq", "max"} (the relevance estimate
         places a document's score in them: search/calibration.py). Free after search_rep(query)."""
         last = getattr(self, "_last", None)
-        if last is not None and last[0] is query:
-            return last[1]
-        return self._distribution(self.scores(query))
-
-    def _distribution(self, scores: np.ndarray) -> dict:
+        scores = last[1] if last is not None and last[0] is query else self.scores(query)
         live = scores[self.live].astype(np.float64)
         return {"n": int(live.size), "sum": float(live.sum()), "sumsq": float(live @ live),
                 "max": float(live.max()) if live.size else 0.0}

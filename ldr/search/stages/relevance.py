@@ -2,8 +2,8 @@
 estimate of P(relevant) that does not depend on the other candidates; `min_score` drops the
 candidates below it. It orders nothing: the hits keep the ranking of the stages before.
 Its score is `scores["relevance"]`, its features `scores["relevance.<feature>"]`: with a query
-fit, each kind's z-score in the query's scores over the index (`bm25.z`, `dense.z`), BM25 over
-the index's best (`bm25.best`) and `cover` (the largest share of the query's terms two
+fit, BM25's z-score in the query's scores over the index (`bm25.z`), BM25 over the index's
+best (`bm25.best`) and `cover` (the largest share of the query's terms two
 neighbouring windows hold: all of a quoted sentence's make it an exact match); with the first
 fits, each kind's score over its bound, or as it is."""
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Relevance:
             use_query = self.query_fit is not None and all(
                 dists.get(k, {}).get("n", 0) >= calibration.min_docs() for k in self.query_fit["reads"])
             long_query = calibration.exact() is not None and len(source.query.split()) >= calibration.exact()["min_words"]
-            bounds = {n: source.score_bound(n) for n in self.names} if not use_query else {}
+            bounds = {n: source.score_bound(n) for n in self.names}     # the first fit's, where it serves a row
             out, windows, at = [], {}, 0
             for d, sc, st in cands.rows:
                 if self.k is not None and len(out) >= self.k:
