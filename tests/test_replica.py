@@ -68,3 +68,44 @@ def test_a_copy_copies_only_what_a_commit_adds_and_refuses_a_damaged_file(tmp_pa
     with pytest.raises(IndexFormatError, match="outside"):
         catch_up(src, src / "segments" / "x")
     shutil.rmtree(dst)
+
+
+def test_a_writer_publishes_to_a_uri_and_a_copy_catches_up_from_it(tmp_path):
+    """Issue 55: object storage between the writer and the replicas. A writer publishes each
+    commit to a URI (pyarrow's filesystems: s3://, gs://, ...; file:// here, through the same
+    interface), files first and each manifest after its files; a node's copy catches up from the
+    URI with only the new files, each verified; a damaged object is never served."""
+    src, dst = tmp_path / "src", tmp_path / "copy"
+    uri = (tmp_path / "bucket" / "idx").as_uri()
+    ShardedIndex.build(DOCS, src, shards=2, dense=None, sparse=None)
+    out = CliRunner().invoke(main, ["replicate", str(src), uri])
+    assert out.exit_code == 0 and "2 shards" in out.output, out.output
+    first = catch_up(uri, dst)
+    assert first["copied"] > 0 and first["shards"] == 2 and _answers(ldr.open(dst)) == _answers(ldr.open(src))
+    ldr.open(src).add([ldr.Doc("new", "a new report on the harbour lamp", "New")])
+    pushed = catch_up(src, uri)                     # a URI target: publish
+    assert 0 < pushed["copied"] < first["copied"] and pushed["kept"] > 0
+    got = catch_up(uri, dst)
+    assert got["copied"] == pushed["copied"] and got["generation"] == ldr.open(src).generation
+    assert _answers(ldr.open(dst)) == _answers(ldr.open(src))
+    # `ldr serve -i URI --ray ... --replica-root DIR`: a shard's replica copies its shard from the URI
+    pytest.importorskip("ray")
+    from ldr.serve.ray_shards import ShardReplica
+    replica = ShardReplica(uri, 1, local=str(tmp_path / "node"))
+    entry = replica.cluster()["shards"][1]
+    assert replica.describe(entry)["docs"] == len(ldr.open(src).shards[1])
+    assert (tmp_path / "node" / "shards" / "shard-001" / f"manifest-{entry['generation']:06d}.json").is_file()
+    # a damaged object at the URI: refused, the copy keeps answering from its last commit
+    ldr.open(src).add([ldr.Doc("newer", "another report on bearing plates", "Newer")])
+    catch_up(src, uri)
+    before = _answers(ldr.open(dst))
+    bucket = tmp_path / "bucket" / "idx"
+    newest = max((p for p in bucket.rglob("segments/*/*") if p.is_file()), key=lambda p: p.stat().st_mtime)
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="does not match its manifest"):
+        catch_up(uri, dst)
+    assert _answers(ldr.open(dst)) == before
+    out = CliRunner().invoke(main, ["replicate", "nosuchscheme://bucket/idx", str(tmp_path / "x")])
+    assert out.exit_code != 0 and "cannot open nosuchscheme://bucket/idx" in out.output and "Traceback" not in out.output

@@ -57,9 +57,16 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
         from ..errors import ConfigError
         raise ConfigError("--replica-root keeps the Ray replicas' own copies of their shards: give it with --ray")
     from ..index.cluster import is_cluster
+    from ..index.remote import is_uri
     from ..index.view import holds_index
 
-    if not ray_address or is_cluster(Path(index_path)) or holds_index(Path(index_path)):
+    if is_uri(index_path) and not (ray_address and replica_root):
+        from ..errors import ConfigError
+        raise ConfigError(f"{index_path} is a URI: serve it with --ray and --replica-root (each node's replicas copy "
+                          "their shards from there), or copy it here first with `ldr replicate`")
+    if is_uri(index_path):
+        pass                                # the replicas read it; this process need not reach it
+    elif not ray_address or is_cluster(Path(index_path)) or holds_index(Path(index_path)):
         opened = sharded.open(index_path)   # a clear error before the server starts, not in its log
         opened.close()
         if ray_address and not hasattr(opened, "shards"):
@@ -92,8 +99,10 @@ def _ray_opener(index_path, address, replicas, device, local=None):
         from ..serve.ray_shards import RayShardedIndex, deploy
     except ImportError as e:
         raise BackendUnavailable(f"--ray needs the Ray extra: pip install 'ldr[ray]' ({e.name} is missing)") from None
-    handles = deploy(str(Path(index_path).absolute()), None if address == "local" else address, replicas, device,
-                     local=local)
+    from ..index.remote import is_uri
+
+    handles = deploy(index_path if is_uri(index_path) else str(Path(index_path).absolute()),
+                     None if address == "local" else address, replicas, device, local=local)
     click.echo(f"{len(handles)} shards deployed on Ray Serve, {replicas} replica(s) each", err=True)
     return lambda: RayShardedIndex(index_path, handles, device=device)
 
@@ -237,7 +246,9 @@ def check_cmd(index_path, quiet):
 def replicate_cmd(source, target, generation):
     """Bring TARGET, a copy of the index SOURCE (sharded or not) on another disk, to SOURCE's newest
     commit: only the files it lacks are copied, each verified against its manifest's SHA-256 before
-    the manifest naming it is written; generations no reader of TARGET holds are then removed."""
+    the manifest naming it is written; generations no reader of TARGET holds are then removed.
+    Either may be a URI (s3://, gs://, file://, ...): a folder SOURCE is then published to it, or
+    TARGET catches up from it."""
     from ..index.replica import catch_up
 
     r = catch_up(source, target, generation)

@@ -48,9 +48,12 @@ def shard_of(doc_id: str, n: int) -> int:
 
 def cluster_generations(root: Path) -> list[int]:
     try:
-        names = os.listdir(root)
+        return cluster_generations_in(os.listdir(root))
     except OSError:
         return []
+
+
+def cluster_generations_in(names) -> list[int]:
     return sorted(int(m.group(1)) for n in names if (m := _NAME.match(n)) and n == cluster_name(int(m.group(1))))
 
 
@@ -68,8 +71,18 @@ def read_cluster(root: Path, generation: int | None = None) -> dict:
     gen = found[-1] if generation is None else generation
     path = root / cluster_name(gen)
     try:
-        m = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, ValueError) as e:
+        raise IndexFormatError(f"{path} cannot be read ({e}); the sharded index is damaged") from None
+    return parse_cluster(text, root, gen, path)
+
+
+def parse_cluster(text: str, root: Path, gen: int, path) -> dict:
+    """The cluster manifest `text` of generation `gen`, checked: its own checksum, its shape, and
+    every shard path inside `root`; `path` names it in errors."""
+    try:
+        m = json.loads(text)
+    except ValueError as e:
         raise IndexFormatError(f"{path} cannot be read ({e}); the sharded index is damaged") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("checksum") != _self_checksum(m):
         raise IndexFormatError(f"{path} is not a valid cluster manifest (format or checksum); the sharded index "

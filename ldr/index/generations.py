@@ -37,11 +37,15 @@ def manifest_name(gen: int) -> str:
 
 def generations(root: Path) -> list[int]:
     """Every committed generation in the directory, oldest first (0: a format-2 manifest.json)."""
-    gens = []
     try:
-        names = os.listdir(root)
+        return generations_in(os.listdir(root))
     except OSError:
         return []
+
+
+def generations_in(names) -> list[int]:
+    """The committed generations a folder holding the files `names` has, oldest first."""
+    gens = []
     for name in names:
         m = _NAME.match(name)
         if m and name == manifest_name(int(m.group(1))):   # only ldr's own spelling (a stray copy is not one)

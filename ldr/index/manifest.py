@@ -262,10 +262,20 @@ def read_manifest(root: Path, generation: int | None = None) -> dict:
     if size > 64 << 20:
         raise IndexFormatError(f"{path} is {size} bytes: not an ldr manifest")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise IndexFormatError(f"generation {gen} of {root} does not exist (any more)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except UnicodeDecodeError as e:
+        raise IndexFormatError(f"{path} is corrupted ({str(e)[:200]}); {_REBUILD}") from None
+    return parse_manifest(text, root, gen, path)
+
+
+def parse_manifest(text: str, root: Path, gen: int, path) -> dict:
+    """The manifest `text` of generation `gen`, checked as read_manifest checks it (its paths
+    inside `root`); `path` names it in errors (a file, or a URI a replica copies from)."""
+    try:
+        manifest = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
         raise IndexFormatError(f"{path} is corrupted ({str(e)[:200]}); {_REBUILD}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != "ldr-index":
         raise IndexFormatError(f"{path} is not an ldr index manifest")
@@ -281,7 +291,7 @@ def read_manifest(root: Path, generation: int | None = None) -> dict:
         log.info("%s: format %s manifest has no checksum of its own (written by ldr before 0.2)", path, version)
     if version >= 3 and gen != 0 and manifest.get("generation") != gen:
         raise IndexFormatError(f"{path} says it is generation {manifest.get('generation')!r}; {_REBUILD}")
-    validate(root, manifest, path)
+    validate(root, manifest, Path(str(path)))
     return _from_legacy(manifest) if version < 3 else manifest
 
 

@@ -45,8 +45,12 @@ class ShardReplica:
     them, each verified against its manifest (ldr/index/replica.py) before it is served."""
 
     def __init__(self, root: str, shard: int, device: str | None = None, local: str | None = None):
-        self.root = Path(root)
-        self.source, self.shard = self.root / shard_rel(shard), shard
+        from ..index.remote import is_uri
+
+        if is_uri(root) and not local:      # object storage: a replica serves only its own copy
+            raise ConfigError(f"{root} is a URI: its replicas need a folder of their own (--replica-root)")
+        self.root, self.shard = (root if is_uri(root) else Path(root)), shard
+        self.source = f"{root.rstrip('/')}/{shard_rel(shard)}" if is_uri(root) else self.root / shard_rel(shard)
         self.path = Path(local) / shard_rel(shard) if local else self.source
         self.device = device
         self.open: dict[int, object] = {}
@@ -72,8 +76,8 @@ class ShardReplica:
 
     def cluster(self) -> dict:
         """The newest cluster commit, read where the index is (the coordinator may not see it)."""
-        from ..index.cluster import read_cluster
-        return read_cluster(self.root)
+        from ..index.replica import newest_cluster
+        return newest_cluster(self.root)
 
     def describe(self, entry: dict) -> dict:
         shard = self._at(entry)
@@ -169,7 +173,10 @@ class RayShardedIndex(ClusterHandle):
 
     def __init__(self, path, handles: list, device: str | None = None, trust_remote_code: bool = False,
                  timeout_s: float = TIMEOUT_S):
-        self.path, self.handles, self.timeout_s = Path(path), handles, timeout_s
+        from ..index.remote import is_uri
+
+        self.path = path if is_uri(path) else Path(path)     # a URI: the replicas copy from object storage
+        self.handles, self.timeout_s = handles, timeout_s
         self.device, self.trust_remote_code = device, trust_remote_code
         self._init_shared()
         self._sides: dict = {}
@@ -243,8 +250,8 @@ class RayShardedIndex(ClusterHandle):
 
 
 def _shard_count(root: str) -> int:
-    from ..index.cluster import read_cluster
-    return len(read_cluster(Path(root))["shards"])
+    from ..index.replica import newest_cluster
+    return len(newest_cluster(root)["shards"])
 
 
 def deploy(index_path: str, address: str | None, replicas: int, device: str | None = None,
@@ -257,6 +264,8 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     import ray
     from ray import serve
 
+    from ..index.remote import is_uri
+
     global _shard_count
     if not hasattr(_shard_count, "remote"):
         _shard_count = ray.remote(num_cpus=0)(_shard_count)
@@ -265,7 +274,7 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
             ray.init(address=address or None, ignore_reinit_error=True, logging_level=logging.WARNING,
                      log_to_driver=False)
     serve.start(proxy_location="Disabled")       # the coordinator's uvicorn is the HTTP front
-    root = str(Path(index_path).absolute())
+    root = index_path if is_uri(index_path) else str(Path(index_path).absolute())
     try:                # read where the nodes are: this process may not see the index
         n = ray.get(_shard_count.remote(root))
     except ray.exceptions.RayTaskError as e:
