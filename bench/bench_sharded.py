@@ -28,7 +28,8 @@ from ldr.index.cluster import shard_of  # noqa: E402
 
 def compare(one, sharded, queries: dict, qrels: dict, filters: dict | None) -> dict:
     out = {}
-    for mode in (None, "bm25", "dense", "sparse"):
+    kinds = one.manifest["components"]
+    for mode in (None,) + tuple(k for k in ("bm25", "dense", "sparse", "colbert") if k in kinds):
         kw = {"mode": mode} if mode else {}
         if filters:
             kw["filters"] = filters

@@ -112,7 +112,7 @@ def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
     out = tmp_path / "reranker"     # from the packaged MiniLM, the default
     r = CliRunner().invoke(main, ["train", "reranker", "--data", str(data), "-i", str(idx), "-o", str(out),
                                   "--epochs", "2", "--batch-size", "8", "--lr", "1e-4",
-                                  "--dev-fraction", "0.25", "--negatives", "3", "--max-length", "64", "--loss", "bce",
+                                  "--dev-fraction", "0.25", "--negatives", "3", "--max-length", "32", "--loss", "bce",
                                   "--eval-steps", "6", "-q"])
     assert r.exit_code == 0, r.output
     card = json.loads((out / "ldr-train.json").read_text())

@@ -52,7 +52,7 @@ def start_jvm() -> None:
         jnius_config.add_options(f"-Dlog4j.configurationFile={here / 'log4j2.xml'}",
                                  f"-Djava.util.logging.config.file={here / 'jul.properties'}")
     try:
-        import pyserini.search.lucene  # noqa: F401  (starts the JVM)
+        import pyserini.pyclass  # noqa: F401  (starts the JVM)
     except ImportError:
         raise BackendUnavailable(
             "the Lucene backend needs pyserini==1.6.0: pip install 'ldr[lucene]'") from None
@@ -60,6 +60,39 @@ def start_jvm() -> None:
         raise BackendUnavailable(f"could not start Lucene (pyserini/Java): {e}") from None
     crash_signals.record_jvm()
     _JVM_READY = True
+
+
+def searcher_class():
+    """pyserini's LuceneSearcher without `pyserini.search.lucene`'s package import, which loads
+    its neural encoders (PyTorch and transformers: 8.4 s of a 9.9 s import here) for classes ldr
+    never uses. The package is stood in for while its `_searcher` module loads, with the three
+    Java classes that module takes from it, then removed: an application's own
+    `import pyserini.search.lucene` later runs the real package, which reuses the loaded module."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    name = "pyserini.search.lucene"
+    if name in sys.modules:
+        return sys.modules[name].LuceneSearcher
+    from pyserini.pyclass import autoclass
+
+    spec = importlib.util.find_spec(name)
+    stand_in = types.ModuleType(name)
+    stand_in.__path__, stand_in.__spec__, stand_in.__package__ = spec.submodule_search_locations, spec, name
+    stand_in.JQuery = autoclass("org.apache.lucene.search.Query")
+    stand_in.JScoredDoc = autoclass("io.anserini.search.ScoredDoc")
+    stand_in.JQueryGenerator = autoclass("io.anserini.search.query.QueryGenerator")
+    sys.modules[name] = stand_in
+    try:
+        return importlib.import_module(name + "._searcher").LuceneSearcher
+    except ImportError:         # another pyserini layout: the whole package, as it imports itself
+        sys.modules.pop(name, None)
+        return importlib.import_module(name).LuceneSearcher
+    finally:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
 
 
 class LuceneWriter:
@@ -158,9 +191,8 @@ class LuceneSearcher:
     def __init__(self, path: Path, analyzer: Analyzer, k1: float, b: float):
         start_jvm()
         from pyserini.analysis import get_lucene_analyzer
-        from pyserini.search.lucene import LuceneSearcher as _Searcher
 
-        self._searcher = _Searcher(str(path))
+        self._searcher = searcher_class()(str(path))
         self._lock = threading.Lock()   # one JVM searcher object: one query at a time
         self.num_docs = _live_docs(path)   # pyserini's num_docs is maxDoc: it counts deleted documents
         self._searcher.set_bm25(k1, b)
