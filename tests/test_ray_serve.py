@@ -191,7 +191,7 @@ def _kill_a_replica_under_clients(http) -> None:
     replica = next(a for a in ray.util.list_named_actors(all_namespaces=True)
                    if a["namespace"] == "serve" and "ldr-shard-0" in a["name"])
     ray.kill(ray.get_actor(replica["name"], namespace="serve"))
-    time.sleep(4)
+    time.sleep(3)
     stop.set()
     for t in threads:
         t.join()

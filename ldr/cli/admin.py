@@ -186,7 +186,10 @@ def info_cmd(index_path, as_json, fields):
             below = (f"; below {rel['min_docs']} documents from {', '.join(small['reads'])}, fitted on {small['fitted_on']}"
                      if small else f"; none below {rel['min_docs']} documents")
             click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])} (the query's scores over the "
-                       f"index), fitted on {', '.join(rel['fitted_on'])}, each also held out (bench/README.md)"
+                       f"index), fitted on {', '.join(rel['fitted_on'])}, each also held out"
+                       + "".join(f", checked on {', '.join(never)} (never fitted on)" for never in
+                                 [[d for d in rel["held_out"] if d not in rel["fitted_on"]]] if never)
+                       + " (bench/README.md)"
                        f"{below}{floor}; `--min-score` cuts on it")
         else:
             click.echo(f"relevance   calibrated P(relevant) from {', '.join(rel['reads'])}, fitted on {rel['fitted_on']} "
