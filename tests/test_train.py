@@ -68,7 +68,7 @@ def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_pat
     out = tmp_path / "dense-model"
     r = CliRunner().invoke(main, ["train", "dense", "--data", str(data), "-i", str(idx), "-o", str(out),
                                   "--epochs", "2", "--batch-size", "4", "--lr", "1e-4", "--dev-fraction", "0.25",
-                                  "--negatives", "1", "--max-seq-length", "64", "--eval-steps", "4", "-q"])
+                                  "--negatives", "1", "--max-seq-length", "32", "--eval-steps", "4", "-q"])
     assert r.exit_code == 0, r.output
     card = json.loads((out / "ldr-train.json").read_text())
     assert card["kind"] == "dense" and card["train_queries"] == 18 and card["dev_queries"] == 6

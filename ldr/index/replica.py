@@ -105,8 +105,8 @@ class _LocalSource:
 
     def manifest(self, rel: str, gen: int, dst: Path) -> tuple[dict, dict]:
         """(the checked manifest, its raw form as the copy will hold it)."""
-        raw = json.loads(gens.manifest_path(self.root / rel, gen).read_text(encoding="utf-8"))
-        return read_manifest(self.root / rel, gen), raw
+        checked = read_manifest(self.root / rel, gen)       # before the raw read: a damaged file is a clear error
+        return checked, json.loads(gens.manifest_path(self.root / rel, gen).read_text(encoding="utf-8"))
 
     def open(self, rel: str):
         return open(inside(self.root, rel, "a manifest's file"), "rb")

@@ -287,7 +287,10 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
         # nodes that hold shard i's files say so with a resource (`ray start --resources
         # '{"ldr_shard_0": 1000}'`): its replicas run there and nowhere else; else anywhere
         placed = {"resources": {PLACE.format(i): 0.001}} if PLACE.format(i) in have else {}
-        return {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus, **placed}}
+        # a shard's calls last milliseconds: a replica being stopped (a redeploy, a delete, a
+        # scale-down) looks for unfinished calls every 0.2 s, not Serve's 2 s, and is killed after 10
+        return {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus, **placed},
+                "graceful_shutdown_wait_loop_s": 0.2, "graceful_shutdown_timeout_s": 10}
 
     return [serve.run(deployment.options(**options(i)).bind(root, i, device, local), name=APP.format(i),
                       route_prefix=None) for i in range(n)]
