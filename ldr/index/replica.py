@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import IndexFormatError
+from ..errors import ConfigError, IndexFormatError
 from ..paths import inside
 from . import generations as gens
 from .cluster import (cluster_generations_in, cluster_name, collect_cluster, is_cluster, parse_cluster,
@@ -39,6 +39,9 @@ def catch_up(source, target, generation: int | None = None, wait: bool | float =
     {generation, copied (files), bytes, kept (files already there), shards}. `source` may be a
     URI; a URI `target` publishes the folder `source` there instead (`push`)."""
     if is_uri(target):
+        if is_uri(source):
+            raise ConfigError(f"{source} and {target} are both URIs: copy one to a folder first (a copy or a "
+                              "publication runs between a folder and a URI)")
         return push(source, target, generation)
     dst = Path(target).absolute()
     if is_uri(source):
