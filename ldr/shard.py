@@ -82,8 +82,8 @@ class LocalShard:
     def facets(self) -> dict:
         """This generation's metadata fields with counts (search/facets.py), counted once."""
         from .search.facets import count
-        # counted once per generation (O(documents) in Python), not per request of the search page
-        return self.store.cached("facets", lambda s: count(s.all_meta(), s.live))
+        # counted once per generation (over distinct metadata, in Arrow), not per request of the search page
+        return self.store.cached("facets", lambda s: count(s.meta_counts(), len(s)))
 
     def stats(self, query: str, kinds: list, filters: dict | None) -> dict:
         m = self.mask(filters)

@@ -383,3 +383,14 @@ def test_facets_of_a_sharded_index_are_the_unsharded_ones(tmp_path):
     year = next(f for f in got["fields"] if f["name"] == "year")
     assert (year["min"], year["max"]) == (2000, 2003)
     assert next(f for f in got["fields"] if f["name"] == "tags")["values"] == [["a", 30], ["b", 15]]
+    # counted over each segment's live rows: a second segment and deletes (a replaced document's
+    # old row, two removed) are the counts of the documents the index now holds
+    for ix in (sharded, one):
+        ix.add([{"id": "d0", "text": "bridge report 0", "team": "amber", "year": 1999}, {"id": "n1", "text": "x"}])
+        ix.delete(["d1", "d2"])
+    got, want = sharded.facets(), one.facets()
+    assert {**got, "generation": 0} == {**want, "generation": 0} and got["documents"] == 29
+    team = next(f for f in got["fields"] if f["name"] == "team")
+    assert team["values"] == [["blue", 9], ["green", 9], ["red", 9], ["amber", 1]] and team["documents"] == 28
+    year = next(f for f in got["fields"] if f["name"] == "year")
+    assert (year["min"], year["max"], year["documents"]) == (1999, 2003, 28)

@@ -347,6 +347,17 @@ class Docstore:
         except Exception as e:
             raise _damaged(self.path, e) from None
 
+    def meta_column(self):
+        """The raw metadata column (JSON text per row, Arrow), or None for a docstore older than the
+        source column (its metadata carries ldr's origin: read through all_meta)."""
+        if "source" not in self._columns:
+            return None
+        try:
+            with self._lock:
+                return self._pf.read(columns=["meta"]).column("meta")
+        except Exception as e:
+            raise _damaged(self.path, e) from None
+
     def origins(self) -> tuple[list, list]:
         """(path, root) of every row: the file each document was read from, and the corpus folder
         that path is relative to (None where the document came from elsewhere, or before ldr kept it)."""

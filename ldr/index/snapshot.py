@@ -7,6 +7,7 @@ Deleted rows keep their number but never come out of a retriever or count as doc
 from __future__ import annotations
 
 import bisect
+import json
 import threading
 from pathlib import Path
 
@@ -128,6 +129,22 @@ class Segments:
             if self._meta is None:
                 self._meta = [m for s in self.stores for m in s.all_meta()]
         return self._meta
+
+    def meta_counts(self) -> list[tuple[dict, int]]:
+        """(metadata, live documents holding exactly it) per distinct metadata, over every segment."""
+        import pyarrow.compute as pc
+
+        out = []
+        for store, start in zip(self.stores, self.offsets):
+            live, col = self.live[start:start + len(store)], store.meta_column()
+            if col is None:         # an older docstore: one Doc per row
+                metas = self.all_meta()[start:start + len(store)]
+                out.extend((metas[d].meta or {}, 1) for d in np.flatnonzero(live).tolist())
+            elif len(col):          # each distinct metadata parsed once (Arrow counts the rows)
+                got = pc.value_counts(pc.filter(col, pa.array(live)))
+                out.extend((json.loads(v) if v else {}, n) for v, n in zip(got.field("values").to_pylist(),
+                                                                           got.field("counts").to_pylist()))
+        return out
 
     def meta_fields(self) -> set[str]:
         """The user's metadata fields."""

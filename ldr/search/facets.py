@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
-
 DISTINCT = 1000      # values counted per field and shard
 LONGEST = 200        # characters: a longer string (a description) is no facet value
 
@@ -25,18 +23,19 @@ def _type(v) -> str:
     return "object" if isinstance(v, dict) else "null"
 
 
-def count(metas: list, live: np.ndarray) -> dict:
-    """{"documents": live documents, "fields": {name: counts}} over `metas` (a text-less Doc per
-    docno) where `live`; a list's scalar items are counted as values, as filters match them."""
+def count(metas, documents: int) -> dict:
+    """{"documents": live documents, "fields": {name: counts}} over `metas`, (metadata, number of
+    live documents holding it) pairs; a list's scalar items are counted as values, as filters
+    match them."""
     fields: dict = {}
-    for d in np.flatnonzero(live).tolist():
-        for name, v in (metas[d].meta or {}).items():
+    for meta, n in metas:
+        for name, v in meta.items():
             f = fields.get(name)
             if f is None:
                 f = fields[name] = {"documents": 0, "types": Counter(), "values": Counter(), "min": None,
                                     "max": None, "truncated": False}
-            f["documents"] += 1
-            f["types"][_type(v)] += 1
+            f["documents"] += n
+            f["types"][_type(v)] += n
             for x in (v if isinstance(v, list) else [v]):
                 t = _type(x)
                 if t in ("list", "object", "null") or (t == "string" and len(x) > LONGEST):
@@ -46,13 +45,13 @@ def count(metas: list, live: np.ndarray) -> dict:
                     f["max"] = x if f["max"] is None else max(f["max"], x)
                 k = (t, x)          # typed: 1 and True are different values (JSON tells them apart)
                 if k in f["values"] or len(f["values"]) < DISTINCT:
-                    f["values"][k] += 1
+                    f["values"][k] += n
                 else:
                     f["truncated"] = True
     for f in fields.values():
         f["types"] = dict(f["types"])
         f["values"] = [[t, x, n] for (t, x), n in f["values"].items()]
-    return {"documents": int(np.count_nonzero(live)), "fields": fields}
+    return {"documents": documents, "fields": fields}
 
 
 def merge(parts: list, top: int = 10) -> dict:
