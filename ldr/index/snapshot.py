@@ -130,28 +130,21 @@ class Segments:
                 self._meta = [m for s in self.stores for m in s.all_meta()]
         return self._meta
 
-    def meta_counts(self) -> list[tuple[dict, int]]:
-        """(metadata, live documents holding exactly it) per distinct metadata, over every segment."""
-        import pyarrow.compute as pc
+    def meta_codes(self) -> tuple[np.ndarray, list[dict]]:
+        """(a code per docno, the distinct metadata the codes name): each distinct metadata parsed
+        once (Arrow dictionary-encodes each segment's JSON column), computed once per generation.
+        Facets, the field list and filters on the user's fields read these instead of a Doc per row."""
+        return self.cached("meta-codes", _meta_codes)
 
-        out = []
-        for store, start in zip(self.stores, self.offsets):
-            live, col = self.live[start:start + len(store)], store.meta_column()
-            if col is None:         # an older docstore: one Doc per row
-                metas = self.all_meta()[start:start + len(store)]
-                out.extend((metas[d].meta or {}, 1) for d in np.flatnonzero(live).tolist())
-            elif len(col):          # each distinct metadata parsed once (Arrow counts the rows)
-                got = pc.value_counts(pc.filter(col, pa.array(live)))
-                out.extend((json.loads(v) if v else {}, n) for v, n in zip(got.field("values").to_pylist(),
-                                                                           got.field("counts").to_pylist()))
-        return out
+    def meta_counts(self) -> list[tuple[dict, int]]:
+        """(metadata, live documents holding exactly it) per distinct metadata."""
+        codes, metas = self.meta_codes()
+        counts = np.bincount(codes[self.live], minlength=len(metas))
+        return [(metas[i], int(n)) for i, n in enumerate(counts.tolist()) if n]
 
     def meta_fields(self) -> set[str]:
         """The user's metadata fields."""
-        fields = set()
-        for d in self.all_meta():
-            fields.update(d.meta)
-        return fields
+        return {name for m in self.meta_codes()[1] for name in m}
 
     def cached_mask(self, k: str, compute) -> np.ndarray:
         """A mask over docnos cached under key `k` for this generation (the search side computes
@@ -183,3 +176,21 @@ class Segments:
     def live_ids(self) -> list[str]:
         ids = list(self.ids)
         return [ids[d] for d in np.flatnonzero(self.live).tolist()]
+
+
+def _meta_codes(segments: Segments) -> tuple[np.ndarray, list[dict]]:
+    import pyarrow.compute as pc
+
+    codes, metas, index = [], [], {}
+    for store, start in zip(segments.stores, segments.offsets):
+        col = store.meta_column()
+        if col is None:         # a docstore older than the source column: its Docs say the metadata
+            docs = segments.all_meta()[start:start + len(store)]
+            codes.append(np.arange(len(metas), len(metas) + len(docs), dtype=np.int64))
+            metas.extend(d.meta or {} for d in docs)
+            continue
+        enc = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
+        ours = np.array([index.setdefault(v, len(index)) for v in enc.dictionary.to_pylist()], dtype=np.int64)
+        metas.extend(json.loads(v) if v else {} for v in list(index)[len(metas):])
+        codes.append(ours[enc.indices.to_numpy(zero_copy_only=False)] if len(ours) else np.zeros(0, np.int64))
+    return (np.concatenate(codes) if codes else np.zeros(0, np.int64)), metas

@@ -181,7 +181,7 @@ def key(filters: dict) -> str:
 
 
 def _values(segments, field: str) -> list:
-    """The field's value per docno (None where a document lacks it)."""
+    """A built-in field's value per docno (None where a document lacks it)."""
     if field == "id":
         return list(segments.ids)
     if field == "title":
@@ -191,9 +191,7 @@ def _values(segments, field: str) -> list:
         return [d.path for d in docs]
     if field == "ldr.source":
         return [d.source for d in docs]
-    if field == "path":      # the user's own field wins: ldr never overwrites it
-        return [d.meta.get("path", d.path) for d in docs]
-    return [d.meta.get(field) for d in docs]
+    return [d.meta.get("path", d.path) for d in docs]      # "path": the user's own field wins
 
 
 def check_fields(filters: dict, fields: set) -> None:
@@ -222,6 +220,13 @@ def mask(filters: dict, segments, check: bool = True) -> np.ndarray:
     if check:
         check_fields(filters, segments.meta_fields())
     for field, cond in filters.items():
+        if field not in BUILTIN:        # a user's field: matched once per distinct metadata
+            codes, metas = segments.meta_codes()
+            values = [m.get(field) for m in metas]
+            _check_bounds(field, cond, values)
+            if len(codes):
+                allow &= np.array([matches(v, cond) for v in values], dtype=bool)[codes]
+            continue
         values = _values(segments, field)
         _check_bounds(field, cond, values)
         cache: dict = {}   # few distinct values: each is matched once
