@@ -72,7 +72,9 @@ def test_ray_in_the_same_process_as_lucene_keeps_the_jvm_alive(tmp_path, ray_clu
         print("replaced", not crash_signals.jvm_handlers_intact())
         idx = ldr.Index.build(docs, {str(tmp_path / 'b')!r}, bm25="lucene", dense=None, sparse=None)
         print("intact", crash_signals.jvm_handlers_intact(), idx.search("w7 heron", k=1, window_weight=0)[0].id)
+        import sys
+        print("torch", "torch" in sys.modules)   # pyserini's searcher without its neural encoders' imports
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
-    assert "replaced True" in r.stdout and "intact True d7" in r.stdout
+    assert "replaced True" in r.stdout and "intact True d7" in r.stdout and "torch False" in r.stdout
