@@ -192,5 +192,12 @@ def _meta_codes(segments: Segments) -> tuple[np.ndarray, list[dict]]:
         enc = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
         ours = np.array([index.setdefault(v, len(index)) for v in enc.dictionary.to_pylist()], dtype=np.int64)
         metas.extend(json.loads(v) if v else {} for v in list(index)[len(metas):])
-        codes.append(ours[enc.indices.to_numpy(zero_copy_only=False)] if len(ours) else np.zeros(0, np.int64))
+        codes.append(ours[_int_view(enc.indices)] if len(ours) else np.zeros(0, np.int64))
     return (np.concatenate(codes) if codes else np.zeros(0, np.int64)), metas
+
+
+def _int_view(a) -> np.ndarray:
+    """An Arrow integer array without nulls as a numpy view of its buffer (pyarrow's to_numpy
+    imports pandas, which a search's cold path never loads)."""
+    dtype = np.dtype(f"int{a.type.bit_width}")
+    return np.frombuffer(a.buffers()[1], dtype=dtype, count=len(a), offset=a.offset * dtype.itemsize)
