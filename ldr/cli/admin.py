@@ -64,9 +64,8 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
         from ..errors import ConfigError
         raise ConfigError(f"{index_path} is a URI: serve it with --ray and --replica-root (each node's replicas copy "
                           "their shards from there), or copy it here first with `ldr replicate`")
-    if is_uri(index_path):
-        pass                                # the replicas read it; this process need not reach it
-    elif not ray_address or is_cluster(Path(index_path)) or holds_index(Path(index_path)):
+    # a URI is read by the replicas only; with --ray the index need not be here either
+    if not is_uri(index_path) and (not ray_address or is_cluster(Path(index_path)) or holds_index(Path(index_path))):
         opened = sharded.open(index_path)   # a clear error before the server starts, not in its log
         opened.close()
         if ray_address and not hasattr(opened, "shards"):
@@ -99,10 +98,7 @@ def _ray_opener(index_path, address, replicas, device, local=None):
         from ..serve.ray_shards import RayShardedIndex, deploy
     except ImportError as e:
         raise BackendUnavailable(f"--ray needs the Ray extra: pip install 'ldr[ray]' ({e.name} is missing)") from None
-    from ..index.remote import is_uri
-
-    handles = deploy(index_path if is_uri(index_path) else str(Path(index_path).absolute()),
-                     None if address == "local" else address, replicas, device, local=local)
+    handles = deploy(index_path, None if address == "local" else address, replicas, device, local=local)
     click.echo(f"{len(handles)} shards deployed on Ray Serve, {replicas} replica(s) each", err=True)
     return lambda: RayShardedIndex(index_path, handles, device=device)
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from ..errors import ConfigError, IndexFormatError
 from ..paths import inside
 from . import generations as gens
-from .cluster import (cluster_generations_in, cluster_name, collect_cluster, is_cluster, parse_cluster,
-                      read_cluster)
+from .cluster import (cluster_generations, cluster_generations_in, cluster_name, collect_cluster, is_cluster,
+                      parse_cluster, read_cluster)
 from .lock import WriteLock
 from .manifest import parse_manifest, read_manifest
 from .remote import Remote, is_uri
@@ -95,7 +95,7 @@ class _LocalSource:
         return str(self.root / rel)
 
     def clusters(self) -> list[int]:
-        return cluster_generations_in(os.listdir(self.root)) if self.root.is_dir() else []
+        return cluster_generations(self.root)
 
     def cluster(self, gen: int, dst: Path) -> dict:
         return read_cluster(self.root, gen)

@@ -190,8 +190,13 @@ def _meta_codes(segments: Segments) -> tuple[np.ndarray, list[dict]]:
             metas.extend(d.meta or {} for d in docs)
             continue
         enc = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
-        ours = np.array([index.setdefault(v, len(index)) for v in enc.dictionary.to_pylist()], dtype=np.int64)
-        metas.extend(json.loads(v) if v else {} for v in list(index)[len(metas):])
+        ours = []
+        for v in enc.dictionary.to_pylist():     # a value seen in an earlier segment keeps its code
+            if v not in index:
+                index[v] = len(metas)
+                metas.append(json.loads(v) if v else {})
+            ours.append(index[v])
+        ours = np.array(ours, dtype=np.int64)
         codes.append(ours[_int_view(enc.indices)] if len(ours) else np.zeros(0, np.int64))
     return (np.concatenate(codes) if codes else np.zeros(0, np.int64)), metas
 
