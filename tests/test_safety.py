@@ -159,6 +159,26 @@ def test_symlink_out_of_the_index_is_refused(tmp_path):
         ldr.open(idx)
 
 
+def test_inside_follows_links_only_where_they_stay_inside(tmp_path):
+    """A folder of the index replaced by a link: refused when it leads out, kept when it leads to
+    another folder of the same index; a root that is itself a link is the user's choice."""
+    from ldr.paths import inside
+
+    root, out = tmp_path / "idx", tmp_path / "out"
+    (root / "a" / "b").mkdir(parents=True)
+    (out / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f").write_text("x")
+    (out / "b" / "f").write_text("secret")
+    (root / "in").symlink_to(root / "a")
+    (root / "away").symlink_to(out)
+    assert inside(root, "in/b/f") == root / "in" / "b" / "f" and inside(root, "a/b/missing/x").name == "x"
+    for rel in ("away/b/f", "away", "away/none"):
+        with pytest.raises(IndexFormatError, match="outside the index directory"):
+            inside(root, rel)
+    (tmp_path / "link").symlink_to(root)
+    assert inside(tmp_path / "link", "a/b/f").read_text() == "x"
+
+
 def test_edited_manifest_fails_its_own_checksum(tmp_path):
     idx = tmp_path / "idx"
     build(docs(), idx)
