@@ -151,6 +151,10 @@ def test_a_model_the_child_cannot_export_is_a_model_error(tmp_path):
     (broken / "model.safetensors").write_bytes(b"not weights")
     with pytest.raises(onnx_export.ExportFailed, match="broken .splade. to ONNX failed: .*header") as failed:
         onnx_export.isolated("splade", broken, tmp_path / "out", {"int8": None}, False)
+    # found before a child starts; a failure in the child itself comes back as its own last line
+    (tmp_path / "out").mkdir()
+    with pytest.raises(onnx_export.ExportFailed, match=r"broken \(splade\) to ONNX failed: .*meta.json"):
+        onnx_export.isolated("splade", broken, tmp_path / "out", {"int8": None}, False, base=tmp_path / "no-export")
     # auto falls back to PyTorch on it; an explicit ONNX backend says what failed (the child's own
     # failure, raised again: another child would fail alike, seconds later)
     from ldr.encode.runtime import with_fallback

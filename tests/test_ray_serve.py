@@ -191,7 +191,9 @@ def _kill_a_replica_under_clients(http) -> None:
     replica = next(a for a in ray.util.list_named_actors(all_namespaces=True)
                    if a["namespace"] == "serve" and "ldr-shard-0" in a["name"])
     ray.kill(ray.get_actor(replica["name"], namespace="serve"))
-    time.sleep(3)
+    killed_at, deadline = len(answered), time.time() + 60
+    while len(answered) < killed_at + 48 and time.time() < deadline:     # 6 rounds of the 8 clients after it
+        time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join()

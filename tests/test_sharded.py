@@ -58,7 +58,9 @@ def test_a_sharded_index_answers_as_one_index_through_writes(unsharded, tmp_path
     _same(unsharded, sharded, "built")
     if n != 4:
         return
-    one = ldr.Index.build(_docs(), tmp_path / "one")       # changed alongside
+    import shutil
+    shutil.copytree(unsharded.path, tmp_path / "one")          # changed alongside (a copy: built once)
+    one = ldr.Index(tmp_path / "one")
     for index in (one, sharded):
         index.add(_extra())
         index.add([ldr.Doc("sourdough-guide", "A shorter sourdough guide: feed the starter twice a day.", "Sourdough")])

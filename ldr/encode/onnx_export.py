@@ -144,6 +144,8 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
     optimizer's copies of the graph: 1.3 GB that stayed in the build's process beside the encoders
     (a first `ldr index` of six transcripts peaked at 1.8 GB, later ones at 0.8 GB); the child takes
     them with it when it exits."""
+    if base is None:
+        unreadable_weights(kind, model_dir)
     wrapper = WRAPPERS.get(kind)
     spec = f"{wrapper.__module__}:{wrapper.__qualname__}" if wrapper is not None else ""
     env = dict(os.environ)
@@ -162,6 +164,22 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
         raise ModelError(reasons[-1])
     last = lines[-1] if lines else f"exit status {proc.returncode}"     # the exception's own line
     raise ExportFailed(f"exporting {label(model_dir)} ({kind}) to ONNX failed: {last[-600:]}")
+
+
+def unreadable_weights(kind: str, model_dir: Path) -> None:
+    """Raise ExportFailed when a .safetensors file of `model_dir` has no readable header: checked
+    here in milliseconds, where the child would learn it after importing torch and transformers (7 s)."""
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with open(f, "rb") as fh:
+                head = fh.read(8)
+                n = int.from_bytes(head, "little") if len(head) == 8 else -1
+                ok = 0 < n <= min(f.stat().st_size - 8, 100 << 20) and isinstance(json.loads(fh.read(n)), dict)
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            raise ExportFailed(f"exporting {label(model_dir)} ({kind}) to ONNX failed: {f.name} has no readable "
+                               "safetensors header (a damaged or partial download?)")
 
 
 def load(kind: str, settings, backend: str, trust_remote_code: bool = False):
