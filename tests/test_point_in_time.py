@@ -5,7 +5,7 @@ answer equals the state of the cluster generation it names, and no search fails.
 Each document `doc-N` holds one term no other document holds (`zqN`); the writer logs which
 documents each generation it commits holds, so the right answer of "zqN" at generation G is
 [doc-N] when doc-N is live at G, else nothing. LDR_PIT_SECONDS sets how long it runs (the suite:
-8 s; bench/README reports a 60 s run)."""
+5 s; bench/README reports a 60 s run)."""
 import json
 import os
 import random
@@ -19,7 +19,7 @@ import pytest
 import ldr
 from ldr.sharded import ShardedIndex
 
-SECONDS = float(os.environ.get("LDR_PIT_SECONDS", "8"))
+SECONDS = float(os.environ.get("LDR_PIT_SECONDS", "5"))
 WORDS = ("harbour tide lamp storm keeper gannet reef bearing plate ledger meeting budget clause "
          "licence river bridge sourdough orchard").split()
 
@@ -84,7 +84,7 @@ def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3) -> int:
     for t in searchers:
         t.start()
     _, err = writer.communicate(timeout=seconds + 120)
-    time.sleep(1.5)                         # searches after the last commit too
+    time.sleep(0.5)                         # searches after the last commit too
     stop.set()
     for t in searchers:
         t.join()

@@ -24,11 +24,11 @@ def _threads(index, queries, n=8, **kw):
 
 
 def test_eight_threads_bm25_and_texts(tmp_path, sample_corpus):
-    # many row groups so threads read different ones at once
+    # many row groups (16, of 64 rows) so threads read different ones at once
     docs = [{"id": f"d{i}", "text": f"record {i} about topic{i % 13} with extra words {'lamp ' * (i % 5)}"}
-            for i in range(3000)]
+            for i in range(1000)]
     ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None, bm25="native")
-    queries = [f"topic{i % 13} lamp record {i}" for i in range(320)]      # 8 threads x 40 queries
+    queries = [f"topic{i % 13} lamp record {i * 3}" for i in range(160)]      # 8 threads x 20 queries
     seq = _run(ldr.open(tmp_path / "idx"), queries)
     index = ldr.open(tmp_path / "idx")      # fresh: components load lazily under concurrency
     assert _threads(index, queries) == seq
