@@ -39,7 +39,7 @@ if WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", _share)
 
 # Modules that run in sequence on one worker, the lanes first and in this order, each lane's
-# modules in its order; every other module is a unit of its own, in file order. "models": the
+# modules in its order; every other module is a unit of its own (LONGEST_FIRST, then file order). "models": the
 # modules that load the large models (multilingual-e5 and its one-time export first, the trainings
 # of MiniLM, the exports), so that their memory peaks never meet. "light": modules that load no
 # PyTorch model, beside e5's export (a 2.7 GB child process). "ray": one local Ray cluster at a time.
@@ -51,6 +51,10 @@ LANES = {
     "ray": ("test_ray", "test_ray_processes", "test_ray_serve"),
 }
 LANE_OF = {m: lane for lane, mods in LANES.items() for m in mods}
+# The other modules go out longest first (their order in a 2-core run, 20-40 s each), so that the
+# run does not end on one worker with a long module while the other has finished.
+LONGEST_FIRST = ("test_sharded", "test_living_index", "test_serve", "test_point_in_time", "test_eval",
+                 "test_compressed", "test_reliability", "test_relevance", "test_colbert", "test_rag", "test_dense")
 
 
 def _module(nodeid: str) -> str:
@@ -67,7 +71,9 @@ def pytest_collection_modifyitems(config, items):
     def place(item):
         module = _module(item.nodeid)
         lane = LANE_OF.get(module)
-        return (lanes.index(lane), LANES[lane].index(module)) if lane else (len(lanes), 0)
+        if lane:
+            return lanes.index(lane), LANES[lane].index(module)
+        return len(lanes), LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=place)       # stable: a module's tests, and the other modules, keep their order
 

@@ -219,7 +219,7 @@ def test_eval_synthetic_passkey_all_stages(tmp_path):
 def test_probe_position(tmp_path, sample_corpus):
     out = tmp_path / "probe"
     r = CliRunner().invoke(main, ["probe", "position", str(sample_corpus), "--out", str(out), "--max-docs", "3",
-                                  "--needle-length", "512", "--needle-docs", "8", "--depths", "3",
+                                  "--needle-length", "512", "--needle-docs", "4", "--depths", "3",
                                   "--strategies", "truncate,maxp"])
     assert r.exit_code == 0, r.output
     res = json.loads((out / "probe.json").read_text())
