@@ -248,8 +248,8 @@ def test_a_writer_hands_back_the_arena_of_its_largest_batch(tmp_path, sample_cor
     # a build asks each ONNX encoder once its part is written
     released = []
     monkeypatch.setattr(runtime.OrtModel, "release_memory", lambda self: released.append(self.meta["kind"]))
-    ldr.Index.build(sample_corpus, tmp_path / "i", dense=DenseSettings(backend="onnx"),
-                    sparse=SparseSettings(backend="onnx"))
+    ldr.Index.build([{"id": "a", "text": "the keeper relit the lamp"}], tmp_path / "i",
+                    dense=DenseSettings(backend="onnx"), sparse=SparseSettings(backend="onnx"))
     assert sorted(set(released)) == ["dense", "splade"]
 
 
