@@ -220,7 +220,7 @@ def test_search_many_equals_search(tmp_path):
 def test_cross_encoder_scores_the_first_stage_best_passages(tmp_path):
     from tiny_models import make
 
-    model = str(make("bert-classifier", tmp_path / "ce"))
+    model = str(make("bert-classifier", tmp_path / "ce", num_labels=2))
     idx = ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
     r = idx.cross_encoder(model)
     r.settings.max_windows = 1
@@ -241,7 +241,7 @@ def test_a_cross_encoder_over_shards_is_sent_passages_not_whole_texts(tmp_path):
 
     from ldr.sharded import ShardedIndex
 
-    model = str(make("bert-classifier", tmp_path / "ce"))
+    model = str(make("bert-classifier", tmp_path / "ce", num_labels=2))
     one = ldr.Index.build(_long_docs(), tmp_path / "one", dense=None, sparse=None)
     two = ShardedIndex.build(_long_docs(), tmp_path / "two", shards=2, dense=None, sparse=None)
     calls = []
@@ -267,7 +267,7 @@ def test_a_cross_encoder_over_shards_is_sent_passages_not_whole_texts(tmp_path):
 def test_rerank_windows_per_search_leave_the_shared_settings_alone(tmp_path, monkeypatch):
     from tiny_models import make
 
-    model = str(make("bert-classifier", tmp_path / "ce"))
+    model = str(make("bert-classifier", tmp_path / "ce", num_labels=2))
     idx = ldr.Index.build(_long_docs(), tmp_path / "idx", dense=None, sparse=None)
     r = idx.cross_encoder(model)
     scored = []     # how many windows each search sends through the real model

@@ -17,7 +17,9 @@ def test_aggregate():
 
 @pytest.fixture(scope="module")
 def tiny_classifier(tmp_path_factory):
-    return str(make("bert-classifier", tmp_path_factory.mktemp("ce") / "m"))
+    # two labels: the same random model as test_rag's and the ONNX-vs-PyTorch test's, so a fresh
+    # checkout exports one tiny cross-encoder, not two (each export child starts PyTorch: ~10 s)
+    return str(make("bert-classifier", tmp_path_factory.mktemp("ce") / "m", num_labels=2))
 
 
 def test_windows_are_bounded_and_aggregated(tiny_classifier):
