@@ -153,15 +153,16 @@ def test_a_server_open_to_the_network_makes_a_write_key_and_a_busy_port_is_one_c
         key = p.stderr.readline().strip()
         assert len(key) >= 24
         url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        doc = {"documents": [{"id": "b", "text": "an added document"}]}
-        assert httpx.post(url + "/documents", json=doc).status_code == 401
-        assert httpx.post(url + "/documents", json=doc, headers={"x-api-key": key}).status_code == 200
+        with httpx.Client(base_url=url) as http:      # one client for the polls too
+            for _ in range(300):
+                try:
+                    if http.get("/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            doc = {"documents": [{"id": "b", "text": "an added document"}]}
+            assert http.post("/documents", json=doc).status_code == 401
+            assert http.post("/documents", json=doc, headers={"x-api-key": key}).status_code == 200
     finally:
         p.terminate()
         p.wait(30)

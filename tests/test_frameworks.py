@@ -22,7 +22,7 @@ _INDEX: dict = {}
 
 
 def _docs():
-    filler = "The committee went through the remaining items of the agenda without a vote. " * 30
+    filler = "The committee went through the remaining items of the agenda without a vote. " * 10   # ~380 tokens
     for i, topic in enumerate(TOPICS):
         yield {"id": f"doc{i}", "title": topic.title(), "text": filler + f"The {topic} was discussed at length. " + filler,
                "n": i}

@@ -110,12 +110,13 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     http = None
     try:
         deadline = time.time() + 300
-        while http is None:
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)    # one client for the polls too
+        while True:
             assert proc.poll() is None, proc.stdout.read()
             assert time.time() < deadline, "the server did not start"
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
+                if http.get("/health", timeout=1).status_code == 200:
+                    break
             except httpx.HTTPError:
                 time.sleep(0.5)
 
