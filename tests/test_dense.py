@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ldr
-from ldr.encode.dense import DenseEncoder, DenseSettings
+from ldr.encode.dense import DenseEncoder, DenseSettings, load_dense
 from ldr.errors import ModelError
 from ldr.components.faiss_store import FaissSettings
 
@@ -108,3 +108,30 @@ def test_faiss_auto_is_exact_for_small_segments_and_hnsw_past_the_threshold(tmp_
     idx.merge()
     assert builds == [41] and check_index(path)[1] == []
     assert "d3" not in [h.id for h in ldr.open(path).search("unique3", k=41)]
+
+
+def test_a_model_with_a_dense_projection_gives_its_own_vectors_on_both_engines(tmp_path):
+    """A sentence-transformers model whose pooling is followed by a Dense projection (LaBSE, GTR):
+    ldr's vectors are the model's own on PyTorch and on ONNX Runtime (the projection in the graph),
+    an index records the projection's width and searches. It failed with a shape mismatch when
+    only the Pooling module ran."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+    from tiny_models import make
+
+    word = Transformer(str(make("bert", tmp_path / "base")), max_seq_length=64)
+    torch.manual_seed(1)
+    path = tmp_path / "projected"
+    SentenceTransformer(modules=[word, Pooling(64, pooling_mode="mean"),
+                                 Dense(in_features=64, out_features=16, activation_function=torch.nn.Tanh()),
+                                 Normalize()]).save(str(path))
+    texts = ["the heron waded through the marsh", "a storm over the reef", "the keeper relit the lamp"]
+    want = SentenceTransformer(str(path), device="cpu").encode(texts, normalize_embeddings=True)
+    for backend in ("torch", "onnx"):
+        got = load_dense(DenseSettings(model=str(path), backend=backend, device="cpu")).encode_queries(texts)
+        assert got.shape == (3, 16) and np.abs(got - want).max() < 1e-5, backend
+    idx = ldr.Index.build([{"id": f"d{i}", "text": t} for i, t in enumerate(texts)], tmp_path / "idx", bm25=None,
+                          sparse=None, dense=DenseSettings(model=str(path)))
+    assert idx.info()["components"]["dense"]["model"]["dim"] == 16
+    assert idx.search("the heron waded through the marsh", mode="dense", k=1)[0].id == "d0"

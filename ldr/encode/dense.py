@@ -2,7 +2,7 @@
 
 Tokenises once, splits per document strategy, sorts pieces by length and batches them by a
 token budget (no wasted padding), runs the model and pools with the model's own
-sentence-transformers pooling module. Two engines run the model: PyTorch (`DenseEncoder`: GPU,
+sentence-transformers modules (pooling, and a Dense projection where the model has one). Two engines run the model: PyTorch (`DenseEncoder`: GPU,
 the context-extension strategies, which patch the PyTorch model, and bf16 on CPUs with bf16 in
 hardware: AMX or AVX-512 BF16) and
 ONNX Runtime (`OnnxDenseEncoder`: the CPU default for truncate/pcw/maxp elsewhere, and every
@@ -121,7 +121,10 @@ class DenseEncoder(_DenseCore):
         self.st = st
         self.hf = st[0].auto_model
         self.tokenizer = st.tokenizer
-        self.pool = [m for i, m in enumerate(st) if i > 0 and type(m).__name__ == "Pooling"]
+        # every module after the transformer (Pooling, Dense projections, LayerNorm, ...) but Normalize,
+        # which ldr applies itself after a Matryoshka cut: a Dense projection left out gave vectors of
+        # the transformer's width where the model's are its projection's (LaBSE, GTR)
+        self.pool = [m for i, m in enumerate(st) if i > 0 and type(m).__name__ != "Normalize"]
         if self.device == "cuda":
             self.hf.half()
         self.hf.eval()
@@ -228,7 +231,8 @@ class OnnxDenseEncoder(_DenseCore):
 
 
 def _onnx_module(model_dir, trust_remote_code: bool):
-    """The dense model and its pooling as one torch module, for the ONNX export (onnx_export.WRAPPERS)."""
+    """The dense model and the modules after it (pooling, projections) as one torch module, for the
+    ONNX export (onnx_export.WRAPPERS)."""
     import torch
 
     from .onnx_export import _eager
