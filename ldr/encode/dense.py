@@ -2,9 +2,9 @@
 
 Tokenises once, splits per document strategy, sorts pieces by length and batches them by a
 token budget (no wasted padding), runs the model and pools with the model's own
-sentence-transformers modules (pooling, and a Dense projection where the model has one). Two engines run the model: PyTorch (`DenseEncoder`: GPU,
-the context-extension strategies, which patch the PyTorch model, and bf16 on CPUs with bf16 in
-hardware: AMX or AVX-512 BF16) and
+sentence-transformers modules (pooling, and a Dense projection where the model has one). Two
+engines run the model: PyTorch (`DenseEncoder`: GPU, the context-extension strategies, which patch
+the PyTorch model, and bf16 on CPUs with bf16 in hardware: AMX or AVX-512 BF16) and
 ONNX Runtime (`OnnxDenseEncoder`: the CPU default for truncate/pcw/maxp elsewhere, and every
 query: no torch import on the query path). `load_dense` picks one.
 """

@@ -46,7 +46,8 @@ def weights_hash(model_dir: Path) -> str:
         p.suffix in (".safetensors", ".bin", ".pt") or p.name in ("config.json", "tokenizer.json", "vocab.txt",
                                                                    "modules.json", "sentence_bert_config.json")))
     # the sentence-transformers modules after the transformer (1_Pooling, 2_Dense, ...): their settings and weights
-    files += sorted(p for p in Path(model_dir).glob("[0-9]*_*/*") if p.is_file() and p.suffix in (".json", ".safetensors", ".bin"))
+    files += sorted(p for p in Path(model_dir).glob("[0-9]*_*/*")
+                    if p.is_file() and p.suffix in (".json", ".safetensors", ".bin"))
     if not files:
         raise ModelError(f"{model_dir} holds no model weights to export")
     return digest(files)
