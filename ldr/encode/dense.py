@@ -124,7 +124,7 @@ class DenseEncoder(_DenseCore):
         # every module after the transformer (Pooling, Dense projections, LayerNorm, ...) but Normalize,
         # which ldr applies itself after a Matryoshka cut: a Dense projection left out gave vectors of
         # the transformer's width where the model's are its projection's (LaBSE, GTR)
-        self.pool = [m for i, m in enumerate(st) if i > 0 and type(m).__name__ != "Normalize"]
+        self.after = [m for i, m in enumerate(st) if i > 0 and type(m).__name__ != "Normalize"]
         if self.device == "cuda":
             self.hf.half()
         self.hf.eval()
@@ -146,7 +146,7 @@ class DenseEncoder(_DenseCore):
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
                 "architecture": type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
-                "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.pool],
+                "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.after],
                 "extension": self.ext_info, "settings": self.settings.to_dict(), "backend": {"name": self.settings.backend}}
 
     # -- forward -----------------------------------------------------------------------------
@@ -182,7 +182,7 @@ class DenseEncoder(_DenseCore):
             kwargs["position_ids"] = pid.to(self.device)
         out = self.hf(**kwargs)
         features = {"token_embeddings": out.last_hidden_state, "attention_mask": kwargs["attention_mask"]}
-        for p in self.pool:
+        for p in self.after:
             features = p(features)
         emb = features["sentence_embedding"].float()
         if self.settings.dim:
@@ -246,7 +246,7 @@ def _onnx_module(model_dir, trust_remote_code: bool):
     class Dense(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.hf, self.pool = hf, torch.nn.ModuleList(enc.pool)
+            self.hf, self.pool = hf, torch.nn.ModuleList(enc.after)   # "pool": the graph's node names as before
 
         def forward(self, input_ids, attention_mask):
             kw = {"token_type_ids": torch.zeros_like(input_ids)} if tti else {}
@@ -260,5 +260,5 @@ def _onnx_module(model_dir, trust_remote_code: bool):
     meta = {"kind": "dense", "architecture": type(hf).__name__, "positions": enc.kind,
             "trained_length": enc.trained, "st_max_length": st.max_seq_length,
             "prompts": dict(getattr(st, "prompts", {}) or {}), "dim": enc.dim,
-            "pooling": [p.get_config_dict() for p in enc.pool]}
+            "pooling": [p.get_config_dict() for p in enc.after]}
     return Dense().eval(), meta, hf.config, enc.tokenizer
