@@ -143,6 +143,27 @@ def test_the_export_runs_in_a_child_into_a_relative_cache_and_is_reused(tmp_path
     assert onnx_export.export_key("splade", Path(path), True)[0] != onnx_export.export_key("splade", Path(path), False)[0]
 
 
+def test_the_exports_of_a_process_fork_from_one_zygote(tmp_path, monkeypatch):
+    """Each export is a child forked from one warm Python per process (export_zygote): a second
+    export starts no Python of its own; a zygote whose parent closes the pipe (exit, kill -9)
+    leaves, and the next export starts another."""
+    from tiny_models import make
+
+    from ldr.encode import export_zygote
+
+    monkeypatch.setenv("LDR_CACHE_DIR", str(tmp_path / "cache"))
+    first = onnx_export.exported("cross", make("bert-classifier", tmp_path / "a"))
+    zygote = export_zygote._zygote
+    assert zygote is not None and zygote.proc.poll() is None
+    second = onnx_export.exported("cross", make("bert-classifier", tmp_path / "b", num_labels=2))
+    assert export_zygote._zygote is zygote and second != first and (second / "model.onnx").is_file()
+    zygote.proc.stdin.close()
+    assert zygote.proc.wait(timeout=30) == 0
+    third = onnx_export.exported("cross", make("bert-classifier", tmp_path / "c", num_labels=3))
+    assert (third / "model.onnx").is_file() and export_zygote._zygote is not zygote
+    assert export_zygote._zygote.proc.poll() is None
+
+
 def test_a_model_the_child_cannot_export_is_a_model_error(tmp_path):
     """A failed export names why, not a traceback."""
     broken = tmp_path / "broken"

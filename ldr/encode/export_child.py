@@ -1,4 +1,5 @@
-"""`python -m ldr.encode.export_child`: one ONNX export in a child Python (onnx_export.isolated).
+"""`python -m ldr.encode.export_child`: one ONNX export in a child Python (onnx_export.isolated);
+with `--zygote`, the warm Python such children are forked from (export_zygote).
 
 The parent names the ldr module that registers the kind's wrapper (onnx_export.WRAPPERS); only
 one of ldr's own is imported. A reason the user should read goes to stderr after FAILED.
@@ -37,4 +38,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--zygote"]:
+        from .export_zygote import serve
+        sys.exit(serve(main))
     sys.exit(main(sys.argv[1:]))

@@ -20,8 +20,6 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -29,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelError
+from . import export_zygote
 from .cache import build_once, cache_root, digest
 from .runtime import ONNX_EXTRA, onnxruntime_available, quantization_config
 
@@ -141,8 +140,8 @@ class CacheUnwritable(ExportFailed):
 
 def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool,
              base: Path | None = None) -> None:
-    """`_export` in a child Python (ldr.encode.export_child); with `base` (the fp32 export of the
-    same model), `quantised` instead. Exporting MiniLM imports torch and transformers and keeps the
+    """`_export` in a child Python (ldr.encode.export_child, forked from this process's warm
+    export_zygote); with `base` (the fp32 export of the same model), `quantised` instead. Exporting MiniLM imports torch and transformers and keeps the
     optimizer's copies of the graph: 1.3 GB that stayed in the build's process beside the encoders
     (a first `ldr index` of six transcripts peaked at 1.8 GB, later ones at 0.8 GB); the child takes
     them with it when it exits."""
@@ -154,17 +153,16 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
     # the child imports this same ldr whatever folder it starts in (one holding another clone)
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    cmd = [sys.executable, "-P", "-m", "ldr.encode.export_child", kind, str(model_dir), str(out),
-           json.dumps(settings), "1" if trust_remote_code else "0", spec, str(base or "")]
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          errors="replace")
-    if proc.returncode == 0:
+    argv = [kind, str(model_dir), str(out), json.dumps(settings), "1" if trust_remote_code else "0", spec,
+            str(base or "")]
+    returncode, stderr = export_zygote.run(argv, env)
+    if returncode == 0:
         return
-    lines = proc.stderr.strip().splitlines()
+    lines = stderr.strip().splitlines()
     reasons = [line[len(FAILED):] for line in lines if line.startswith(FAILED)]
     if reasons:
         raise ModelError(reasons[-1])
-    last = lines[-1] if lines else f"exit status {proc.returncode}"     # the exception's own line
+    last = lines[-1] if lines else f"exit status {returncode}"     # the exception's own line
     raise ExportFailed(f"exporting {label(model_dir)} ({kind}) to ONNX failed: {last[-600:]}")
 
 
