@@ -14,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # they set a width themselves
 os.environ.pop("COLUMNS", None)
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")     # the tests' own clusters too (as ldr's)
 # ONNX exports go to the checkout's own cache (git-ignored), not the user's, and stay there between
 # runs: an export is keyed by the weights' hash, the export code's version and the int8 settings,
 # so a changed model or exporter exports again and an unchanged one is never exported twice. CLI

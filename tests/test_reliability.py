@@ -591,7 +591,8 @@ def test_the_build_progress_bar_moves_with_encoded_tokens(tmp_path, capsys, monk
     monkeypatch.setattr(progress, "REDRAW_S", 0.05)     # frames enough on a machine of any speed
     monkeypatch.setattr(progress, "LINE_S", 0.05)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
-    docs = [{"id": f"d{i}", "text": " ".join(f"word{j} about herons {i}" for j in range(500))} for i in range(3)]
+    # ~1,300 tokens a document: about a second of encoding here, some 20 frames at REDRAW_S
+    docs = [{"id": f"d{i}", "text": " ".join(f"word{j} about herons {i}" for j in range(200))} for i in range(3)]
     ldr.Index.build(docs, tmp_path / "i", sparse=None, progress=True)
     err = capsys.readouterr().err
     if terminal:

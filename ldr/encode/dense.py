@@ -230,6 +230,10 @@ class OnnxDenseEncoder(_DenseCore):
         return (emb / np.linalg.norm(emb, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
 
 
+# what `_onnx_module` imports, for the export zygote to import once (export_zygote.serve)
+EXPORT_IMPORTS = ("sentence_transformers",)
+
+
 def _onnx_module(model_dir, trust_remote_code: bool):
     """The dense model and the modules after it (pooling, projections) as one torch module, for the
     ONNX export (onnx_export.WRAPPERS)."""

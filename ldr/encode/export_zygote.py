@@ -11,6 +11,7 @@ memory with it, as the fresh child did. The zygote imports nothing of the caller
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -21,8 +22,8 @@ import threading
 IDLE_S = 300.0
 # variables torch, transformers, tokenizers and ONNX read when they are imported: a zygote
 # started under other values is replaced (the others are the export's own, applied in its child)
-IMPORT_TIME = ("PYTHON", "HF_", "TRANSFORMERS", "TORCH", "OMP_", "MKL_", "OPENBLAS", "LD_", "CUDA", "ONNX",
-               "ORT_", "TOKENIZERS", "SENTENCE_TRANSFORMERS", "PATH")
+# (not what they set themselves once imported: TORCHINDUCTOR_CACHE_DIR, KMP_*)
+IMPORT_TIME = ("PYTHON", "PATH", "LD_", "HF_", "TRANSFORMERS_", "TORCH_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_")
 _lock = threading.Lock()
 _zygote: "_Zygote | None" = None
 
@@ -56,12 +57,18 @@ class _Zygote:
         self.proc.wait()
 
 
-def run(argv: list[str], env: dict) -> tuple[int, str]:
+def run(argv: list[str], env: dict, torch: bool = True) -> tuple[int, str]:
     """(exit status, stderr) of `export_child.main(argv)` in a child forked from this process's
-    zygote, under `env` and this process's working directory."""
+    zygote, under `env` and this process's working directory. Work that needs no torch (`torch`
+    False: an int8 graph quantised from its fp32 export) starts no zygote: a fresh child, unless
+    one is warm already."""
     global _zygote
     request = {"argv": argv, "env": env, "cwd": os.getcwd()}
     with _lock:
+        if not torch and (_zygote is None or _zygote.proc.poll() is not None or _zygote.owner != os.getpid()):
+            proc = subprocess.run([sys.executable, "-P", "-m", "ldr.encode.export_child", *argv], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+            return proc.returncode, proc.stderr
         for _ in range(2):       # a zygote that left (idle, killed) is replaced once
             if _zygote is not None and _zygote.owner != os.getpid():
                 _zygote = None          # a forked copy of this process: its parent's zygote is not its own
@@ -135,13 +142,12 @@ def serve(main) -> int:
         if not line:
             return 0
         request = json.loads(line)
-        spec = request["argv"][5]
-        if spec.startswith("ldr.") and spec not in warmed:     # the kind's wrapper module and what it imports, once
-            warmed.add(spec)
+        module = request["argv"][5].partition(":")[0]
+        if module.startswith("ldr.") and module not in warmed:
+            warmed.add(module)      # the kind's wrapper module and what its export imports, once
             try:
-                __import__(spec.partition(":")[0])
-                if request["argv"][0] == "dense":
-                    import sentence_transformers  # noqa: F401
+                for name in (module, *importlib.import_module(module).__dict__.get("EXPORT_IMPORTS", ())):
+                    importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the child reports it
                 pass
         sys.stdout.write(json.dumps(_fork_one(request, main)) + "\n")

@@ -155,7 +155,7 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     argv = [kind, str(model_dir), str(out), json.dumps(settings), "1" if trust_remote_code else "0", spec,
             str(base or "")]
-    returncode, stderr = export_zygote.run(argv, env)
+    returncode, stderr = export_zygote.run(argv, env, torch=base is None)
     if returncode == 0:
         return
     lines = stderr.strip().splitlines()

@@ -76,6 +76,9 @@ class Cluster:
             # Ray Data's actors always get max_restarts with their arguments in the object store, which
             # Ray's core logs as an error at every build; set RAY_BACKEND_LOG_LEVEL to see its logs
             os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+            # no usage reports from ldr's jobs (a machine may be offline): Ray Data otherwise starts a
+            # collector actor on every cluster, one more worker process (~1.6 s of CPU)
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             # Ray puts the driver's working directory first on every worker's sys.path: run from a
             # folder holding another `ldr` (an old clone), workers would import that one. Started
             # from the folder this package lives in, they import the driver's own.

@@ -18,6 +18,7 @@ of silently holding fewer hits.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -270,6 +271,7 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     if not hasattr(_shard_count, "remote"):
         _shard_count = ray.remote(num_cpus=0)(_shard_count)
     if not ray.is_initialized():
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")     # no usage reports (ray_build.py)
         with crash_signals.jvm_kept():            # Ray's crash reporter must not replace the JVM's handlers
             ray.init(address=address or None, ignore_reinit_error=True, logging_level=logging.WARNING,
                      log_to_driver=False)
