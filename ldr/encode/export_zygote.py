@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 
-IDLE_S = 300.0
+IDLE_S = 600.0       # a server that exported a reranker holds it (~550 MB, mostly shared libraries) this long
 # variables torch, transformers, tokenizers and ONNX read when they are imported: a zygote
 # started under other values is replaced (the others are the export's own, applied in its child)
 # (not what they set themselves once imported: TORCHINDUCTOR_CACHE_DIR, KMP_*)
