@@ -54,7 +54,11 @@ class _Zygote:
             self.proc.stdin.close()
         except OSError:
             pass
-        self.proc.wait()
+        try:
+            self.proc.wait(timeout=30)       # it leaves at the closed pipe once its export is done
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def run(argv: list[str], env: dict, torch: bool = True) -> tuple[int, str]:
