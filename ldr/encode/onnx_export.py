@@ -141,10 +141,10 @@ class CacheUnwritable(ExportFailed):
 def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_code: bool,
              base: Path | None = None) -> None:
     """`_export` in a child Python (ldr.encode.export_child, forked from this process's warm
-    export_zygote); with `base` (the fp32 export of the same model), `quantised` instead. Exporting MiniLM imports torch and transformers and keeps the
-    optimizer's copies of the graph: 1.3 GB that stayed in the build's process beside the encoders
-    (a first `ldr index` of six transcripts peaked at 1.8 GB, later ones at 0.8 GB); the child takes
-    them with it when it exits."""
+    export_zygote); with `base` (the fp32 export of the same model), `quantised` instead.
+    Exporting MiniLM imports torch and transformers and keeps the optimizer's copies of the graph:
+    1.3 GB that stayed in the build's process beside the encoders (a first `ldr index` of six
+    transcripts peaked at 1.8 GB, later ones at 0.8 GB); the child takes them with it when it exits."""
     if base is None:
         unreadable_weights(kind, model_dir)
     wrapper = WRAPPERS.get(kind)
