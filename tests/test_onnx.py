@@ -151,6 +151,8 @@ def test_the_exports_of_a_process_fork_from_one_zygote(tmp_path, monkeypatch):
 
     from ldr.encode import export_zygote
 
+    if not export_zygote.FORK:
+        pytest.skip("exports fork from a zygote on Linux only")
     monkeypatch.setenv("LDR_CACHE_DIR", str(tmp_path / "cache"))
     first = onnx_export.exported("cross", make("bert-classifier", tmp_path / "a"))
     zygote = export_zygote._zygote
@@ -162,6 +164,13 @@ def test_the_exports_of_a_process_fork_from_one_zygote(tmp_path, monkeypatch):
     third = onnx_export.exported("cross", make("bert-classifier", tmp_path / "c", num_labels=3))
     assert (third / "model.onnx").is_file() and export_zygote._zygote is not zygote
     assert export_zygote._zygote.proc.poll() is None
+    # where fork is not safe (macOS) or not there (Windows), each export is a fresh child
+    monkeypatch.setattr(export_zygote, "FORK", False)
+    monkeypatch.setattr(export_zygote, "_zygote", None)
+    settings = json.dumps({"kind": "cross", "weights": "x", "int8": {"per_channel": True}})
+    rc, err = export_zygote.run(["cross", str(tmp_path / "a"), str(tmp_path / "out"), settings, "0", "",
+                                 str(tmp_path / "no-export")], dict(os.environ))
+    assert rc == 1 and "no-export/meta.json" in err.splitlines()[-1] and export_zygote._zygote is None
 
 
 def test_a_model_the_child_cannot_export_is_a_model_error(tmp_path):

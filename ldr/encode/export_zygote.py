@@ -24,6 +24,9 @@ IDLE_S = 600.0       # a server that exported a reranker holds it (~550 MB, most
 # started under other values is replaced (the others are the export's own, applied in its child)
 # (not what they set themselves once imported: TORCHINDUCTOR_CACHE_DIR, KMP_*)
 IMPORT_TIME = ("PYTHON", "PATH", "LD_", "HF_", "TRANSFORMERS_", "TORCH_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_")
+# fork after torch's imports is what PyTorch's own DataLoader workers do on Linux; macOS (its
+# frameworks are not fork-safe) and Windows (no fork) keep a fresh child per export
+FORK = sys.platform.startswith("linux")
 _lock = threading.Lock()
 _zygote: "_Zygote | None" = None
 
@@ -65,11 +68,12 @@ def run(argv: list[str], env: dict, torch: bool = True) -> tuple[int, str]:
     """(exit status, stderr) of `export_child.main(argv)` in a child forked from this process's
     zygote, under `env` and this process's working directory. Work that needs no torch (`torch`
     False: an int8 graph quantised from its fp32 export) starts no zygote: a fresh child, unless
-    one is warm already."""
+    one is warm already; so does every export where FORK is False."""
     global _zygote
     request = {"argv": argv, "env": env, "cwd": os.getcwd()}
     with _lock:
-        if not torch and (_zygote is None or _zygote.proc.poll() is not None or _zygote.owner != os.getpid()):
+        if not FORK or not torch and (_zygote is None or _zygote.proc.poll() is not None or
+                                      _zygote.owner != os.getpid()):
             proc = subprocess.run([sys.executable, "-P", "-m", "ldr.encode.export_child", *argv], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
             return proc.returncode, proc.stderr
