@@ -170,6 +170,25 @@ def pytest_runtest_teardown(item, nextitem):
         _stop_ray_cluster()      # its processes and their memory are not kept beside the next modules
 
 
+def wait_healthy(http, proc, seconds: float = 120) -> None:
+    """Poll a started server's GET /health through the client `http` (one client: each `httpx.get`
+    builds a TLS context, ~40 ms of CPU) until it answers 200; the process exiting first, or
+    `seconds` passing, fails the test."""
+    import time
+
+    import httpx
+
+    deadline = time.time() + seconds
+    while True:
+        assert proc.poll() is None, "the server exited: " + (proc.stdout.read() if proc.stdout else "")
+        assert time.time() < deadline, "the server did not start"
+        try:
+            if http.get("/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def fresh_encoders():
     """No encoder of earlier modules kept beside this module's large ones (the suite's peak was

@@ -6,6 +6,7 @@ from click.testing import CliRunner
 import ldr
 from ldr.cli import main
 from ldr.index.progress import BuildBar
+from conftest import wait_healthy
 
 
 def test_ldr_index_onto_an_existing_index_refuses_without_overwrite(tmp_path):
@@ -125,7 +126,6 @@ def test_a_server_open_to_the_network_makes_a_write_key_and_a_busy_port_is_one_c
     import socket
     import subprocess
     import sys
-    import time
 
     import pytest
 
@@ -153,13 +153,8 @@ def test_a_server_open_to_the_network_makes_a_write_key_and_a_busy_port_is_one_c
         key = p.stderr.readline().strip()
         assert len(key) >= 24
         url = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=url) as http:      # one client for the polls too
-            for _ in range(300):
-                try:
-                    if http.get("/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.2)
+        with httpx.Client(base_url=url) as http:
+            wait_healthy(http, p, 60)
             doc = {"documents": [{"id": "b", "text": "an added document"}]}
             assert http.post("/documents", json=doc).status_code == 401
             assert http.post("/documents", json=doc, headers={"x-api-key": key}).status_code == 200

@@ -13,7 +13,7 @@ import pytest
 import ldr
 from ldr.sharded import ShardedIndex
 
-from conftest import manifest_of
+from conftest import manifest_of, wait_healthy
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
@@ -109,16 +109,8 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
                             "--read-only"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     http = None
     try:
-        deadline = time.time() + 300
-        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)    # one client for the polls too
-        while True:
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.time() < deadline, "the server did not start"
-            try:
-                if http.get("/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
+        wait_healthy(http, proc, 300)
 
         def same(queries):
             for q in queries:

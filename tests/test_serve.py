@@ -10,6 +10,7 @@ import time
 import pytest
 
 import ldr
+from conftest import wait_healthy
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -30,19 +31,8 @@ class Server:
         env = {**os.environ, "LDR_API_KEY": ""}
         self.proc = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(index), "--port", str(self.port),
                                       *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        # one client for the polls too: each httpx.get builds a TLS context (~40 ms of CPU, 9 s of the suite)
         self.http = httpx.Client(base_url=self.url, timeout=60)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("server exited: " + self.proc.stdout.read())
-            try:
-                if self.http.get("/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError("server did not start")
+        wait_healthy(self.http, self.proc)
 
     def stop(self) -> str:
         self.http.close()

@@ -27,6 +27,7 @@ IMPORT_TIME = ("PYTHON", "PATH", "LD_", "HF_", "TRANSFORMERS_", "TORCH_", "OMP_"
 # fork after torch's imports is what PyTorch's own DataLoader workers do on Linux; macOS (its
 # frameworks are not fork-safe) and Windows (no fork) keep a fresh child per export
 FORK = sys.platform.startswith("linux")
+CHILD = ("-P", "-m", "ldr.encode.export_child")     # after sys.executable; the zygote adds --zygote
 _lock = threading.Lock()
 _zygote: "_Zygote | None" = None
 
@@ -38,9 +39,13 @@ def _import_env(env: dict) -> dict:
 class _Zygote:
     def __init__(self, env: dict):
         self.env, self.owner = _import_env(env), os.getpid()
-        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "ldr.encode.export_child", "--zygote"],
-                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, errors="replace")
+        self.proc = subprocess.Popen([sys.executable, *CHILD, "--zygote"], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     errors="replace")
+
+    def live(self) -> bool:
+        """Running, and this process's own (a forked copy of its parent holds the parent's)."""
+        return self.owner == os.getpid() and self.proc.poll() is None
 
     def ask(self, request: dict) -> dict | None:
         """The child's {"rc", "stderr"}; None when the zygote is gone (idle timeout, killed)."""
@@ -72,15 +77,14 @@ def run(argv: list[str], env: dict, torch: bool = True) -> tuple[int, str]:
     global _zygote
     request = {"argv": argv, "env": env, "cwd": os.getcwd()}
     with _lock:
-        if not FORK or not torch and (_zygote is None or _zygote.proc.poll() is not None or
-                                      _zygote.owner != os.getpid()):
-            proc = subprocess.run([sys.executable, "-P", "-m", "ldr.encode.export_child", *argv], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+        if not FORK or not torch and not (_zygote and _zygote.live()):
+            proc = subprocess.run([sys.executable, *CHILD, *argv], env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, errors="replace")
             return proc.returncode, proc.stderr
         for _ in range(2):       # a zygote that left (idle, killed) is replaced once
             if _zygote is not None and _zygote.owner != os.getpid():
                 _zygote = None          # a forked copy of this process: its parent's zygote is not its own
-            if _zygote is not None and (_zygote.proc.poll() is not None or _zygote.env != _import_env(env)):
+            if _zygote is not None and (not _zygote.live() or _zygote.env != _import_env(env)):
                 _zygote.close()
                 _zygote = None
             if _zygote is None:
