@@ -103,6 +103,16 @@ def pytest_configure(config):
         # children, Ray workers, servers), and with PYTHONDONTWRITEBYTECODE set each compiled ldr again
         import compileall
         compileall.compile_dir(str(ROOT / "ldr"), quiet=1)
+    # pytest rewrites the asserts of every package that declares a pytest plugin, whenever it is
+    # imported, plugin disabled or not: langsmith (which langchain imports) is 223 modules, ~2 s of
+    # each worker's collection. Their asserts are not tests (langchain-tests' are, and stay).
+    hook = getattr(config.pluginmanager, "rewrite_hook", None)
+    if isinstance(getattr(hook, "_must_rewrite", None), set):
+        hook._must_rewrite.difference_update(NOT_TESTS)
+        getattr(hook, "_marked_for_rewrite_cache", {}).clear()
+
+
+NOT_TESTS = ("langsmith", "anyio", "platformdirs", "faker", "syrupy", "pytest_recording", "pytest_socket")
 
 
 def release_memory(everything: bool = False) -> None:

@@ -159,6 +159,9 @@ def test_the_exports_of_a_process_fork_from_one_zygote(tmp_path, monkeypatch):
     assert zygote is not None and zygote.proc.poll() is None
     second = onnx_export.exported("cross", make("bert-classifier", tmp_path / "b", num_labels=2))
     assert export_zygote._zygote is zygote and second != first and (second / "model.onnx").is_file()
+    # a variable read at import time replaces it; one read when used (ray.init sets this one) does not
+    assert export_zygote._import_env({"PYTHONBREAKPOINT": "ray.util.rpdb._driver_set_trace", "PYTHONPATH": "p",
+                                      "HOME": "/root"}) == {"PYTHONPATH": "p"}
     zygote.proc.stdin.close()
     assert zygote.proc.wait(timeout=30) == 0
     third = onnx_export.exported("cross", make("bert-classifier", tmp_path / "c", num_labels=3))

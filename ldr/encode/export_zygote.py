@@ -24,6 +24,9 @@ IDLE_S = 600.0       # a server that exported a reranker holds it (~550 MB, most
 # started under other values is replaced (the others are the export's own, applied in its child)
 # (not what they set themselves once imported: TORCHINDUCTOR_CACHE_DIR, KMP_*)
 IMPORT_TIME = ("PYTHON", "PATH", "LD_", "HF_", "TRANSFORMERS_", "TORCH_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_")
+# read when used, so the export's child applies them: `ray.init` sets PYTHONBREAKPOINT in its
+# driver, which replaced a warm zygote (~6 s of CPU) in any process that exports after joining Ray
+CALL_TIME = ("PYTHONBREAKPOINT",)
 # fork after torch's imports is what PyTorch's own DataLoader workers do on Linux; macOS (its
 # frameworks are not fork-safe) and Windows (no fork) keep a fresh child per export
 FORK = sys.platform.startswith("linux")
@@ -33,7 +36,7 @@ _zygote: "_Zygote | None" = None
 
 
 def _import_env(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in CALL_TIME}
 
 
 class _Zygote:

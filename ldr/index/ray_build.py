@@ -154,10 +154,10 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: 
                opts: RayOptions, plan: tuple[int, float, float], bar, names) -> dict[int, dict]:
     """Encode every shard on the actor pool; {shard: worker result}. Fails naming the shard."""
     ray = cluster.ray
-    from .ray_worker import SHARD_COLUMNS, Progress, ShardEncoder
+    from .ray_worker import PROGRESS, SHARD_COLUMNS, ShardEncoder, progress_totals
 
     workers, cpus, gpus = plan
-    progress = ray.remote(Progress).options(num_cpus=0).remote()
+    (staging / PROGRESS).mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k in ("LDR_CACHE_DIR", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     ds = ray.data.from_items([{k: s[k] for k in SHARD_COLUMNS} for s in shards], override_num_blocks=len(shards))
     with warnings.catch_warnings():
@@ -169,7 +169,7 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: 
             num_cpus=cpus, num_gpus=gpus or None,
             fn_constructor_kwargs={"staging": str(staging), "components": components,
                                    "settings": _settings_dicts(settings), "threads": max(1, int(cpus)), "env": env,
-                                   "faults": opts.faults, "progress": progress},
+                                   "faults": opts.faults, "progress": True},
             # an actor restarts at most once per death its shards may cost: unbounded (-1), the actor
             # of a build that failed kept restarting and held the cluster's CPUs from the next build
             max_restarts=len(shards) * max(opts.retries, 1), max_task_retries=opts.retries)
@@ -178,7 +178,7 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: 
     def poll():
         while not done.wait(0.5):
             try:
-                bar.update(*ray.get(progress.totals.remote(), timeout=5))
+                bar.update(*progress_totals(staging))
             except Exception as e:  # the bar is cosmetic: never fail the build for it
                 log.debug("progress: %s", e)
 
@@ -211,10 +211,6 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: 
         getattr(rows, "close", lambda: None)()
         done.set()
         poller.join()
-        try:
-            ray.kill(progress)
-        except Exception as e:  # already gone with the cluster
-            log.debug("progress actor: %s", e)
     bar.update(*(sum(r["segment"]["docs"] for r in results.values()), sum(r["tokens"] for r in results.values())))
     missing = [s["shard"] for s in shards if s["shard"] not in results]
     if missing:
