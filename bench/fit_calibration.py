@@ -41,6 +41,10 @@ QUERY_FITS = {"bm25+dense": {"reads": [LEXICAL, VECTOR], "features": QUERY_FEATU
               "bm25": {"reads": [LEXICAL], "features": ("bm25.z", "bm25.best", "cover")}}
 MIN_DOCS = 50
 EXACT_WORDS = 6
+# tried: the first hit of a search by a fit of its own (fitted on first hits only): BM25's features,
+# whether the dense leg ranks it first among the list's hits, its cosine as a z-score in its
+# model's scores of unrelated documents; the other hits by the query fit (bench/README.md)
+FIRST_HIT = ("bm25.z", "bm25.best", "cover", "dense.first", "dense.z")
 
 
 def _collecting(comps: dict, query: bool = False):
@@ -204,6 +208,49 @@ def _table(title: str, per: dict) -> None:
               f"| {r['at_0.8']['precision']} |")
 
 
+def mark_dense_first(ds: dict) -> None:
+    """x["dense.first"] = 1 where a hit has the highest dense score among its query's hits."""
+    best: dict = {}
+    for qid, _, x, _ in ds["rows"]:
+        best[qid] = max(best.get(qid, float("-inf")), x.get(VECTOR, 0.0))
+    for qid, _, x, _ in ds["rows"]:
+        x["dense.first"] = float(x.get(VECTOR, 0.0) >= best[qid])
+
+
+def first_hit_fit(sets: list[dict], query_fit: dict) -> tuple[dict, dict]:
+    """({dataset: the estimate held out of both fits: the first hit by the first-hit fit, the others
+    by the query fit}, the first-hit fit over every set, with the dense models' nulls)."""
+    usable = [d for d in sets if d["model"]]
+    for ds in usable:
+        mark_dense_first(ds)
+
+    def first(ds: dict) -> dict:
+        return {**ds, "rows": [r for r in ds["rows"] if r[1] == 1]}
+
+    def estimate(ds: dict, others: list[dict], nulls: dict) -> dict:
+        w1 = train([first(o) for o in others], FIRST_HIT, nulls)
+        w2 = train(others, QUERY_FITS[query_fit]["features"], nulls)
+        p1 = predict(w1, matrix(ds, FIRST_HIT, nulls)[0])
+        p2 = predict(w2, matrix(ds, QUERY_FITS[query_fit]["features"], nulls)[0])
+        return scores(ds, np.where(np.asarray([r[1] for r in ds["rows"]]) == 1, p1, p2))
+
+    nulls_all = null_stats(usable)
+    held = {}
+    for ds in usable:
+        others = [o for o in usable if o is not ds]
+        nulls = {**{ds["model"]: nulls_all.get(ds["model"])}, **null_stats(others)}
+        held[ds["name"]] = estimate(ds, others, nulls)
+    w = train([first(o) for o in usable], FIRST_HIT, nulls_all)
+    fit = {"name": "first-hit", "reads": [LEXICAL, VECTOR], "intercept": float(w[0]),
+           "weights": {f: float(v) for f, v in zip(FIRST_HIT, w[1:])},
+           "nulls": {m: [round(a, 6), round(b, 6)] for m, (a, b) in nulls_all.items()},
+           "data": [d["name"] for d in usable], "query_fit": query_fit,
+           "held_out": {n: {k: r[k] for k in ("ece", "auc", "top1_accuracy", "mean_top1_relevance")}
+                        | {"at_0.5": r["at_0.5"]} for n, r in held.items()},
+           "by": "bench/fit_calibration.py --write (first hits only, each dataset weighted equally)"}
+    return held, fit
+
+
 def query_fits(sets: list[dict]) -> tuple[dict, dict]:
     """({fit: {dataset: its figures held out of the fit}}, what calibration.json takes: each query
     fit over every dataset it can read, the dense models' nulls, min_docs)."""
@@ -225,6 +272,9 @@ def query_fits(sets: list[dict]) -> tuple[dict, dict]:
                      "held_out": {n: {k: r[k] for k in ("ece", "auc", "top1_accuracy", "mean_top1_relevance")}
                                   | {"at_0.5": r["at_0.5"]} for n, r in report_[name].items()},
                      "by": "bench/fit_calibration.py --write (each dataset weighted equally)"})
+    # reported, not shipped: it misses qmsum's top-1 gap by 0.01 still, and would make the first
+    # hit's relevance depend on the other candidates (bench/README.md)
+    report_["first hit (the others: bm25)"], _ = first_hit_fit(sets, "bm25")
     return report_, {"query_fits": fits, "min_docs": MIN_DOCS}
 
 
@@ -275,7 +325,8 @@ def main() -> None:
     for fs, per in result["refit"].items():
         _table(f"refit over {fs} features, each dataset held out of its fit:", per)
     for fs, per in result["query_fits"].items():
-        _table(f"query fit {fs} ({', '.join(QUERY_FITS[fs]['features'])}), each dataset held out of its fit:", per)
+        what = ", ".join(QUERY_FITS[fs]["features"] if fs in QUERY_FITS else FIRST_HIT)
+        _table(f"query fit {fs} ({what}), each dataset held out of its fit:", per)
     if a.write:
         table = json.loads(calibration.TABLE.read_text())
         table.update(fitted)
