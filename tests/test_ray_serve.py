@@ -15,9 +15,8 @@ from ldr.sharded import ShardedIndex
 
 from conftest import manifest_of, wait_healthy
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("ray.serve")
 httpx = pytest.importorskip("httpx")
+ray = None      # imported by the module's fixture: collecting this module (every worker does) imports no Ray Serve
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")   # Ray Data's own, as in test_ray.py
 
@@ -27,6 +26,9 @@ QUERIES = ["corrosion of the bearing plates", "who relit the lamp", "when can th
 
 @pytest.fixture(scope="module")
 def cluster(ray_cluster):
+    global ray
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.serve")
     return ray_cluster      # conftest: two 1-CPU nodes, shared by the Ray modules
 
 
