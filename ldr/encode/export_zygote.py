@@ -72,13 +72,14 @@ class _Zygote:
             self.proc.wait()
 
 
-def run(argv: list[str], env: dict, torch: bool = True) -> tuple[int, str]:
+def run(argv: list[str], env: dict, torch: bool = True, warm: str | None = None) -> tuple[int, str]:
     """(exit status, stderr) of `export_child.main(argv)` in a child forked from this process's
-    zygote, under `env` and this process's working directory. Work that needs no torch (`torch`
-    False: an int8 graph quantised from its fp32 export) starts no zygote: a fresh child, unless
-    one is warm already; so does every export where FORK is False."""
+    zygote, under `env` and this process's working directory. `warm`: the ldr module of the kind's
+    export wrapper, which the zygote imports once (with its EXPORT_IMPORTS) before it forks. Work
+    that needs no torch (`torch` False: an int8 graph quantised from its fp32 export) starts no
+    zygote: a fresh child, unless one is warm already; so does every export where FORK is False."""
     global _zygote
-    request = {"argv": argv, "env": env, "cwd": os.getcwd()}
+    request = {"argv": argv, "env": env, "cwd": os.getcwd(), "warm": warm}
     with _lock:
         if not FORK or not torch and not (_zygote and _zygote.live()):
             proc = subprocess.run([sys.executable, *CHILD, *argv], env=env, stdout=subprocess.DEVNULL,
@@ -157,7 +158,7 @@ def serve(main) -> int:
         if not line:
             return 0
         request = json.loads(line)
-        module = request["argv"][5].partition(":")[0]
+        module = request.get("warm") or ""
         if module.startswith("ldr.") and module not in warmed:
             warmed.add(module)      # the kind's wrapper module and what its export imports, once
             try:

@@ -155,7 +155,8 @@ def isolated(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     argv = [kind, str(model_dir), str(out), json.dumps(settings), "1" if trust_remote_code else "0", spec,
             str(base or "")]
-    returncode, stderr = export_zygote.run(argv, env, torch=base is None)
+    returncode, stderr = export_zygote.run(argv, env, torch=base is None,
+                                           warm=wrapper.__module__ if wrapper is not None and base is None else None)
     if returncode == 0:
         return
     lines = stderr.strip().splitlines()
