@@ -30,10 +30,14 @@ FEATURES = {
     "z_vs_top": lambda x: x["list.z_vs_top"],        # its z-score over the list's first hit's
     "strong": lambda x: np.log(x["list.strong"]),    # hits of the list within 80% of the best z-score
     "log_words": lambda x: np.log(max(x["words"], 1)),
+    "margin": lambda x: x["list.margin"],            # its z-score minus the best other hit's
+    "near": lambda x: np.log1p(x["list.near"]),      # other hits within 10% of its z-score
 }
 TRIED = [("z", "best", "cover"), ("z", "best", "cover", "dense_top"), ("z", "best", "cover", "log_words"),
          ("z", "best", "cover", "inv_rank"), ("z", "best", "cover", "top"), ("z", "best", "cover", "top", "z_vs_top"),
-         ("z", "best", "cover", "top", "strong"), ("z", "best", "cover", "top", "dense_top")]
+         ("z", "best", "cover", "top", "strong"), ("z", "best", "cover", "top", "dense_top"),
+         ("z", "best", "cover", "margin"), ("z", "best", "cover", "top", "margin"), ("z", "best", "cover", "top", "near"),
+         ("z", "best", "cover", "top", "margin", "near", "dense_top")]
 
 
 def add_list_features(ds: dict) -> None:
@@ -44,8 +48,10 @@ def add_list_features(ds: dict) -> None:
         first = min(rows, key=lambda r: r[1])[2]["bm25.z"]
         zs = [r[2]["bm25.z"] for r in rows]
         dense = [r[2].get("dense") for r in rows]
-        for r in rows:
-            x = r[2]
+        for i, r in enumerate(rows):
+            x, others = r[2], zs[:i] + zs[i + 1:]
+            x["list.margin"] = x["bm25.z"] - max(others) if others else x["bm25.z"]
+            x["list.near"] = sum(abs(o - x["bm25.z"]) < 0.1 * max(abs(x["bm25.z"]), 1.0) for o in others)
             x["list.top"], x["list.inv_rank"] = float(r[1] == 1), 1.0 / r[1]
             x["list.z_vs_top"] = x["bm25.z"] / first if first > 0 else 0.0
             x["list.strong"] = sum(z >= 0.8 * max(zs) for z in zs)
@@ -90,6 +96,16 @@ def main() -> None:
         res = held_out(sets, never, feats)
         cells = [f"{'' if r['meets'] else '**'}{r['gap']:+.2f} / {r['ece']:.3f} / {r['precision_0.5']:.2f} / "
                  f"{r['kept_0.5']:.2f}{'' if r['meets'] else '**'}" for r in (res[n] for n in names)]
+        print(f"| {' + '.join(feats)} | " + " | ".join(cells) + " |")
+    # each dataset fitted on itself alone: what the features can say within one corpus
+    print("\nin-sample (fitted and scored on the dataset itself):\n| features | " + " | ".join(names) + " |\n|---|"
+          + "---|" * len(names))
+    for feats in (TRIED[0], TRIED[-1]):
+        cells = []
+        for ds in sets + never:
+            r = fc.scores(ds, fc.predict(_fit([ds], feats), _matrix(ds, feats)[0]))
+            cells.append(f"{r['mean_top1_relevance'] - r['top1_accuracy']:+.2f} / {r['ece']:.3f} / "
+                         f"{r['at_0.5']['precision']:.2f} / {r['at_0.5']['right_top1_kept']:.2f}")
         print(f"| {' + '.join(feats)} | " + " | ".join(cells) + " |")
 
 

@@ -193,6 +193,18 @@ def shipped(ds: dict) -> tuple[dict | None, np.ndarray | None]:
     return fit, p
 
 
+def shipped_query_fit(ds: dict) -> dict | None:
+    """The query fit calibration.json ships (the BM25 one: every index with a native BM25), scored on
+    `ds` as the engine scores it (the exact-match floor included); where `ds` was not among its
+    fitted data, a held-out check."""
+    fit = next((f for f in calibration.table().get("query_fits", []) if f["reads"] == [LEXICAL]), None)
+    if fit is None:
+        return None
+    p = np.asarray([calibration.relevance(x, fit, x["cover"] >= 1.0 and x["words"] >= EXACT_WORDS
+                                          and calibration.exact() is not None) for _, _, x, _ in ds["rows"]])
+    return {**scores(ds, p), "fitted_on_it": ds["name"] in fit["data"]}
+
+
 def exact_share(ds: dict) -> dict:
     hits = [r[3] for r in ds["rows"] if r[2]["cover"] >= 1.0 and r[2]["words"] >= EXACT_WORDS]
     return {"hits": len(hits), "relevant": round(float(np.mean(hits)), 4) if hits else None,
@@ -300,8 +312,10 @@ def main() -> None:
             if cache:
                 cache.write_text(json.dumps(got))
         sets.append(got[name])
-    result = {"k": a.k, "shipped": {}, "exact": {}, "refit": {}}
+    result = {"k": a.k, "shipped": {}, "shipped_query_fit": {}, "exact": {}, "refit": {}}
     for ds in sets:
+        if ds["rows"] and "words" in ds["rows"][0][2] and (r := shipped_query_fit(ds)) is not None:
+            result["shipped_query_fit"][ds["name"] + ("" if r["fitted_on_it"] else " (never fitted on)")] = r
         fit, p = shipped(ds)
         if fit is not None:
             result["shipped"][ds["name"]] = {**scores(ds, p), "fit": "+".join(fit["weights"]), "fitted_on": fit["data"]}
@@ -319,6 +333,8 @@ def main() -> None:
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     _table("the shipped estimate (calibration.json), on each dataset (held out where not in fitted_on):",
            result["shipped"])
+    _table("the shipped query fit (calibration.json, BM25's z-score, its share of the best, cover):",
+           result["shipped_query_fit"])
     print("\nexact match (one window holds every term of a 6+ word query): share relevant")
     for name, r in result["exact"].items():
         print(f"  {name}: {r['relevant']} of {r['hits']} hits ({r['queries']} queries)")
