@@ -78,3 +78,23 @@ def test_ray_in_the_same_process_as_lucene_keeps_the_jvm_alive(tmp_path, ray_clu
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert "replaced True" in r.stdout and "intact True d7" in r.stdout and "torch False" in r.stdout
+
+
+def test_workers_and_replicas_get_ldrs_settings_but_never_the_api_key(tmp_path, ray_cluster):
+    """ray_session.join, the one way a build and `ldr serve --ray` join Ray: the workers see ldr's
+    variables (LDR_THREADS, the export cache), start in the package's folder, and never get the
+    server's API key (Ray keeps a job's runtime_env where the cluster's users read it)."""
+    script = textwrap.dedent(f"""
+        import os, ray, ldr
+        from ldr import ray_session
+        assert ray_session.join({ray_cluster!r}) is True and ray_session.join({ray_cluster!r}) is False
+        seen = ray.get(ray.remote(lambda: (os.environ.get("LDR_THREADS"), os.environ.get("LDR_API_KEY"),
+                                           ldr.__file__)).remote())
+        ray.shutdown()
+        print("seen", seen, os.getcwd())
+    """)
+    env = {**os.environ, "LDR_THREADS": "3", "LDR_API_KEY": "s3cret"}
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"('3', None, '{ldr.__file__}') {tmp_path}" in r.stdout, r.stdout

@@ -23,7 +23,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import crash_signals
+from .. import crash_signals, ray_session
 from ..errors import ConfigError, IndexWriteError
 
 log = logging.getLogger(__name__)
@@ -70,30 +70,7 @@ class Cluster:
 
     def __init__(self, address: str | None):
         self.ray = import_ray()
-        self.started = False
-        if not self.ray.is_initialized():
-            env = {k: v for k, v in os.environ.items() if k.startswith("LDR_") and k != "LDR_RAY_FAULTS"}
-            # Ray Data's actors always get max_restarts with their arguments in the object store, which
-            # Ray's core logs as an error at every build; set RAY_BACKEND_LOG_LEVEL to see its logs
-            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
-            # no usage reports from ldr's jobs (a machine may be offline): Ray Data otherwise starts a
-            # collector actor on every cluster, one more worker process (~1.6 s of CPU)
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            # Ray puts the driver's working directory first on every worker's sys.path: run from a
-            # folder holding another `ldr` (an old clone), workers would import that one. Started
-            # from the folder this package lives in, they import the driver's own.
-            here = os.getcwd()
-            os.chdir(Path(__file__).resolve().parents[2])
-            try:
-                with crash_signals.jvm_kept():     # Ray's crash reporter must not replace the JVM's handlers
-                    self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                                  logging_level=logging.ERROR, configure_logging=True,
-                                  runtime_env={"env_vars": env} if env else None)
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                raise ConfigError(f"cannot connect to the Ray cluster at {address or 'a new local cluster'}: {e}") from None
-            finally:
-                os.chdir(here)
-            self.started = True
+        self.started = ray_session.join(address)
         from ray.data import DataContext
         ctx = DataContext.get_current()
         ctx.enable_progress_bars = False          # ldr shows one bar for the whole build

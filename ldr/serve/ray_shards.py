@@ -18,13 +18,12 @@ of silently holding fewer hits.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 
 import json
 
-from .. import crash_signals
+from .. import ray_session
 from ..errors import ConfigError, IndexFormatError
 from ..handle import ClusterHandle
 from ..index.cluster import shard_of, shard_rel
@@ -270,11 +269,7 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
     global _shard_count
     if not hasattr(_shard_count, "remote"):
         _shard_count = ray.remote(num_cpus=0)(_shard_count)
-    if not ray.is_initialized():
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")     # no usage reports (ray_build.py)
-        with crash_signals.jvm_kept():            # Ray's crash reporter must not replace the JVM's handlers
-            ray.init(address=address or None, ignore_reinit_error=True, logging_level=logging.WARNING,
-                     log_to_driver=False)
+    ray_session.join(address, logging.WARNING)
     serve.start(proxy_location="Disabled")       # the coordinator's uvicorn is the HTTP front
     root = index_path if is_uri(index_path) else str(Path(index_path).absolute())
     try:                # read where the nodes are: this process may not see the index
