@@ -18,7 +18,7 @@ DRIVER_ONLY = ("LDR_RAY_FAULTS", "LDR_API_KEY")
 def join(address: str | None, logging_level: int = logging.ERROR) -> bool:
     """Connect this process to the Ray cluster at `address` (as ray.init takes it), or start a
     local one where it is None; nothing where this process is connected already. True where this
-    call connected (the caller then disconnects: `ray.shutdown()`)."""
+    call connected: a build then disconnects when it ends (`ray.shutdown()`); a server stays."""
     import ray
 
     if ray.is_initialized():
