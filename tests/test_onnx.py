@@ -299,8 +299,9 @@ def test_an_index_without_a_recorded_backend_never_queries_int8(monkeypatch):
 
 
 def test_a_pre_exported_dense_folder_runs_as_it_is(tmp_path):
-    """Models as data: ldr's own export of MiniLM copied to a folder of model.onnx + tokenizer
-    files (+ the sentence-transformers configs) loads without torch, giving the same vectors."""
+    """Models as data: ldr's own export of MiniLM copied to a folder of model.onnx, its token
+    embedding table + tokenizer files (+ the sentence-transformers configs) loads without torch,
+    giving the same vectors; without the table it is a clear error."""
     import shutil
 
     from ldr.encode.dense_prebuilt import PrebuiltDenseEncoder
@@ -315,12 +316,15 @@ def test_a_pre_exported_dense_folder_runs_as_it_is(tmp_path):
         if f.is_file() and not f.name.endswith((".safetensors", ".bin")):
             shutil.copy(f, folder / f.name)
     shutil.copytree(src / "1_Pooling", folder / "1_Pooling")
+    from ldr.errors import ConfigError, ModelError
+    with pytest.raises(ModelError, match="takes token embeddings.*word_embeddings.npy.*copy it with model.onnx"):
+        load_dense(DenseSettings(model=str(folder), strategy="maxp", max_length=128)).encode_documents(TEXTS)
+    shutil.copy(ort_enc.model.folder / "word_embeddings.npy", folder / "word_embeddings.npy")
     pre = load_dense(DenseSettings(model=str(folder), strategy="maxp", max_length=128))
     assert isinstance(pre, PrebuiltDenseEncoder) and pre.pooling == "mean"
     v1, o1, _ = ort_enc.encode_documents(TEXTS, spans=True)
     v2, o2, _ = pre.encode_documents(TEXTS, spans=True)
     assert (o1 == o2).all() and _cos(v1, v2).min() >= 0.9999
-    from ldr.errors import ConfigError
     with pytest.raises(ConfigError, match="ONNX model folder"):
         load_dense(DenseSettings(model=str(folder), strategy="pi"))
 

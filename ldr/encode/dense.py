@@ -232,6 +232,9 @@ class OnnxDenseEncoder(_DenseCore):
 
 # what `_onnx_module` imports, for the export zygote to import once (export_zygote.serve)
 EXPORT_IMPORTS = ("sentence_transformers",)
+# model types whose graph takes the token embeddings' rows (`_onnx_module`): ONNX Runtime's fusions
+# cover them, and their embeddings module adds positions from the sequence length (right padding)
+EMBEDS_OUTSIDE = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert")
 
 
 def _onnx_module(model_dir, trust_remote_code: bool):
@@ -246,15 +249,21 @@ def _onnx_module(model_dir, trust_remote_code: bool):
     hf = enc.hf
     _eager(hf)
     tti = enc._accepts_tti
+    table = hf.get_input_embeddings()
+    # the token embedding table stays out of the graph, a .npy the runtime gathers rows from (memory-
+    # mapped): multilingual-e5's is 96M of its 118M weights. A plain lookup for these model types
+    # (their embeddings module adds positions and token types to whatever rows it is given)
+    outside = hf.config.model_type in EMBEDS_OUTSIDE and type(table) is torch.nn.Embedding
 
     class Dense(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.hf, self.pool = hf, torch.nn.ModuleList(enc.after)   # "pool": the graph's node names as before
 
-        def forward(self, input_ids, attention_mask):
-            kw = {"token_type_ids": torch.zeros_like(input_ids)} if tti else {}
-            out = self.hf(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        def forward(self, tokens, attention_mask):
+            kw = {"token_type_ids": torch.zeros_like(attention_mask)} if tti else {}
+            kw["inputs_embeds" if outside else "input_ids"] = tokens
+            out = self.hf(attention_mask=attention_mask, **kw)
             f = {"token_embeddings": out.last_hidden_state, "attention_mask": attention_mask}
             for p in self.pool:
                 f = p(f)
@@ -265,4 +274,6 @@ def _onnx_module(model_dir, trust_remote_code: bool):
             "trained_length": enc.trained, "st_max_length": st.max_seq_length,
             "prompts": dict(getattr(st, "prompts", {}) or {}), "dim": enc.dim,
             "pooling": [p.get_config_dict() for p in enc.after]}
+    if outside:
+        meta.update(embeds="word_embeddings", arrays={"word_embeddings": table.weight.detach().float().numpy()})
     return Dense().eval(), meta, hf.config, enc.tokenizer

@@ -1,12 +1,12 @@
 """Export a model to ONNX once, into a per-user cache keyed by the model's weights and the export
 settings; later runs (and every query) load the cached graph without torch.
 
-The exporter is torch's own (`torch.onnx.export`, what optimum drives; optimum-onnx itself does
-not support the transformers release installed here), ONNX Runtime's transformer optimizer fuses
-attention/LayerNorm/GELU for BERT-family models, and `onnxruntime.quantization.quantize_dynamic`
-makes the int8 variant. What each graph returns:
+The exporter is torch's own (`torch.onnx.export`; optimum-onnx does not support the transformers
+installed here), ONNX Runtime's optimizer fuses attention/LayerNorm/GELU for BERT-family models,
+`quantize_dynamic` makes the int8 variant. What each graph returns:
 - dense: the model's own sentence-transformers pooling of the token states (not normalised: ldr
-  truncates Matryoshka dims and normalises after);
+  truncates Matryoshka dims and normalises after); BERT-family graphs take the token embedding
+  table's rows, the table a .npy beside them (dense.EMBEDS_OUTSIDE);
 - splade: the MLM head's transformed states (batch, tokens, hidden); the vocabulary projection
   and the max over tokens run outside, a chunk at a time (mlm_head.py), so no (tokens ×
   vocabulary) logits tensor is ever whole;
@@ -33,7 +33,7 @@ from .runtime import ONNX_EXTRA, onnxruntime_available, quantization_config
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = 1          # bump when what an export writes changes: old cache entries are ignored
+EXPORT_VERSION = 2          # bump when what an export writes changes (2: dense tables outside): old entries are ignored
 KINDS = ("dense", "splade", "cross")
 _FUSABLE = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "distilbert": "bert", "camembert": "bert"}
 
@@ -71,8 +71,7 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
     folder = cache_root() / "onnx" / f"{kind}-{key}"
     if (folder / "meta.json").is_file() and (folder / "model.onnx").is_file():
         return folder
-    # int8 quantises the fp32 export's graph, which is exactly the graph an int8 export would
-    # quantise: from the cached fp32 export it needs no torch and no tracing (MiniLM: 2 s, not 11 s)
+    # int8 quantises the cached fp32 export's graph: no torch, no tracing (MiniLM: 2 s, not 11 s)
     base = exported(kind, model_dir, False, trust_remote_code, temporary) if int8 else None
 
     def make(work: Path) -> None:
@@ -221,6 +220,8 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if kind == "cross" and
                                                "token_type_ids" in tokenizer.model_input_names else [])
     example = (ids, torch.ones_like(ids)) + ((torch.zeros_like(ids),) if len(names) == 3 else ())
+    if meta.get("embeds"):      # the graph takes the embedding table's rows (OrtModel.run gathers them)
+        names[0], example = "inputs_embeds", (torch.randn(2, 16, config.hidden_size),) + example[1:]
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"output": meta.pop("output_axes", {0: "batch"})}
     raw = out / "raw.onnx"
     with warnings.catch_warnings(), torch.inference_mode():
@@ -252,9 +253,8 @@ def _export(kind: str, model_dir: Path, out: Path, settings: dict, trust_remote_
 
 
 def quantised(base: Path, out: Path, settings: dict) -> None:
-    """The int8 export `settings` from `base`, the fp32 export of the same model: its graph
-    quantised, its tokenizer, arrays and description copied (the description names the int8
-    settings). What `_export` writes for int8, without torch."""
+    """The int8 export `settings` from `base`, the fp32 export of the same model: its graph quantised,
+    its tokenizer, arrays and description (naming the int8 settings) kept. `_export`'s, no torch."""
     import shutil
 
     meta = json.loads((base / "meta.json").read_text())
@@ -264,7 +264,10 @@ def quantised(base: Path, out: Path, settings: dict) -> None:
     quantise(base / "model.onnx", out / "model.onnx", q, layer_matmuls(base / "model.onnx", q.get("fp32_layers", ())))
     for f in base.iterdir():
         if f.suffix == ".npy" or f.name == "tokenizer.json":
-            shutil.copyfile(f, out / f.name)
+            try:        # a link: cache entries never change (e5's table is 384 MB)
+                os.link(f, out / f.name)
+            except OSError:
+                shutil.copyfile(f, out / f.name)
     meta["export"] = settings
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 

@@ -240,7 +240,8 @@ def folder_meta(folder: Path) -> dict:
         added = json.loads((folder / "tokenizer.json").read_text()).get("added_tokens") or []
     except (OSError, ValueError) as e:
         raise ModelError(f"{folder / 'tokenizer.json'} is not readable JSON ({e})") from None
-    return {"export": {"int8": None, "prebuilt": True}, "model_type": cfg.get("model_type", "bert"),
+    embeds = {"embeds": "word_embeddings"} if (folder / "word_embeddings.npy").is_file() else {}   # ldr's export
+    return {**embeds, "export": {"int8": None, "prebuilt": True}, "model_type": cfg.get("model_type", "bert"),
             "max_position_embeddings": int(min(limit, 8192)), "pad_token_id": cfg.get("pad_token_id", 0),
             "special_ids": sorted(t["id"] for t in added if isinstance(t, dict) and t.get("special"))}
 
@@ -263,7 +264,7 @@ class OrtModel:
         meta = self.folder / "meta.json"
         self.meta = json.loads(meta.read_text()) if meta.is_file() else folder_meta(self.folder)
         self._inputs = self.meta.get("inputs")
-        self._per_row = None
+        self._per_row = self._embeddings = None
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads()
         so.inter_op_num_threads = 1
@@ -330,16 +331,33 @@ class OrtModel:
         options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         one = np.full((1, 1), int(self.meta.get("pad_token_id") or 0), dtype=np.int64)
         given = {"input_ids": one, "attention_mask": np.ones_like(one), "token_type_ids": np.zeros_like(one)}
+        if "inputs_embeds" in self.inputs:
+            given["inputs_embeds"] = self.embeddings[one]
         try:
             self.session.run(None, {n: given[n] for n in self.inputs}, options)
         except Exception:       # a graph with other inputs, or none for one token: it keeps its arena
             pass
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The token embedding table of a graph that takes its rows (`meta["embeds"]`, ldr's dense
+        exports), memory-mapped: a process touches only the rows of the tokens it meets."""
+        if self._embeddings is None:
+            table = self.folder / f"{self.meta.get('embeds', 'word_embeddings')}.npy"
+            try:
+                self._embeddings = np.load(table, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise ModelError(f"the ONNX model in {self.folder} takes token embeddings, and its table {table.name} "
+                                 f"cannot be read ({str(e)[:200]}): copy it with model.onnx") from None
+        return self._embeddings
 
     def run(self, ids: np.ndarray, mask: np.ndarray, token_type_ids: np.ndarray | None = None) -> np.ndarray:
         feed = {"input_ids": ids.astype(np.int64, copy=False), "attention_mask": mask.astype(np.int64, copy=False)}
         if "token_type_ids" in self.inputs:
             feed["token_type_ids"] = (np.zeros_like(feed["input_ids"]) if token_type_ids is None
                                       else token_type_ids.astype(np.int64, copy=False))
+        if "inputs_embeds" in self.inputs:
+            feed["inputs_embeds"] = self.embeddings[feed.pop("input_ids")]
         if len(ids) == 1 or not self.per_row:
             return self.session.run(None, feed)[0]
         lengths = feed["attention_mask"].sum(axis=1)     # right-padded rows (pad_np, the tokenizers)
