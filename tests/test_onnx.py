@@ -40,6 +40,10 @@ def test_onnx_dense_matches_torch(strategy):
     q = ["what did the committee decide about the budget"]
     assert _cos(torch_enc.encode_queries(q), ort_enc.encode_queries(q)).min() >= 0.9999
     assert ort_enc.window == torch_enc.window and ort_enc.dim == torch_enc.dim
+    # the token embedding table is beside the graph, read memory-mapped (the graph: the layers only)
+    m = ort_enc.model
+    assert m.inputs[0] == "inputs_embeds" and isinstance(m.embeddings, np.memmap)
+    assert (m.folder / "model.onnx").stat().st_size < (m.folder / "word_embeddings.npy").stat().st_size
 
 
 def test_onnx_int8_is_close_and_recorded():
