@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 CHILD = r"""
@@ -64,15 +66,17 @@ def main() -> None:
     args = ap.parse_args()
     runs = {"old": [], "new": []}
     outs = {}
+    tmp = Path(tempfile.mkdtemp(prefix="bench-dense-table-"))
     for _ in range(args.rounds):
         for name in ("old", "new"):
-            npy = Path(f"/tmp/bench_dense_table_{name}.npy")
+            npy = tmp / f"{name}.npy"
             r = subprocess.run([sys.executable, "-c", CHILD, str(getattr(args, name)), str(args.text), str(npy)],
                                capture_output=True, text=True, check=True)
             runs[name].append(json.loads(r.stdout.strip().splitlines()[-1]))
             outs[name] = npy
     import numpy as np
     diff = float(np.abs(np.load(outs["old"]) - np.load(outs["new"])).max())
+    shutil.rmtree(tmp)
     print(f"batch {runs['old'][0]['batch']}, {args.rounds} rounds, medians; max |old - new| {diff:.2e}")
     print("| | old (table in the graph) | new (table beside it) |\n|---|---|---|")
     for key, unit in (("load_s", "s"), ("load_mb", "MB"), ("rss_mb", "MB"), ("batch_s", "s"), ("query_ms", "ms")):

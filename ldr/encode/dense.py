@@ -232,9 +232,6 @@ class OnnxDenseEncoder(_DenseCore):
 
 # what `_onnx_module` imports, for the export zygote to import once (export_zygote.serve)
 EXPORT_IMPORTS = ("sentence_transformers",)
-# model types whose graph takes the token embeddings' rows (`_onnx_module`): ONNX Runtime's fusions
-# cover them, and their embeddings module adds positions from the sequence length (right padding)
-EMBEDS_OUTSIDE = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert")
 
 
 def _onnx_module(model_dir, trust_remote_code: bool):
@@ -242,7 +239,7 @@ def _onnx_module(model_dir, trust_remote_code: bool):
     ONNX export (onnx_export.WRAPPERS)."""
     import torch
 
-    from .onnx_export import _eager
+    from .onnx_export import _FUSABLE, _eager
 
     enc = DenseEncoder(DenseSettings(model=str(model_dir), strategy="truncate", backend="torch", device="cpu",
                                      trust_remote_code=trust_remote_code))
@@ -251,9 +248,9 @@ def _onnx_module(model_dir, trust_remote_code: bool):
     tti = enc._accepts_tti
     table = hf.get_input_embeddings()
     # the token embedding table stays out of the graph, a .npy the runtime gathers rows from (memory-
-    # mapped): multilingual-e5's is 96M of its 118M weights. A plain lookup for these model types
-    # (their embeddings module adds positions and token types to whatever rows it is given)
-    outside = hf.config.model_type in EMBEDS_OUTSIDE and type(table) is torch.nn.Embedding
+    # mapped): multilingual-e5's is 96M of its 118M weights. A plain lookup for the model types ORT
+    # fuses (their embeddings module adds positions, from the length, and token types to the rows)
+    outside = hf.config.model_type in _FUSABLE and type(table) is torch.nn.Embedding
 
     class Dense(torch.nn.Module):
         def __init__(self):

@@ -6,7 +6,7 @@ installed here), ONNX Runtime's optimizer fuses attention/LayerNorm/GELU for BER
 `quantize_dynamic` makes the int8 variant. What each graph returns:
 - dense: the model's own sentence-transformers pooling of the token states (not normalised: ldr
   truncates Matryoshka dims and normalises after); BERT-family graphs take the token embedding
-  table's rows, the table a .npy beside them (dense.EMBEDS_OUTSIDE);
+  table's rows, the table a .npy beside them (dense._onnx_module);
 - splade: the MLM head's transformed states (batch, tokens, hidden); the vocabulary projection
   and the max over tokens run outside, a chunk at a time (mlm_head.py), so no (tokens ×
   vocabulary) logits tensor is ever whole;
