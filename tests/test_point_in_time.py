@@ -92,7 +92,7 @@ def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3) -> int:
     for line in log.read_text().splitlines():
         g, live = json.loads(line)
         states[g] = set(live)
-    assert len(states) > 5 and errors[:3] == []
+    assert len(states) > 5 and errors[:3] == [], "\n".join(errors[:3])     # each failure in full
     wrong = [(n, g, ids) for n, g, ids, want in answers if ids != want(n, states[g])]
     assert len(answers) > 50 and wrong == []
     print(f"point in time: {len(answers)} answers checked over {len(states)} generations, {len(wrong)} wrong, "

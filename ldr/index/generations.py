@@ -122,7 +122,10 @@ class Pin:
             self._fd = _open_pin(d, gen)
             fcntl.flock(self._fd, fcntl.LOCK_SH)
         except OSError as e:  # a read-only index cannot be collected either: reading needs no pin
-            log.debug("no reader pin for generation %d of %s: %s", gen, root, e)
+            # any other failure leaves this reader's files to the next writer's collector: say so
+            quiet = e.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+            log.log(logging.DEBUG if quiet else logging.WARNING, "no reader pin for generation %d of %s: %s",
+                    gen, root, e)
             self.close()
 
     def close(self) -> None:
