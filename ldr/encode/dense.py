@@ -22,7 +22,7 @@ from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, loading, model_revision, pick_device, resolve
 from .dense_core import _DenseCore
 from ..schema import setting
-from .runtime import BACKENDS, bf16_context, choose, with_fallback
+from .runtime import BACKENDS, TABLE, bf16_context, choose, with_fallback
 
 # the strategies ONNX Runtime runs: plain positions (the extension strategies patch torch modules)
 ONNX_STRATEGIES = ("truncate", "pcw", "maxp")
@@ -272,5 +272,5 @@ def _onnx_module(model_dir, trust_remote_code: bool):
             "prompts": dict(getattr(st, "prompts", {}) or {}), "dim": enc.dim,
             "pooling": [p.get_config_dict() for p in enc.after]}
     if outside:
-        meta.update(embeds="word_embeddings", arrays={"word_embeddings": table.weight.detach().float().numpy()})
+        meta.update(embeds=TABLE, arrays={TABLE: table.weight.detach().float().numpy()})
     return Dense().eval(), meta, hf.config, enc.tokenizer

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8", "bf16")
 ONNX_EXTRA = "pip install 'ldr[onnx]'"
+TABLE = "word_embeddings"     # the token embedding table beside a graph that takes its rows (.npy)
 # what `auto` runs on a CPU: fp32. The int8 graph (first layer in fp32, rows run alone) keeps
 # qmsum-train (fused 88.41 vs 88.42, dense 56.6 vs 55.8) and every passkey/needle Acc@1 of the fused and
 # reranked stages, but MiniLM's dense stage alone loses 1-2 passkeys of 50 at four lengths
@@ -240,7 +241,7 @@ def folder_meta(folder: Path) -> dict:
         added = json.loads((folder / "tokenizer.json").read_text()).get("added_tokens") or []
     except (OSError, ValueError) as e:
         raise ModelError(f"{folder / 'tokenizer.json'} is not readable JSON ({e})") from None
-    embeds = {"embeds": "word_embeddings"} if (folder / "word_embeddings.npy").is_file() else {}   # ldr's export
+    embeds = {"embeds": TABLE} if (folder / f"{TABLE}.npy").is_file() else {}   # ldr's export
     return {**embeds, "export": {"int8": None, "prebuilt": True}, "model_type": cfg.get("model_type", "bert"),
             "max_position_embeddings": int(min(limit, 8192)), "pad_token_id": cfg.get("pad_token_id", 0),
             "special_ids": sorted(t["id"] for t in added if isinstance(t, dict) and t.get("special"))}
@@ -343,7 +344,7 @@ class OrtModel:
         """The token embedding table of a graph that takes its rows (`meta["embeds"]`, ldr's dense
         exports), memory-mapped: a process touches only the rows of the tokens it meets."""
         if self._embeddings is None:
-            table = self.folder / f"{self.meta.get('embeds', 'word_embeddings')}.npy"
+            table = self.folder / f"{self.meta.get('embeds', TABLE)}.npy"
             try:
                 self._embeddings = np.load(table, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError) as e:
