@@ -144,3 +144,39 @@ def test_a_server_beside_a_writer_answers_from_the_generation_it_names(tmp_path,
     finally:
         http.close()
         assert "Traceback" not in server.stop()
+
+
+def test_a_reader_slow_between_listing_and_reading_takes_the_newer_cluster_generation(tmp_path):
+    """A writer keeps the newest few cluster manifests: a reader that listed one the writer then
+    collected reads the newer one in its place, never "the sharded index is damaged". Here the
+    writer keeps only one and commits as fast as it can, so the race happens within seconds."""
+    from ldr.index.cluster import collect_cluster, new_cluster, publish_cluster, read_cluster, shard_rel
+
+    shards = [{"path": shard_rel(0), "generation": 1, "docs": 1, "live": 1, "tokens": 3}]
+    publish_cluster(tmp_path, new_cluster(1, shards, {}, [], {"op": "index"}))
+    stop, errors, reads = threading.Event(), [], [0]
+
+    def writer():
+        g = 1
+        while not stop.is_set():
+            g += 1
+            publish_cluster(tmp_path, new_cluster(g, shards, {}, [], {"op": "add"}))
+            collect_cluster(tmp_path, 1)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)         # threads switch between the listing and the read
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            try:
+                assert read_cluster(tmp_path)["generation"] >= 1
+                reads[0] += 1
+            except ldr.LdrError as e:
+                errors.append(str(e))
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old)
+    assert reads[0] > 100 and errors == [], errors[:3]
