@@ -45,3 +45,55 @@ def test_eight_threads_hybrid_with_models(tmp_path, sample_corpus):
     assert [[h[0] for h in r] for r in results] == [[h[0] for h in r] for r in seq]
     for r, s in zip(results, seq):
         assert [h[1] for h in r] == pytest.approx([h[1] for h in s], abs=1e-5)
+
+
+def test_arrays_load_from_many_threads_while_finalizers_run(tmp_path):
+    """CPython 3.11 races np.load's header parse (ast.literal_eval) between threads when a garbage
+    collection inside one parse runs a Python finalizer (a released generation's pin, here a
+    stand-in): `SystemError: AST constructor recursion depth mismatch` made a sharded search fail
+    once in ~10^5 beside a writer (ldr/npy.py). ldr.npy.load parses again: no load fails."""
+    import gc
+    import sys
+    import threading
+    import time
+
+    import numpy as np
+
+    from ldr import npy
+
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(10))
+
+    class Finalized:
+        def __init__(self):
+            self.me = self                      # a cycle: freed by the collector, finalizer and all
+
+        def __del__(self):
+            sum(range(50))                      # Python code: the GIL may pass to another thread here
+
+    errors, loads, stop = [], [0], threading.Event()
+
+    def run():
+        while not stop.is_set():
+            Finalized()
+            try:
+                assert npy.load(path, mmap_mode="r")[9] == 9
+                loads[0] += 1
+            except SystemError as e:
+                errors.append(str(e))
+
+    old, thresholds = sys.getswitchinterval(), gc.get_threshold()
+    sys.setswitchinterval(1e-6)
+    gc.set_threshold(50, 1, 1)
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        sys.setswitchinterval(old)
+        gc.set_threshold(*thresholds)
+    assert loads[0] > 1000 and errors == [], errors[:3]

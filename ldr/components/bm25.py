@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import npy
 from ..paths import inside
 from .states import MergeState, ReadState, SegmentPart, WriteState, part_entry
 from .base import Component, Part
@@ -185,10 +186,10 @@ def _merge_native(sources: list, row_maps, out: Path) -> None:
         remap = np.empty(len(seg_vocab), dtype=np.int32)
         for term, t in seg_vocab.items():
             remap[t] = vocab.setdefault(term, len(vocab))
-        ip = np.load(p / "term_indptr.npy", allow_pickle=False)
-        docs = np.load(p / "term_docs.npy", allow_pickle=False)
-        tf = np.load(p / "term_tfs.npy", allow_pickle=False)
-        seg_lengths = np.load(p / "doc_lengths.npy", allow_pickle=False)
+        ip = npy.load(p / "term_indptr.npy")
+        docs = npy.load(p / "term_docs.npy")
+        tf = npy.load(p / "term_tfs.npy")
+        seg_lengths = npy.load(p / "doc_lengths.npy")
         csr = sp.csc_matrix((tf, docs, ip), shape=(part.docs, max(len(seg_vocab), 1))).tocsr()
         csr.sort_indices()
         kept = np.flatnonzero(rows >= 0)

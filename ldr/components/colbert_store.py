@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import npy
 from ..encode.pipeline import BatchedWriter
 from ..errors import IndexFormatError
 
@@ -99,7 +100,7 @@ class ColbertPart:
     def __init__(self, path: Path, docs: int, dim: int):
         self.path, self.dim = Path(path), dim
         try:
-            self.indptr = np.load(self.path / "doc_indptr.npy", mmap_mode="r", allow_pickle=False)
+            self.indptr = npy.load(self.path / "doc_indptr.npy", mmap_mode="r")
             n = int(self.indptr[-1]) if len(self.indptr) else 0
             self.scales = np.memmap(self.path / "scales.f16", dtype=np.float16, mode="r", shape=(n,)) if n else \
                 np.zeros(0, np.float16)
@@ -113,8 +114,8 @@ class ColbertPart:
         self.windows = self.win_indptr = None     # segments written before windows were kept have none
         if (self.path / "win_indptr.npy").is_file():
             try:
-                self.win_indptr = np.load(self.path / "win_indptr.npy", mmap_mode="r", allow_pickle=False)
-                self.windows = np.load(self.path / "windows.npy", mmap_mode="r", allow_pickle=False)
+                self.win_indptr = npy.load(self.path / "win_indptr.npy", mmap_mode="r")
+                self.windows = npy.load(self.path / "windows.npy", mmap_mode="r")
             except (OSError, ValueError) as e:
                 raise IndexFormatError(f"{self.path} is damaged ({e}); run `ldr check` and rebuild the index") from None
             if (len(self.win_indptr) != docs + 1 or self.windows.ndim != 2 or self.windows.shape[1] != 3
@@ -194,7 +195,7 @@ def check_part(path: Path, docs: int, dim: int, vectors: int, windows: int | Non
     """Structure of a segment's colbert part: sizes agree, offsets ordered, scales finite."""
     out = []
     try:
-        indptr = np.load(path / "doc_indptr.npy", mmap_mode="r", allow_pickle=False)
+        indptr = npy.load(path / "doc_indptr.npy", mmap_mode="r")
     except (OSError, ValueError) as e:
         return [f"colbert offsets unreadable ({e})"]
     if len(indptr) != docs + 1 or (len(indptr) and (indptr[0] != 0 or np.any(np.diff(indptr) < 0))):
@@ -219,8 +220,8 @@ def check_part(path: Path, docs: int, dim: int, vectors: int, windows: int | Non
 def _check_windows(path: Path, indptr: np.ndarray, windows: int) -> list[str]:
     """The windows of every document account for exactly its vectors, with ordered spans."""
     try:
-        wp = np.load(path / "win_indptr.npy", allow_pickle=False)
-        w = np.load(path / "windows.npy", allow_pickle=False)
+        wp = npy.load(path / "win_indptr.npy")
+        w = npy.load(path / "windows.npy")
     except (OSError, ValueError) as e:
         return [f"colbert windows unreadable ({e})"]
     if (wp.ndim != 1 or len(wp) != len(indptr) or w.ndim != 2 or w.shape != (windows, 3) or w.dtype.kind != "i"

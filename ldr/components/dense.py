@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import npy
 from .topk import top_k
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
@@ -101,7 +102,7 @@ class MultiDense:
 def _spans(folder, n: int) -> np.ndarray:
     """A part's spans (segments written before spans were kept: -1, "unknown", for each vector)."""
     sp = folder / "spans.npy"
-    return np.load(sp, allow_pickle=False) if sp.is_file() else np.full((n, 2), -1, np.int64)
+    return npy.load(sp) if sp.is_file() else np.full((n, 2), -1, np.int64)
 
 
 class _Rows:
@@ -251,7 +252,7 @@ class Dense(ModelComponent):
         compressed parts are concatenated (merge_compressed)."""
         fs = FaissSettings(**state.comp["faiss"])
         dim = state.comp.get("dim", 0)
-        sources = [(part, rows, np.load(part.folder / "owner.npy", allow_pickle=False))
+        sources = [(part, rows, npy.load(part.folder / "owner.npy"))
                    for part, rows in zip(state.sources, state.row_maps) if part is not None]
         n_total = sum(int((rows[owner] >= 0).sum()) for _, rows, owner in sources)
         if compressed_kind(concrete(fs, n_total)) and n_total >= compressed.MIN_TRAIN:

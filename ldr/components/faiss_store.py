@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import npy
 from ..errors import ConfigError, IndexFormatError
 from ..encode.pipeline import BatchedWriter
 from . import compressed, exact_vectors
@@ -207,7 +208,7 @@ def load_vectors(path: Path, entry: dict, dim: int) -> np.ndarray:
     if entry.get("codebook"):
         return exact_vectors.ExactVectors(path, exact_vectors.files_of(entry), dim)
     if (path / "vectors.npy").is_file():
-        return np.load(path / "vectors.npy", mmap_mode="r", allow_pickle=False)
+        return npy.load(path / "vectors.npy", mmap_mode="r")
     index = faiss.read_index(str(path / "faiss.index"))
     return index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
 
@@ -285,12 +286,12 @@ class DenseSearcher:
         if faiss.get_num_gpus() > 0 and not comp.get("codebook") and fs["index"] != "hnsw":  # no GPU HNSW
             self.index = faiss.index_cpu_to_all_gpus(self.index)
         # one int per passage: small enough to hold in memory (element access on a memmap is slow)
-        self.owner = np.load(Path(path) / "owner.npy", allow_pickle=False)
+        self.owner = npy.load(Path(path) / "owner.npy")
         self.multi = comp.get("multi_vector", False)
         # None: built before spans were kept (passages then come from term windows only)
         sp = Path(path) / "spans.npy"
         # mapped: a hit reads its passages' spans only (10-50 per long document: 0.8 GB at 1M documents)
-        self.spans = np.load(sp, mmap_mode="r", allow_pickle=False) if sp.is_file() else None
+        self.spans = npy.load(sp, mmap_mode="r") if sp.is_file() else None
         check_dense(Path(path), self.index, self.owner, comp, n_docs, self.spans, full_check)
 
     @staticmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import npy
 from .topk import top_k_dense
 from .states import MergeState, ReadState, SegmentPart, WriteState, part_entry
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
@@ -92,7 +93,7 @@ class Sparse(ModelComponent):
         terms, weights, counts = [], [], []
         for part, rows in zip(state.sources, state.row_maps):
             p = part.folder
-            a = {f: np.load(p / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
+            a = {f: npy.load(p / f"{f}.npy", mmap_mode="r") for f in FILES}
             kept = np.flatnonzero(rows >= 0)
             t, w, c = gather_rows(np.asarray(a["doc_indptr"]), np.asarray(a["doc_terms"]),
                                   np.asarray(a["doc_weights"]), kept)
@@ -117,7 +118,7 @@ class Sparse(ModelComponent):
     def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:
         if part is None:
             return ["has no sparse postings"]
-        arrays = {f: np.load(part.folder / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
+        arrays = {f: npy.load(part.folder / f"{f}.npy", mmap_mode="r") for f in FILES}
         out = structure_problems(arrays, part.docs, full=True)
         if not out and comp.get("vocab_size") and len(arrays["term_indptr"]) - 1 != comp["vocab_size"]:
             out.append("the sparse vocabulary size differs from the manifest's")

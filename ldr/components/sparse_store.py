@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import npy
 from ..errors import IndexFormatError
 from ..encode.pipeline import BatchedWriter
 from .topk import top_k_dense
@@ -119,7 +120,7 @@ class SparseIndex:
 
     def __init__(self, path: Path, n_docs: int | None = None):
         p = Path(path)
-        self.arrays = {f: np.load(p / f"{f}.npy", mmap_mode="r", allow_pickle=False) for f in FILES}
+        self.arrays = {f: npy.load(p / f"{f}.npy", mmap_mode="r") for f in FILES}
         self.n_docs = len(self.arrays["doc_indptr"]) - 1
         problems = structure_problems(self.arrays, n_docs)
         if problems:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import npy
 from ..errors import ConfigError, ModelError
 
 log = logging.getLogger(__name__)
@@ -346,7 +347,7 @@ class OrtModel:
         if self._embeddings is None:
             table = self.folder / f"{self.meta.get('embeds', TABLE)}.npy"
             try:
-                self._embeddings = np.load(table, mmap_mode="r", allow_pickle=False)
+                self._embeddings = npy.load(table, mmap_mode="r")
             except (OSError, ValueError) as e:
                 raise ModelError(f"the ONNX model in {self.folder} takes token embeddings, and its table {table.name} "
                                  f"cannot be read ({str(e)[:200]}): copy it with model.onnx") from None

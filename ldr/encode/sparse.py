@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import npy
 from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, budget_batches, fixed_shapes, pad, special_tokens, token_ids, with_specials
 from .mlm_head import head_max, head_max_torch, split_mlm_head
@@ -252,7 +253,7 @@ class OnnxSparseEncoder(_SparseCore):
         self.path, self.model = onnx_export.load("splade", s, backend)
         m = self.model.meta
         # the vocabulary projection, run outside the graph (mlm_head.py); .npy read without pickle
-        self._head = [np.load(self.model.folder / f"{n}.npy", allow_pickle=False) for n in ("head_weight", "head_bias")]
+        self._head = [npy.load(self.model.folder / f"{n}.npy") for n in ("head_weight", "head_bias")]
         self.tokenizer = self.model.tokenizer
         self.vocab_size = m["vocab_size"]
         self._head_ids, self._tail_ids = special_tokens(self.tokenizer)

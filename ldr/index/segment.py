@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import npy
 from ..corpus import Doc
 from ..components.states import MergeState, WriteState, segment_part
 from ..encode.pipeline import Pipeline
@@ -118,7 +119,7 @@ def read_deletes(root: Path, entry: dict) -> np.ndarray:
     if not entry.get("deletes"):
         return np.zeros(entry["docs"], dtype=bool)
     p = inside(root, entry["deletes"], "deletes file")
-    mask = np.load(p, allow_pickle=False)
+    mask = npy.load(p)
     if mask.dtype != bool or mask.shape != (entry["docs"],) or int((~mask).sum()) != entry["live"]:
         raise IndexFormatError(f"{p} does not match its segment ({entry['docs']} rows, {entry['live']} live); "
                                "run `ldr check` and rebuild the index")

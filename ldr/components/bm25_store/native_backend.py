@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from ... import npy
 from ...corpus import Doc
 from ..analysis import Analyzer, cjk_pretokenize
 from ..topk import top_k_dense
@@ -81,10 +82,10 @@ class NativeSegment:
         except (OSError, ValueError, pa.ArrowException) as e:
             raise IndexFormatError(f"the native BM25 vocabulary in {p} is damaged ({type(e).__name__}: {str(e)[:200]}); "
                                    "run `ldr check` and rebuild the index") from None
-        self.indptr = np.load(p / "term_indptr.npy", mmap_mode="r", allow_pickle=False)
-        self.docs = np.load(p / "term_docs.npy", mmap_mode="r", allow_pickle=False)
-        self.tfs = np.load(p / "term_tfs.npy", mmap_mode="r", allow_pickle=False)
-        self.lengths = np.load(p / "doc_lengths.npy", allow_pickle=False)
+        self.indptr = npy.load(p / "term_indptr.npy", mmap_mode="r")
+        self.docs = npy.load(p / "term_docs.npy", mmap_mode="r")
+        self.tfs = npy.load(p / "term_tfs.npy", mmap_mode="r")
+        self.lengths = npy.load(p / "doc_lengths.npy")
         ip = self.indptr
         if (ip.ndim != 1 or len(ip) != len(self.vocab) + 1 or ip[0] != 0
                 or ip[-1] != len(self.docs) or len(self.docs) != len(self.tfs) or np.any(np.diff(ip) < 0)):

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from ... import npy
+
 TERMS, ORDER, LEGACY = "vocab.arrow", "vocab_order.npy", "vocab.json"
 _SCHEMA = pa.schema([("term", pa.string())])
 SEEN = 1 << 16           # looked-up terms a segment keeps (each binary search reads ~20 Arrow strings)
@@ -46,7 +48,7 @@ class Vocabulary:
         if table.schema != _SCHEMA:
             raise ValueError(f"{TERMS} has columns {table.schema.names}")
         self._terms = table.column("term").combine_chunks()
-        self._order = np.load(folder / ORDER, allow_pickle=False)
+        self._order = npy.load(folder / ORDER)
         self._n = len(self._terms)
         if self._order.shape != (self._n,) or self._order.dtype.kind not in "iu" or \
                 (self._n and (self._order.min() < 0 or self._order.max() >= self._n)):

@@ -1,0 +1,30 @@
+"""`load`: numpy's `np.load` for ldr's own `.npy` files (never a pickle), safe to call from many
+threads at once on Python 3.11.
+
+np.load parses each file's header with `ast.literal_eval`. CPython 3.11 keeps the AST
+constructor's recursion counter in per-interpreter state (CPython gh-106905): when a garbage
+collection inside one thread's parse runs a Python finalizer, the GIL can pass to another thread
+that parses too, and the first parse then fails with `SystemError: AST constructor recursion depth
+mismatch` although its file is sound. A sharded search loads its shards' parts in parallel, and a
+server refreshes beside its searches: `ldr serve` answered 500 ("the bm25 component ... cannot be
+loaded") about once in 10^5 searches beside a writer. The counter is reset at every parse, so
+parsing again is exact.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_MISMATCH = "AST constructor recursion depth mismatch"
+_TRIES = 16
+
+
+def load(path, mmap_mode: str | None = None) -> np.ndarray:
+    """`np.load(path, mmap_mode=mmap_mode, allow_pickle=False)`, its header parsed again where
+    CPython's AST counter raced with another thread's (see the module's docstring)."""
+    for attempt in range(_TRIES):
+        try:
+            return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        except SystemError as e:
+            if _MISMATCH not in str(e) or attempt == _TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
