@@ -6,9 +6,9 @@ constructor's recursion counter in per-interpreter state (CPython gh-106905): wh
 collection inside one thread's parse runs a Python finalizer, the GIL can pass to another thread
 that parses too, and the first parse then fails with `SystemError: AST constructor recursion depth
 mismatch` although its file is sound. A sharded search loads its shards' parts in parallel, and a
-server refreshes beside its searches: `ldr serve` answered 500 ("the bm25 component ... cannot be
-loaded") about once in 10^5 searches beside a writer. The counter is reset at every parse, so
-parsing again is exact.
+server refreshes beside its searches: `ldr serve` beside a writer answered 500 ("the bm25 component
+... cannot be loaded: SystemError ...") once in a whole test-suite run, and within 150 s when its
+threads switch every 20 us. The counter is reset at every parse, so parsing again is exact.
 """
 from __future__ import annotations
 
