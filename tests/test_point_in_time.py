@@ -207,7 +207,7 @@ def test_a_reader_slow_between_listing_and_reading_takes_the_newer_generation(tm
     t = threading.Thread(target=writer)
     t.start()
     try:
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
             try:
                 read_manifest(root)

@@ -89,7 +89,7 @@ def test_arrays_load_from_many_threads_while_finalizers_run(tmp_path):
     try:
         for t in threads:
             t.start()
-        time.sleep(3)
+        time.sleep(2)
     finally:
         stop.set()
         for t in threads:
