@@ -1,8 +1,8 @@
 """`load`: numpy's `np.load` for ldr's own `.npy` files (never a pickle), safe to call from many
 threads at once on Python 3.11.
 
-np.load parses each file's header with `ast.literal_eval`. CPython 3.11 keeps the AST
-constructor's recursion counter in per-interpreter state (CPython gh-106905): when a garbage
+np.load parses each file's header with `ast.literal_eval`. CPython 3.11 keeps the AST constructor's
+recursion counter in per-interpreter state (the SystemError of CPython gh-106905): when a garbage
 collection inside one thread's parse runs a Python finalizer, the GIL can pass to another thread
 that parses too, and the first parse then fails with `SystemError: AST constructor recursion depth
 mismatch` although its file is sound. A sharded search loads its shards' parts in parallel, and a
