@@ -109,3 +109,25 @@ def test_a_writer_publishes_to_a_uri_and_a_copy_catches_up_from_it(tmp_path):
     assert _answers(ldr.open(dst)) == before
     out = CliRunner().invoke(main, ["replicate", "nosuchscheme://bucket/idx", str(tmp_path / "x")])
     assert out.exit_code != 0 and "cannot open nosuchscheme://bucket/idx" in out.output and "Traceback" not in out.output
+
+
+def test_a_replica_keeps_a_generation_a_running_call_holds(tmp_path):
+    """A shard replica of `ldr serve --ray` keeps the two newest generations it was asked for open.
+    A call still running on an older one (the coordinator moved on meanwhile) keeps its generation:
+    the replica drops the older handle but never closes it under the call, so its copy's collector
+    keeps the files the call has yet to read (here: the BM25 postings, loaded on first use)."""
+    pytest.importorskip("ray")
+    from ldr.index.cluster import read_cluster
+    from ldr.serve.ray_shards import ShardReplica
+
+    src = tmp_path / "src"
+    ShardedIndex.build(DOCS, src, shards=1, dense=None, sparse=None)
+    replica = ShardReplica(str(src), 0, local=str(tmp_path / "node-disk"))
+    running = replica._at(read_cluster(src)["shards"][0])       # a call's shard: no part loaded yet
+    index = ShardedIndex(src)
+    for n in range(3):           # commits the replica is asked for in turn; a merge rewrites the segments
+        index.delete([f"d{n}"])
+        index.merge()
+        replica._at(read_cluster(src)["shards"][0])
+    got = running.stats("harbour lamp", ["bm25"], None)
+    assert got["count"] == len(DOCS) and got["stats"]["bm25"]

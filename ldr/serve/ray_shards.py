@@ -18,6 +18,7 @@ of silently holding fewer hits.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -54,6 +55,7 @@ class ShardReplica:
         self.path = Path(local) / shard_rel(shard) if local else self.source
         self.device = device
         self.open: dict[int, object] = {}
+        self._opening = threading.Lock()
 
     def _at(self, entry: dict):
         """This shard at the generation the cluster entry names, checked to be the one committed."""
@@ -62,17 +64,22 @@ class ShardReplica:
         from ..index.cluster import check_shard_manifest
 
         generation = entry["generation"]
-        if generation not in self.open:
-            if self.path != self.source and generation not in gens.generations(self.path):
-                from ..index.replica import catch_up
-                got = catch_up(self.source, self.path, generation)
-                log.info("shard %d caught up to generation %d: %d files copied", self.shard, generation, got["copied"])
-            ix = Index(self.path, device=self.device, generation=generation)
-            check_shard_manifest(self.root, self.shard, entry, ix.manifest)
-            self.open[generation] = ix
-            for old in sorted(self.open)[:-2]:
-                self.open.pop(old).close()
-        return self.open[generation].as_shard()
+        with self._opening:      # Serve runs a replica's calls in threads: one opens (and copies) at a time
+            ix = self.open.get(generation)
+            if ix is None:
+                if self.path != self.source and generation not in gens.generations(self.path):
+                    from ..index.replica import catch_up
+                    got = catch_up(self.source, self.path, generation)
+                    log.info("shard %d caught up to generation %d: %d files copied", self.shard, generation,
+                             got["copied"])
+                ix = Index(self.path, device=self.device, generation=generation)
+                check_shard_manifest(self.root, self.shard, entry, ix.manifest)
+                self.open[generation] = ix
+                # dropped, not closed: a call still running on an older generation holds its handle,
+                # and the pin (so the copy's collector keeps its files) goes with the last holder
+                for old in sorted(self.open)[:-2]:
+                    del self.open[old]
+        return ix.as_shard()
 
     def cluster(self) -> dict:
         """The newest cluster commit, read where the index is (the coordinator may not see it)."""
