@@ -64,6 +64,9 @@ class ShardReplica:
         from ..index.cluster import check_shard_manifest
 
         generation = entry["generation"]
+        ix = self.open.get(generation)
+        if ix is not None:
+            return ix.as_shard()
         with self._opening:      # Serve runs a replica's calls in threads: one opens (and copies) at a time
             ix = self.open.get(generation)
             if ix is None:
