@@ -21,9 +21,25 @@ _TRIES = 16
 def load(path, mmap_mode: str | None = None) -> np.ndarray:
     """`np.load(path, mmap_mode=mmap_mode, allow_pickle=False)`, its header parsed again where
     CPython's AST counter raced with another thread's (see the module's docstring)."""
+    return _again(lambda: np.load(path, mmap_mode=mmap_mode, allow_pickle=False))
+
+
+def header(fh) -> tuple[tuple, bool, np.dtype]:
+    """(shape, fortran order, dtype) of the `.npy` file open as `fh` (binary, at its start),
+    left at the first byte of the data; parsed as `load` parses."""
+    def read():
+        fh.seek(0)
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(fh)
+        return np.lib.format.read_array_header_2_0(fh)
+    return _again(read)
+
+
+def _again(read):
     for attempt in range(_TRIES):
         try:
-            return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+            return read()
         except SystemError as e:
             if _MISMATCH not in str(e) or attempt == _TRIES - 1:
                 raise

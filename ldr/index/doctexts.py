@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .. import npy
+
 FRAMES = "docstore.texts.zst"
 INDEX = "docstore.texts.npy"
 LEVEL = 3                  # zstd's default level: a long text compresses ~3x, decompresses at GB/s
@@ -119,9 +121,7 @@ def _mapped(path: Path, rows: int) -> np.ndarray:
     import mmap
 
     with open(path, "rb") as fh:
-        version = np.lib.format.read_magic(fh)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(fh)
+        shape, fortran, dtype = npy.header(fh)
         offset = fh.tell()
         if dtype != np.int64 or fortran or shape != (rows, 4):
             raise ValueError(f"{INDEX} holds {shape} {dtype}, not ({rows}, 4) int64")
