@@ -30,16 +30,18 @@ def doc(n: int) -> ldr.Doc:
     return ldr.Doc(f"doc-{n}", f"{body} zq{n} {body}", f"Document {n}")
 
 
+MIN_COMMITS = 8      # however slow the machine, the readers meet this many generations
+
 WRITER = r"""
 import json, sys, time
 sys.path.insert(0, {tests!r})
-from test_point_in_time import doc
+from test_point_in_time import MIN_COMMITS, doc
 from ldr.sharded import ShardedIndex
 ix = ShardedIndex({path!r})
 log = open({log!r}, "a")
 live = set(json.loads(open({start!r}).read()))
 n, deadline = {first}, time.monotonic() + {seconds}
-while time.monotonic() < deadline:
+while time.monotonic() < deadline or n < {first} + MIN_COMMITS:    # a slow machine: as many commits
     if n % 3 == 2 and "doc-%d" % (n - 2) in live:
         g = ix.delete(["doc-%d" % (n - 2)])["generation"]; live.discard("doc-%d" % (n - 2))
     else:
@@ -85,6 +87,9 @@ def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3) -> int:
         t.start()
     _, err = writer.communicate(timeout=seconds + 120)
     time.sleep(0.5)                         # searches after the last commit too
+    deadline = time.monotonic() + 60
+    while len(answers) <= 50 and not errors and time.monotonic() < deadline:
+        time.sleep(0.1)                     # and enough of them, however slow the machine
     stop.set()
     for t in searchers:
         t.join()
