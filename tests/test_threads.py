@@ -50,8 +50,8 @@ def test_eight_threads_hybrid_with_models(tmp_path, sample_corpus):
 def test_arrays_load_from_many_threads_while_finalizers_run(tmp_path):
     """CPython 3.11 races np.load's header parse (ast.literal_eval) between threads when a garbage
     collection inside one parse runs a Python finalizer (a released generation's pin, here a
-    stand-in): `SystemError: AST constructor recursion depth mismatch` made a sharded search fail
-    once in ~10^5 beside a writer (ldr/npy.py). ldr.npy.load parses again: no load fails."""
+    stand-in): `SystemError: AST constructor recursion depth mismatch` made `ldr serve` of a sharded
+    index answer 500 beside a writer (ldr/npy.py). ldr.npy.load parses again: no load fails."""
     import gc
     import sys
     import threading

@@ -65,24 +65,21 @@ def read_cluster(root: Path, generation: int | None = None) -> dict:
     """The cluster manifest of `generation` (default: the newest), checked: its own checksum, its
     shape, and every shard path inside the directory."""
     root = Path(root)
-    for _ in range(20):
-        found = cluster_generations(root)
-        if not found:
-            raise NotAnIndex(f"{str(root)!r} is not a sharded ldr index (no cluster manifest)")
-        gen = found[-1] if generation is None else generation
+
+    def read(gen: int) -> dict:
         path = root / cluster_name(gen)
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            # a writer keeps the newest few: a reader slow between listing and reading finds the
-            # one it listed collected, and a newer one in its place (not damage)
-            if generation is None and cluster_generations(root)[-1:] != [gen]:
-                continue
-            raise IndexFormatError(f"generation {gen} of the sharded index {root} does not exist (any more)") from None
+            raise           # read_newest's to word (collected, or never there)
         except (OSError, ValueError) as e:
             raise IndexFormatError(f"{path} cannot be read ({e}); the sharded index is damaged") from None
         return parse_cluster(text, root, gen, path)
-    raise IndexFormatError(f"{root} changed too quickly to be opened; try again")
+
+    return gens.read_newest(
+        lambda: cluster_generations(root), generation, read,
+        lambda: NotAnIndex(f"{str(root)!r} is not a sharded ldr index (no cluster manifest)"),
+        lambda gen: IndexFormatError(f"generation {gen} of the sharded index {root} does not exist (any more)"))
 
 
 def parse_cluster(text: str, root: Path, gen: int, path) -> dict:

@@ -19,6 +19,8 @@ import re
 import shutil
 from pathlib import Path
 
+from ..errors import IndexFormatError
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^manifest-(\d{6,})\.json$")
@@ -53,6 +55,26 @@ def generations_in(names) -> list[int]:
         elif name == LEGACY:
             gens.append(0)
     return sorted(gens)
+
+
+def read_newest(listing, generation: int | None, read, none, gone):
+    """`read(gen)` of `generation`, or of the newest generation `listing()` names (`none()`: the
+    error when it names none; `gone(gen)`: the one for a generation not there). A reader slow
+    between listing and reading can find the newest it listed collected by a writer that committed
+    newer ones meanwhile: it reads the newest again (not damage). Manifests and cluster manifests
+    are read this way."""
+    for _ in range(20):
+        found = listing()
+        if not found:
+            raise none()
+        gen = found[-1] if generation is None else generation
+        try:
+            return read(gen)
+        except FileNotFoundError:
+            if generation is None and listing()[-1:] != [gen]:
+                continue
+            raise gone(gen) from None
+    raise IndexFormatError("the index changed too quickly to be read (a writer committing without pause); try again")
 
 
 def manifest_path(root: Path, gen: int) -> Path:

@@ -245,32 +245,25 @@ def _not_an_index(root: Path) -> str:
 
 def read_manifest(root: Path, generation: int | None = None) -> dict:
     """The manifest of `generation` (default: the newest committed one), checked."""
-    from .generations import generations, manifest_path
+    from .generations import generations, manifest_path, read_newest
 
     root = Path(root)
     if not root.is_dir():
         raise NotAnIndex(f"no index at {str(root)!r} (build one with `ldr index CORPUS -o {root}`)")
-    for _ in range(20):
-        gens = generations(root)
-        if not gens:
-            raise NotAnIndex(_not_an_index(root))
-        gen = gens[-1] if generation is None else generation
+
+    def read(gen: int) -> dict:
         path = manifest_path(root, gen)
+        size = path.stat().st_size
+        if size > 64 << 20:
+            raise IndexFormatError(f"{path} is {size} bytes: not an ldr manifest")
         try:
-            size = path.stat().st_size
-            if size > 64 << 20:
-                raise IndexFormatError(f"{path} is {size} bytes: not an ldr manifest")
             text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            # the newest when listed, collected since by a writer that committed newer ones: read
-            # the newest again (not an error of the index)
-            if generation is None and generations(root)[-1:] != [gen]:
-                continue
-            raise IndexFormatError(f"generation {gen} of {root} does not exist (any more)") from None
         except UnicodeDecodeError as e:
             raise IndexFormatError(f"{path} is corrupted ({str(e)[:200]}); {_REBUILD}") from None
         return parse_manifest(text, root, gen, path)
-    raise IndexFormatError(f"{root} changed too quickly to be read; try again")
+
+    return read_newest(lambda: generations(root), generation, read, lambda: NotAnIndex(_not_an_index(root)),
+                       lambda gen: IndexFormatError(f"generation {gen} of {root} does not exist (any more)"))
 
 
 def parse_manifest(text: str, root: Path, gen: int, path) -> dict:
