@@ -299,5 +299,6 @@ def deploy(index_path: str, address: str | None, replicas: int, device: str | No
         return {"num_replicas": replicas, "ray_actor_options": {"num_cpus": cpus, **placed},
                 "graceful_shutdown_wait_loop_s": 0.2, "graceful_shutdown_timeout_s": 10}
 
-    return [serve.run(deployment.options(**options(i)).bind(root, i, device, local), name=APP.format(i),
-                      route_prefix=None) for i in range(n)]
+    # every shard's application deploys at once (one serve.run per shard waited ~6 s for each in turn)
+    return serve.run_many([serve.RunTarget(deployment.options(**options(i)).bind(root, i, device, local),
+                                           name=APP.format(i), route_prefix=None) for i in range(n)])
