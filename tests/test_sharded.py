@@ -122,6 +122,10 @@ def test_the_cli_builds_and_writes_a_sharded_index(tmp_path):
     tantivy = r.invoke(main, ["index", str(ROOT / "corpora" / "sample"), "-o", str(tmp_path / "t"), "--shards", "2",
                               "--bm25", "tantivy", "--dense", "none", "--sparse", "none", "-q"])
     assert tantivy.exit_code == 2 and "native" in tantivy.output
+    # a first build that fails leaves no directory behind (it left its lock file), as one index's
+    with pytest.raises(ldr.CorpusError):
+        ShardedIndex.build([{"id": "x"}], tmp_path / "bad", shards=2, dense=None, sparse=None)
+    assert not (tmp_path / "t").exists() and not (tmp_path / "bad").exists()
 
 
 def _add_in_child(idx, corpus, crash_at):
