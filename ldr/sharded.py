@@ -129,20 +129,14 @@ class ShardedIndex(ClusterHandle):
         parallel on a Ray cluster."""
         from .index.build import BuildConfig
         from .index.cluster_writer import ClusterWriter
+        from .index.target import cleared_if_first_build_fails
 
         config = config or BuildConfig(**options)
         report = report if report is not None else IngestReport()
-        created = not Path(path).exists()
-        try:
-            with ClusterWriter(path, wait=wait, create=True, threads=config.threads) as w:
-                w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path)), config, shards, report, progress,
-                        ray_options(ray))
-        except BaseException:
-            # a first build that failed leaves no directory behind, as Index.build (it left its lock)
-            if created and Path(path).is_dir() and not is_cluster(path):
-                import shutil
-                shutil.rmtree(path, ignore_errors=True)
-            raise
+        with cleared_if_first_build_fails(Path(path), is_cluster), \
+                ClusterWriter(path, wait=wait, create=True, threads=config.threads) as w:
+            w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path)), config, shards, report, progress,
+                    ray_options(ray))
         index = cls(path)
         index.report = report
         return index

@@ -21,7 +21,7 @@ from ..components.faiss_store import FaissSettings
 from ..encode.dense import DenseSettings
 from ..encode.sparse import SparseSettings
 from ..schema import setting
-from .target import check_target
+from .target import check_target, cleared_if_first_build_fails
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +174,9 @@ def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig
     report = report if report is not None else IngestReport()
     out = Path(out).absolute()
     check_target(out)
-    created = not out.exists()
-    try:
-        with IndexWriter(out, wait=wait, threads=config.threads, create=True) as writer:
-            manifest = writer.rebuild(docs, config, report, progress=progress, total=total, ray=ray)
-    except BaseException:
-        # a first build that failed leaves no directory behind (only ldr's own files are in it)
-        if created and out.is_dir() and not gens.generations(out):
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    with cleared_if_first_build_fails(out, gens.generations), \
+            IndexWriter(out, wait=wait, threads=config.threads, create=True) as writer:
+        manifest = writer.rebuild(docs, config, report, progress=progress, total=total, ray=ray)
     log.info("built %s (generation %d): %s", out, manifest["generation"], report.summary())
     return manifest
 

@@ -2,10 +2,26 @@
 from __future__ import annotations
 
 import re
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, IndexFormatError
 from .manifest import MANIFEST, read_manifest
+
+
+@contextmanager
+def cleared_if_first_build_fails(out: Path, committed):
+    """A first build (into a directory it makes) that fails before its first commit leaves no
+    directory behind: only ldr's own files are in it, its lock among them. `committed(out)`: whether
+    a commit landed there (then what is there stays)."""
+    created = not out.exists()
+    try:
+        yield
+    except BaseException:
+        if created and out.is_dir() and not committed(out):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def check_target(out: Path) -> None:
