@@ -130,7 +130,7 @@ class Index(Handle):
             raise ConfigError(f"{path} is an index already: `ldr.open({str(path)!r}).add(...)` adds documents to it "
                               "(replacing those with the same ids); `overwrite=True` replaces the whole index")
         report = report if report is not None else IngestReport()
-        docs = corpus_docs(corpus, report, config.max_doc_mb, path)
+        docs = corpus_docs(corpus, report, config.max_doc_mb, path, config.doc_timeout)
         build_index(docs, path, config, report, progress=progress, wait=wait, ray=ray_options(ray))
         index = cls(path, verify=False)
         index.report = report

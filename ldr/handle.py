@@ -221,13 +221,13 @@ class Handle:
     # -- writing ------------------------------------------------------------------------------
     def add(self, docs: str | os.PathLike | Iterable, *, wait: bool | float = False, progress: bool = False,
             report: IngestReport | None = None, max_doc_mb: float = DEFAULT_MAX_DOC_MB, auto_merge: bool = True,
-            ray: "RayOptions | bool | None" = None) -> dict:
+            ray: "RayOptions | bool | None" = None, doc_timeout: float | None = None) -> dict:
         """Encode only these documents (a corpus path or Docs/dicts) and commit; an id already in
         the index replaces its old copy. Returns {added, replaced (ids), skipped, generation}; this
         handle then reads the new generation. `ray`: encode on a Ray cluster."""
         report = report if report is not None else IngestReport()
         with self._writer(wait) as w:
-            result = w.add(corpus_docs(docs, report, max_doc_mb, self.path), report, progress=progress,
+            result = w.add(corpus_docs(docs, report, max_doc_mb, self.path, *([doc_timeout] if doc_timeout else [])), report, progress=progress,
                            max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=ray_options(ray))
         result["report"] = report
         self.refresh()

@@ -105,7 +105,7 @@ class ShardedIndex(ClusterHandle):
         last = next((h for h in reversed(snap.cluster["history"]) if h.get("op") in ("index", "add", "reshard")
                      and (h.get("added") or h.get("replaced") or h.get("skipped") or h.get("op") != "add")), {})
         ingest = {"indexed": last.get("added", 0) + last.get("replaced", 0), "unchanged": last.get("unchanged", 0),
-                  "skipped": {"documents": last["skipped"]} if last.get("skipped") else {}}
+                  "skipped": last.get("skip_reasons") or ({"documents": last["skipped"]} if last.get("skipped") else {})}
         return {**parts[0], "path": str(self.path), "generation": snap.generation, "documents": len(snap),
                 "components": describe(whole)["components"],
                 "bytes": sum(p["bytes"] for p in parts), "segments": [s for p in parts for s in p["segments"]],
@@ -135,7 +135,7 @@ class ShardedIndex(ClusterHandle):
         report = report if report is not None else IngestReport()
         with cleared_if_first_build_fails(Path(path), is_cluster), \
                 ClusterWriter(path, wait=wait, create=True, threads=config.threads) as w:
-            w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path)), config, shards, report, progress,
+            w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path), config.doc_timeout), config, shards, report, progress,
                     ray_options(ray))
         index = cls(path)
         index.report = report

@@ -169,3 +169,27 @@ def test_the_query_is_in_the_url_and_a_hit_opens_its_document(page, tmp_path):
     assert [h.find_element(By.CLASS_NAME, "id").text for h in page.find_elements(By.CSS_SELECTOR, ".hit")] == ["bridge-1"]
     assert "with relevance ≥ 0.0001" in page.find_element(By.ID, "status").text
     assert page.find_element(By.ID, "mode").get_attribute("value") == "bm25"
+
+
+def test_the_api_docs_render_their_operations(page):
+    """Issue 76: /docs rendered "Unable to render this definition" (the server writes OpenAPI
+    3.1; the bundled Swagger UI read 3.0 only). The rendered page must list the operations, from
+    files served by ldr itself (nothing from another host)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    home = page.current_url
+    base = home.split("/?")[0].rstrip("/")
+    if base.count("/") > 2:
+        base = base[:base.index("/", base.index("//") + 2)]
+    try:
+        page.get(base + "/docs")
+        WebDriverWait(page, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")
+                                      or "Unable to render" in d.page_source)
+        assert "Unable to render" not in page.page_source
+        paths = {e.text.replace("\u200b", "").strip() for e in page.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+        assert {"/search", "/health", "/info", "/documents"} <= paths, paths
+        hosts = page.execute_script("return performance.getEntriesByType('resource').map(e => new URL(e.name).host)")
+        assert set(hosts) <= {base.split("//", 1)[1]}, hosts
+    finally:
+        page.get(home)

@@ -131,3 +131,46 @@ def test_a_replica_keeps_a_generation_a_running_call_holds(tmp_path):
         replica._at(read_cluster(src)["shards"][0])
     got = running.stats("harbour lamp", ["bm25"], None)
     assert got["count"] == len(DOCS) and got["stats"]["bm25"]
+
+
+def test_replicate_refuses_a_folder_that_is_not_a_copy_and_touches_nothing_there(tmp_path):
+    """Issue 76 (round 6, data loss): `ldr replicate SRC DIR` into a folder that is not an index
+    deleted the user's files in sub-folders named like ldr's own, and onto another index it
+    collected that index's generation. Both are refused before anything is written; a copy of the
+    same index (finished, or killed before its first commit) is still brought up to date."""
+    src, other = tmp_path / "src", tmp_path / "other"
+    ldr.Index.build(DOCS, src, dense=None, sparse=None)
+    ldr.Index.build(DOCS[:5], other, dense=None, sparse=None)
+    user = tmp_path / "mine"
+    for sub in ("segments", "codebooks", "bm25-generations", "."):
+        (user / sub).mkdir(parents=True, exist_ok=True)
+        (user / sub / "notes.txt").write_text("my own notes")
+    snapshot = {p: p.read_bytes() for p in user.rglob("*") if p.is_file()}
+    out = CliRunner().invoke(main, ["replicate", str(src), str(user)])
+    assert out.exit_code != 0 and "not a copy" in out.output and "Traceback" not in out.output, out.output
+    assert {p: p.read_bytes() for p in user.rglob("*") if p.is_file()} == snapshot
+    before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
+    out = CliRunner().invoke(main, ["replicate", str(src), str(other)])
+    assert out.exit_code != 0 and "another index" in out.output, out.output
+    assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before
+    assert _answers(ldr.open(other)) != _answers(ldr.open(src))
+    # an empty folder, and then the same copy again, are accepted
+    (tmp_path / "empty").mkdir()
+    assert catch_up(src, tmp_path / "empty")["copied"] > 0
+    assert _answers(ldr.open(tmp_path / "empty")) == _answers(ldr.open(src))
+
+
+def test_a_copy_killed_before_its_first_commit_is_taken_up_and_a_damaged_kept_file_is_replaced(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "copy"
+    ldr.Index.build(DOCS, src, dense=None, sparse=None)
+    catch_up(src, dst)
+    for m in dst.glob("manifest-*.json"):      # as if killed before its commit point was written
+        m.unlink()
+    victim = max((p for p in (dst / "segments").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF                # same size, other bytes: a size check alone keeps it
+    victim.write_bytes(bytes(data))
+    got = catch_up(src, dst)
+    assert got["copied"] >= 1
+    assert _answers(ldr.open(dst)) == _answers(ldr.open(src))
+    assert CliRunner().invoke(main, ["check", str(dst)]).exit_code == 0

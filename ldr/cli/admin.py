@@ -256,9 +256,9 @@ def replicate_cmd(source, target, generation):
 
 
 def _api_docs() -> bool:
-    """Whether /docs is served (its assets come from the swagger-ui-bundle package)."""
+    """Whether /docs is served (its assets come from the fastapi-offline package)."""
     import importlib.util
-    return importlib.util.find_spec("swagger_ui_bundle") is not None
+    return importlib.util.find_spec("fastapi_offline") is not None
 
 
 def _echo_fields(facets: dict, as_json: bool) -> None:

@@ -114,6 +114,12 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
             click.echo(f"{name}: nDCG@10 against {g['baseline']}, † significant (Holm-corrected t and randomisation "
                        "tests): " + ", ".join(f"{s} {100 * r['delta']:+.1f}{'†' if r['significant'] else ''}"
                                               for s, r in g["vs_baseline"].items()))
+    for name, t in metrics["raw"].items():
+        e = t.get("escaped_ids")
+        if e:
+            click.echo(f"note: {e['count']} id(s) of {name} hold whitespace or '%' ({', '.join(map(repr, e['examples']))}"
+                       f"): the runs write them as %XX (TREC columns split on whitespace); score the runs with other "
+                       f"tools (trec_eval, ir-measures, ranx) against {e['qrels']}, escaped alike", err=True)
     runs_as = metrics.get("stage_runs") or {}
     for s in stages:
         if s in runs_as:

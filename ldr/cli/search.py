@@ -239,14 +239,14 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
 
     from tqdm.auto import tqdm
 
-    from ..eval.runs import run_line
+    from ..eval.runs import needs_escape, run_line
 
     queries = _read_queries(queries_file)
     tag = "".join(run_tag.split()) or "ldr"
     out = Path(output) if output else None
     tmp = out.with_name(f".{out.name}.part-{os.getpid()}") if out else None
     fh = open(tmp, "w", encoding="utf-8") if tmp else sys.stdout
-    skipped, lines = [], 0
+    skipped, lines, escaped = [], 0, []
     try:
         with tqdm(total=len(queries), desc="searching", unit="q", disable=out is None, leave=False) as bar:
             for qid, res in index.search_many(queries, k=k, progress=bar.update, with_meta=False,
@@ -257,6 +257,9 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
                 for h in res:      # ids with whitespace escaped (ldr/eval/runs.py): read back exactly
                     fh.write(run_line(qid, h.id, h.rank, h.score, tag))
                     lines += 1
+                    for i in (qid, h.id):
+                        if needs_escape(i) and len(escaped) < 3 and i not in escaped:
+                            escaped.append(i)
         if tmp:
             fh.close()
             os.replace(tmp, out)   # a run file is whole or absent
@@ -267,6 +270,11 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
         raise
     where = f" to {out}" if out else ""
     click.echo(f"{len(queries) - len(skipped)} queries searched, {lines} lines written{where}", err=True)
+    if escaped:
+        click.echo(f"note: ids holding whitespace or '%' ({', '.join(map(repr, escaped))}) are written as %XX, since "
+                   "TREC columns split on whitespace; `ldr eval` and `ldr compare` read them back exactly, other tools "
+                   "need qrels escaped alike (ldr.eval.runs.write_qrels; `ldr eval` writes them beside its runs)",
+                   err=True)
     if skipped:
         click.echo(f"{len(skipped)} queries skipped: " + "; ".join(skipped[:10]), err=True)
 

@@ -7,6 +7,7 @@ import sys  # noqa: F401
 import click
 
 from ..corpus import DEFAULT_MAX_DOC_MB
+from ..corpus.worker import DEFAULT_DOC_TIMEOUT
 from .app import main
 from .build_options import BuildCommand, build_config
 from .common import _echo_ray, make_ray_options, ray_options, write_options
@@ -90,13 +91,15 @@ def _index_sharded(corpus, out, shards, options, report, quiet, wait, ray) -> No
 @write_options
 @click.option("--max-doc-mb", type=float, default=DEFAULT_MAX_DOC_MB, show_default=True,
               help="Skip (and count) documents larger than this.")
+@click.option("--doc-timeout", type=float, default=DEFAULT_DOC_TIMEOUT, show_default=True,
+              help="Skip (and count) a PDF, DOCX, ODT, EPUB or HTML file whose parsing takes longer (seconds).")
 @click.option("--no-merge", is_flag=True, help="Do not merge small segments after adding.")
 @click.option("--prune", is_flag=True,
               help="Also delete the documents read from CORPUS before that are no longer in it (files removed, "
                    "records dropped); without it they are listed.")
 @ray_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_merge, prune, quiet, ray_address,
+def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, doc_timeout, no_merge, prune, quiet, ray_address,
             ray_workers, ray_cpus_per_worker, ray_shard_docs):
     """Add the documents of CORPUS to an index (encoding only new or changed ones); an existing id is
     replaced, an unchanged document skipped. Documents read from CORPUS before that are gone from it
@@ -108,7 +111,7 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, no_
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
-    docs = Seen(corpus_docs(corpus, report, max_doc_mb, index_path))     # refuses a corpus inside the index
+    docs = Seen(corpus_docs(corpus, report, max_doc_mb, index_path, doc_timeout), report)     # refuses a corpus inside the index
     folder = Path(corpus).resolve()
     folder = str(folder if folder.is_dir() else folder.parent)
     with _writer(index_path, wait, trust_remote_code, device) as w:

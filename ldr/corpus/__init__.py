@@ -12,14 +12,17 @@ from typing import Callable, Iterable, Iterator
 from ..errors import CorpusError
 from .doc import Doc
 from .formats import DOC_EXTS
-from .readers import (DEFAULT_MAX_DOC_MB, HTML_EXTS, JSON_EXTS, PARQUET_EXTS, SUPPORTED, TEXT_EXTS, Limits, read_document, read_html,
-                      read_jsonl, read_parquet, read_text)
+from .readers import DEFAULT_MAX_DOC_MB, HTML_EXTS, SUPPORTED, Limits, read_one
+from .worker import DEFAULT_DOC_TIMEOUT, ParseWorker
 from .report import IngestReport
 from .text import has_surrogates, replace_surrogates, utf8_len
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Doc", "IngestReport", "iter_corpus", "check_documents", "list_files", "SUPPORTED"]
+
+
+BOUNDED = DOC_EXTS | HTML_EXTS        # parsed in the bounded worker (worker.py)
 
 
 def _is_index_dir(path: Path) -> bool:
@@ -85,27 +88,15 @@ def _regular(p: Path, rel: str, report: IngestReport) -> bool:
     return True
 
 
-def _read_file(path: Path, rel: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
-    ext = path.suffix.lower()
-    if ext in TEXT_EXTS:
-        return read_text(path, rel, report, limits)
-    if ext in HTML_EXTS:
-        return read_html(path, rel, report, limits)
-    if ext in JSON_EXTS:
-        return read_jsonl(path, rel, report, limits)
-    if ext in PARQUET_EXTS:
-        return read_parquet(path, rel, report, limits)
-    if ext in DOC_EXTS:
-        return read_document(path, rel, report, limits)
-    raise CorpusError(f"{rel}: unsupported file type {ext!r}; supported: {', '.join(sorted(SUPPORTED))}")
-
-
 def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
-                max_doc_mb: float = DEFAULT_MAX_DOC_MB, exclude: Iterable[str | os.PathLike] = ()) -> Iterator[Doc]:
+                max_doc_mb: float = DEFAULT_MAX_DOC_MB, exclude: Iterable[str | os.PathLike] = (),
+                doc_timeout: float = DEFAULT_DOC_TIMEOUT) -> Iterator[Doc]:
     """Stream the documents of a corpus directory or file (never all in memory).
 
-    Documents over `max_doc_mb` are skipped and counted; `exclude` lists directories not to read
-    (the output directory when it lies inside the corpus).
+    Documents over `max_doc_mb` are skipped and counted; PDF, DOCX, ODT, EPUB and HTML files are
+    parsed in a worker process under a memory cap and a `doc_timeout` deadline (worker.py), and any
+    failure is a counted skip. `exclude` lists directories not to read (the output directory when
+    it lies inside the corpus). A file part of which was skipped is named in `report.partial`.
     """
     root = Path(path)
     for e in exclude:
@@ -115,9 +106,32 @@ def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
     files = list_files(root, report, [Path(e) for e in exclude])
     base = root if root.is_dir() else root.parent
     folder = str(base.resolve())
-    for f in files:
-        for doc in _read_file(f, f.relative_to(base).as_posix(), report, limits):
-            yield replace(doc, root=folder)
+    worker = None
+    try:
+        for f in files:
+            rel = f.relative_to(base).as_posix()
+            before = report.n_skipped
+            if f.suffix.lower() in BOUNDED:
+                worker = worker or ParseWorker(max_doc_mb, doc_timeout)
+                docs: Iterable[Doc] = worker.read(f, rel, report)
+            else:
+                docs = _read_in_process(f, rel, report, limits)
+            for doc in docs:
+                yield replace(doc, root=folder)
+            if report.n_skipped > before:
+                report.partial.add(rel)
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+def _read_in_process(f: Path, rel: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
+    """Text, JSONL, Parquet: streamed and bounded as they are read; an unexpected error on one
+    file is a counted skip (the documents it yielded before stay)."""
+    try:
+        yield from read_one(f, rel, report, limits)
+    except (MemoryError, RecursionError, ValueError, OSError, UnicodeError, LookupError) as e:
+        report.skip("unreadable file", f"{rel} ({type(e).__name__}: {str(e)[:160]})")
 
 
 def _clean(doc: Doc, report: IngestReport) -> Doc:
@@ -234,12 +248,13 @@ def _checked(docs, report, max_doc_mb, unchanged) -> Iterator[Doc]:
         raise CorpusError(f"the corpus has no indexable documents{why}")
 
 
-def corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out) -> Iterable[Doc]:
+def corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out,
+                doc_timeout: float = DEFAULT_DOC_TIMEOUT) -> Iterable[Doc]:
     """The documents of a corpus path (an index `out` inside it is not read as corpus; a corpus
     inside the index `out` is refused at once) or of an iterable of Docs/dicts."""
     if isinstance(corpus, (str, os.PathLike)):
         refuse_inside(corpus, out)
-        return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out])
+        return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out], doc_timeout=doc_timeout)
     return as_docs(corpus)
 
 

@@ -77,6 +77,25 @@ def _unpack_budget(z: zipfile.ZipFile, doc_id: str, report: IngestReport, limit:
     return True
 
 
+class _OverBudget(Exception):
+    """A packed file whose text or XML would pass its budget (--max-doc-mb): a counted skip."""
+
+
+def _member(z: zipfile.ZipFile, name: str, budget: list[int]) -> bytes:
+    """A zip member inflated within what is left of `budget` ([bytes]): a member that declares
+    less than it holds stops at the budget instead of being inflated whole."""
+    with z.open(name) as fh:
+        data = fh.read(budget[0] + 1)
+    if len(data) > budget[0]:
+        raise _OverBudget(f"unpacks past {_UNPACK_FACTOR}x --max-doc-mb")
+    budget[0] -= len(data)
+    return data
+
+
+def _too_big(report: IngestReport, doc_id: str, mb: float, why: str) -> None:
+    report.skip(f"larger than --max-doc-mb {mb:g}", f"{doc_id} ({why}; raise --max-doc-mb to index it)")
+
+
 def read_docx(raw: bytes, path: Path, doc_id: str, report: IngestReport, limit: int, mb: float) -> Iterator[Doc]:
     import docx
     from docx.table import Table
@@ -113,44 +132,58 @@ _NS = {"text": "urn:oasis:names:tc:opendocument:xmlns:text:1.0",
 _T = "{%s}" % _NS["text"]
 
 
-def _odt_text(el, out: list[str]) -> None:
+def _odt_text(el, out: list[str], left: list[int]) -> None:
     """The text of an ODF element in document order: spaces (<text:s c=N/>), tabs, line breaks
-    and LibreOffice's page breaks (<text:soft-page-break/>) written out."""
+    and LibreOffice's page breaks (<text:soft-page-break/>) written out; at most `left` ([chars])
+    characters (a 414-byte file's `<text:s c="2000000000"/>` is not written out)."""
     tag = el.tag
     if tag == _T + "s":
-        out.append(" " * int(el.get(_T + "c", "1") or 1))
+        c = el.get(_T + "c", "1") or "1"
+        n = int(c) if c.isdigit() else 1          # a non-numeric count is one space, as LibreOffice reads it
+        _put(out, left, " " * max(0, min(n, left[0] + 1)))
     elif tag == _T + "tab":
-        out.append("\t")
+        _put(out, left, "\t")
     elif tag == _T + "line-break":
-        out.append("\n")
+        _put(out, left, "\n")
     elif tag == _T + "soft-page-break":
-        out.append(PAGE_BREAK + "\n")
+        _put(out, left, PAGE_BREAK + "\n")
     elif el.text:
-        out.append(el.text)
+        _put(out, left, el.text)
     for child in el:
-        _odt_text(child, out)
+        _odt_text(child, out, left)
         if child.tail:
-            out.append(child.tail)
+            _put(out, left, child.tail)
     if tag in (_T + "p", _T + "h"):
-        out.append("\n")
+        _put(out, left, "\n")
+
+
+def _put(out: list[str], left: list[int], piece: str) -> None:
+    out.append(piece)
+    left[0] -= len(piece)
+    if left[0] < 0:
+        raise _OverBudget("its text is larger")
 
 
 def read_odt(raw: bytes, path: Path, doc_id: str, report: IngestReport, limit: int, mb: float) -> Iterator[Doc]:
+    out: list[str] = []
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as z:
             if not _unpack_budget(z, doc_id, report, limit, mb):
                 return
-            body = ElementTree.fromstring(z.read("content.xml")).find("office:body", _NS)
+            budget = [_UNPACK_FACTOR * limit]
+            body = ElementTree.fromstring(_member(z, "content.xml", budget)).find("office:body", _NS)
             title = ""
             if "meta.xml" in z.namelist():
-                t = ElementTree.fromstring(z.read("meta.xml")).find(".//dc:title", _NS)
+                t = ElementTree.fromstring(_member(z, "meta.xml", budget)).find(".//dc:title", _NS)
                 title = (t.text or "").strip() if t is not None else ""
-    except Exception as e:   # not a zip, no content.xml, bad XML
+        if body is not None:
+            _odt_text(body, out, [limit])
+    except _OverBudget as e:
+        _too_big(report, doc_id, mb, str(e))
+        return
+    except Exception as e:   # not a zip, no content.xml, bad XML, nesting deeper than Python's stack
         report.skip("unreadable ODT", f"{doc_id} ({type(e).__name__}: {str(e)[:160]})")
         return
-    out: list[str] = []
-    if body is not None:
-        _odt_text(body, out)
     text = "\n".join(line.rstrip(" \t") for line in "".join(out).split("\n")).strip("\n")
     yield from _doc(text, title or path.stem, doc_id, report, "empty document")
 
@@ -163,19 +196,29 @@ def read_epub(raw: bytes, path: Path, doc_id: str, report: IngestReport, limit: 
         with zipfile.ZipFile(io.BytesIO(raw)) as z:
             if not _unpack_budget(z, doc_id, report, limit, mb):
                 return
-            root = ElementTree.fromstring(z.read("META-INF/container.xml"))
+            budget = [_UNPACK_FACTOR * limit]
+            root = ElementTree.fromstring(_member(z, "META-INF/container.xml", budget))
             opf_path = root.find(f".//{container}rootfile").get("full-path")
-            opf = ElementTree.fromstring(z.read(opf_path))
+            opf = ElementTree.fromstring(_member(z, opf_path, budget))
             base = posixpath.dirname(opf_path)
             items = {i.get("id"): i.get("href") for i in opf.iter(opf_ns + "item")}
-            chapters = []
+            chapters, done, budget, left = [], set(), [_UNPACK_FACTOR * limit], limit
             for ref in opf.iter(opf_ns + "itemref"):
                 href = items.get(ref.get("idref"))
                 if href:   # names inside the archive only: nothing is read from the file system
                     name = posixpath.normpath(posixpath.join(base, href.split("#", 1)[0]))
-                    chapters.append(html_to_text(z.read(name).decode("utf-8", "replace"))[1])
+                    if name in done:       # a spine naming one chapter 20,000 times reads it once
+                        continue
+                    done.add(name)
+                    chapters.append(html_to_text(_member(z, name, budget).decode("utf-8", "replace"))[1])
+                    left -= len(chapters[-1])
+                    if left < 0:
+                        raise _OverBudget("its text is larger")
             t = opf.find(".//{%s}title" % _NS["dc"])
             title = (t.text or "").strip() if t is not None else ""
+    except _OverBudget as e:
+        _too_big(report, doc_id, mb, str(e))
+        return
     except Exception as e:   # not a zip, no container or package file, a missing chapter
         report.skip("unreadable EPUB", f"{doc_id} ({type(e).__name__}: {str(e)[:160]})")
         return

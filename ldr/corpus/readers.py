@@ -122,6 +122,23 @@ def read_text(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> 
     yield Doc(doc_id, text, title, {}, source=doc_id, path=doc_id)
 
 
+def read_one(path: Path, rel: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
+    """The documents of one file, by its extension, in this process (worker.py runs the formats
+    that can blow up in a bounded worker that calls this)."""
+    ext = path.suffix.lower()
+    if ext in TEXT_EXTS:
+        return read_text(path, rel, report, limits)
+    if ext in HTML_EXTS:
+        return read_html(path, rel, report, limits)
+    if ext in JSON_EXTS:
+        return read_jsonl(path, rel, report, limits)
+    if ext in PARQUET_EXTS:
+        return read_parquet(path, rel, report, limits)
+    if ext in DOC_EXTS:
+        return read_document(path, rel, report, limits)
+    raise ValueError(f"{rel}: unsupported file type {ext!r}")
+
+
 def read_document(path: Path, doc_id: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
     """PDF, DOCX, ODT or EPUB (formats.py), read whole within --max-doc-mb."""
     raw = _read_bytes(path, doc_id, report, limits, binary=True)

@@ -19,6 +19,8 @@ class IngestReport:
     # Not skips: documents kept, but with something worth telling (e.g. bytes replaced).
     warnings: Counter = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    # files part of whose content was skipped: `ldr add --prune` keeps their documents
+    partial: set = field(default_factory=set)
 
     def skip(self, reason: str, where: str, n: int = 1) -> None:
         """Count `n` documents lost for `reason` (n > 1: e.g. the rows of a corrupt row group)."""

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from ..index.build import BuildConfig
 from .metrics import evaluate
 from .report import stage_order
-from .runs import write_run
+from .runs import needs_escape, write_qrels, write_run
 from ..search.options import ldr_default
 from ..stages import Stage
 from .tasks import Task
@@ -133,6 +133,13 @@ def evaluate_task(task: Task, config: BuildConfig, opts: EvalOptions, out: Path,
     safe = re.sub(r"[^A-Za-z0-9_.@-]", "_", task.name)
     if features:  # the second stage's inputs, for tuning its weights offline
         (tdir / f"{safe}.rerank_features.json").write_text(json.dumps(features))
+    escaped = sorted({d for q in qrels for d in (q, *qrels[q])} | {d for r in runs.values() for q in r for d in (q, *r[q])},
+                     key=str)
+    escaped = [i for i in escaped if needs_escape(i)]
+    if escaped:     # other tools read %XX as it is: the qrels these runs are scored against, escaped alike
+        write_qrels(tdir / f"{safe}.qrels.trec", qrels)
+        result["escaped_ids"] = {"count": len(escaped), "examples": escaped[:3],
+                                 "qrels": str(tdir / f"{safe}.qrels.trec")}
     for stage in stage_order():
         if stage in runs:
             write_run(tdir / f"{safe}.{stage}.trec", runs[stage], f"ldr-{stage}")

@@ -4,7 +4,9 @@ TREC columns are separated by whitespace, so an id holding whitespace (a file na
 `my notes.txt`) cannot be written as it is. ldr writes such ids escaped: every whitespace
 character and `%` as `%XX` (its UTF-8 bytes in hex, as in URLs: `my%20notes.txt`, `100%25`), and
 reads every run and TREC qrels file back the same way, so ids round-trip exactly. Ids without
-whitespace or `%` are written unchanged."""
+whitespace or `%` are written unchanged. Other tools do not unescape: `ldr eval` writes the qrels
+it scored with beside its runs, escaped the same way (`write_qrels`), and both `ldr eval` and
+`ldr search --queries` say when an id was escaped."""
 from __future__ import annotations
 
 import math
@@ -19,6 +21,20 @@ def write_run(path: Path, run: dict[str, dict[str, float]], tag: str) -> None:
             ranked = sorted(run[qid].items(), key=lambda kv: (-kv[1], kv[0]))
             for rank, (doc, score) in enumerate(ranked, 1):
                 fh.write(run_line(qid, doc, rank, score, tag))
+
+
+def needs_escape(s: str) -> bool:
+    return any(c.isspace() or c == "%" for c in s)
+
+
+def write_qrels(path: Path, qrels: dict[str, dict[str, int]]) -> None:
+    """TREC qrels (`qid 0 docid relevance`) with ids escaped as the runs write them: trec_eval,
+    ir-measures or ranx given this file and ldr's runs score what `ldr eval` scores, whatever
+    the ids hold (the original qrels name `my notes.txt` where a run can only say `my%20notes.txt`)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for qid in sorted(qrels):
+            for doc, rel in sorted(qrels[qid].items()):
+                fh.write(f"{escape_id(qid)} 0 {escape_id(doc)} {int(rel)}\n")
 
 
 def escape_id(s: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..corpus import DEFAULT_MAX_DOC_MB, Doc, IngestReport, oversized
+from ..corpus.worker import DEFAULT_DOC_TIMEOUT
 from ..errors import ConfigError
 from ..components.analysis import Analyzer
 from ..components.faiss_store import FaissSettings
@@ -59,6 +60,11 @@ class BuildConfig:
     # larger documents are skipped and counted (memory bound)
     max_doc_mb: float = setting(DEFAULT_MAX_DOC_MB, "--max-doc-mb", help="Skip (and count) documents larger than this; raise it to "
                                                            "index them (memory grows with it).")
+    # PDF, DOCX, ODT, EPUB and HTML are parsed in a worker with this deadline (ldr/corpus/worker.py)
+    doc_timeout: float = setting(DEFAULT_DOC_TIMEOUT, "--doc-timeout",
+                                 help="Skip (and count) a PDF, DOCX, ODT, EPUB or HTML file whose parsing takes longer "
+                                      "than this many seconds (each is parsed in a worker process under this deadline "
+                                      "and a memory cap of 16x --max-doc-mb, 1 GB at least).")
     # `auto` by default: the packaged MiniLM with MaxP for English, multilingual-e5 for other
     # languages (see for_language); None: no dense component
     dense: DenseSettings | None = field(default_factory=lambda: DenseSettings(model=AUTO))

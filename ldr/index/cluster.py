@@ -103,9 +103,12 @@ def parse_cluster(text: str, root: Path, gen: int, path) -> dict:
     return m
 
 
-def new_cluster(gen: int, shards: list[dict], config: dict, history: list, record: dict) -> dict:
+def new_cluster(gen: int, shards: list[dict], config: dict, history: list, record: dict,
+                index_id: str | None = None) -> dict:
+    import uuid
+
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    m = {"format": FORMAT, "generation": gen, "created": now, "routing": {"hash": "blake2b-8", "shards": len(shards)},
+    m = {"format": FORMAT, "generation": gen, "created": now, "index_id": index_id or uuid.uuid4().hex, "routing": {"hash": "blake2b-8", "shards": len(shards)},
          "shards": shards, "config": config,
          "stats": {"docs": sum(s.get("live", 0) for s in shards), "tokens": sum(s.get("tokens", 0) for s in shards)},
          "history": (history + [{"generation": gen, "at": now, **record}])[-HISTORY:]}

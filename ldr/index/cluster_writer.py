@@ -126,6 +126,7 @@ class ClusterWriter:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return self._commit("index", range(n_shards), {"added": sum(counts), "shards": n_shards,
+                                                       "skipped": report.n_skipped, "skip_reasons": dict(report.skipped),
                                                        **({"ray": self.ray_info} if ray is not None else {})})
 
     def add(self, docs: Iterable, report: IngestReport, progress: bool = False, max_doc_mb: float | None = None,
@@ -159,16 +160,18 @@ class ClusterWriter:
         result["replaced"] = sorted(result["replaced"])
         if not touched:          # nothing new (every document unchanged or skipped): no commit, as unsharded
             return {**result, "generation": self.generation}
-        return self._commit("add", touched, {k: v if isinstance(v, int) else len(v) for k, v in result.items()},
-                            result)
+        return self._commit("add", touched, {**{k: v if isinstance(v, int) else len(v) for k, v in result.items()},
+                                             "skip_reasons": dict(report.skipped)}, result)
 
     def gone(self, folder: str, seen) -> list[str]:
         """Every shard's documents read from `folder` that an add of it no longer found."""
-        out: list[str] = []
+        from .unchanged import gone
+
+        rows: list[tuple[str, str, str]] = []     # the whole index's: a folder moved is judged over every shard
         for i in range(self.n_shards):
             with IndexWriter(self.shard_path(i), wait=self.wait, cluster=True) as w:
-                out += w.gone(folder, seen)
-        return sorted(out)
+                rows += w.origins()
+        return gone(rows, folder, seen)
 
     def delete(self, ids: Iterable[str]) -> dict:
         ids = list(dict.fromkeys(str(i) for i in ids))
@@ -225,7 +228,7 @@ class ClusterWriter:
                   else old[i] for i in range(max(len(old), max(touched, default=-1) + 1))]
         crash_point(f"cluster:{op}:before-publish")
         manifest = new_cluster(self.generation + 1, shards, {}, (self.current or {}).get("history", []),
-                               {"op": op, **record})
+                               {"op": op, **record}, (self.current or {}).get("index_id"))
         publish_cluster(self.root, manifest)
         self.current = manifest
         collect_cluster(self.root, KEEP)

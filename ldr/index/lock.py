@@ -2,6 +2,8 @@
 
 The kernel drops a flock when its process dies, so the lock of a killed writer is taken over by
 the next one without any staleness guess; the pid in the file is only there to name the holder.
+Writers of one process (threads of a server or a RAG app, `asyncio.gather` of adds) queue on a
+lock of the process first, whatever `wait` says: the holder is this process, so its write ends.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import logging
 import os
 import socket
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -31,12 +34,51 @@ def _holder(path: Path) -> str:
         return "unknown"
 
 
+class _Queue:
+    """The writers of one index in this process, one at a time (released from any thread)."""
+
+    def __init__(self):
+        self.lock, self.owner = threading.Lock(), None
+
+    def take(self) -> bool:
+        """Wait for the other threads' writers; False (nothing taken) when this thread holds it."""
+        if self.owner == threading.get_ident():
+            return False
+        self.lock.acquire()
+        self.owner = threading.get_ident()
+        return True
+
+    def give(self) -> None:
+        self.owner = None
+        self.lock.release()
+
+
+_IN_PROCESS: dict[str, _Queue] = {}
+_IN_PROCESS_GUARD = threading.Lock()
+
+
+def _in_process(path: Path) -> _Queue:
+    key = os.path.realpath(path)
+    with _IN_PROCESS_GUARD:
+        return _IN_PROCESS.setdefault(key, _Queue())
+
+
 class WriteLock:
     def __init__(self, root: Path, wait: bool | float = False):
-        """Take the index's write lock. `wait`: False fails at once when another writer holds it;
-        True waits for it; a number waits that many seconds."""
+        """Take the index's write lock. `wait`: False fails at once when another process holds it;
+        True waits for it; a number waits that many seconds. Another thread of this process
+        holding it is waited for (re-entered by the same thread, the file lock refuses as before)."""
         self.path = Path(root) / LOCK
         self._fd = None
+        queue = _in_process(self.path)
+        self._mine = queue if queue.take() else None
+        try:
+            self._take(root, wait)
+        except BaseException:
+            self.release()
+            raise
+
+    def _take(self, root: Path, wait: bool | float) -> None:
         try:   # never through a link: a write.lock replaced by a symlink must not empty its target
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as e:
@@ -81,6 +123,9 @@ class WriteLock:
             os.ftruncate(self._fd, 0)     # an empty file: nobody holds it
             os.close(self._fd)
             self._fd = None
+        mine, self._mine = getattr(self, "_mine", None), None
+        if mine is not None:
+            mine.give()
 
     def __enter__(self):
         return self

@@ -30,13 +30,15 @@ from .cluster import (cluster_generations, cluster_generations_in, cluster_name,
 from .lock import WriteLock
 from .manifest import parse_manifest, read_manifest
 from .remote import Remote, is_uri
+from .replica_target import claim, identity
 
 CHUNK = 1 << 20
 
 
 def catch_up(source, target, generation: int | None = None, wait: bool | float = True) -> dict:
-    """Bring `target` (a copy, or a new folder) to `source`'s newest commit (or `generation`):
-    {generation, copied (files), bytes, kept (files already there), shards}. `source` may be a
+    """Bring `target` (a copy, or a new or empty folder) to `source`'s newest commit (or `generation`):
+    {generation, copied (files), bytes, kept (files already there, each hashed), shards}. Any
+    other target is refused before anything is written (replica_target.py). `source` may be a
     URI; a URI `target` publishes the folder `source` there instead (`push`)."""
     if is_uri(target):
         if is_uri(source):
@@ -58,11 +60,12 @@ def catch_up(source, target, generation: int | None = None, wait: bool | float =
         if not found:
             raise IndexFormatError(f"{src.name('')} holds no committed index to replicate")
         out["generation"] = generation if generation is not None else found[-1]
+        claim(src.name(""), identity(src.manifest("", out["generation"], dst)[0]), dst)
         _add(out, _index(src, "", dst, out["generation"], wait))
         return out
     cluster = src.cluster(generation if generation is not None else clusters[-1], dst)
     out["generation"] = cluster["generation"]
-    dst.mkdir(parents=True, exist_ok=True)
+    claim(src.name(""), identity(cluster), dst)
     for s in cluster["shards"]:
         if s["generation"] is not None:
             _add(out, _index(src, s["path"], inside(dst, s["path"], "shard path"), s["generation"], wait))
@@ -171,8 +174,8 @@ def _index(src, rel: str, dst: Path, gen: int, wait) -> dict:
             return got
         for name, info in manifest["files"].items():
             target = inside(dst, name, "a manifest's file")
-            if target.is_file() and target.stat().st_size == info["size"]:
-                got["kept"] += 1        # immutable: a file of an earlier commit, verified when it came
+            if target.is_file() and target.stat().st_size == info["size"] and _sha256(target) == info["sha256"]:
+                got["kept"] += 1        # a file of an earlier commit, hashed again: a damaged one is replaced
                 continue
             _copy_verified(src, _join(rel, name), target, info)
             got["copied"] += 1

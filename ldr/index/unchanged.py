@@ -39,10 +39,16 @@ def typed(meta) -> str:
 
 
 class Seen:
-    """Wraps the documents of an `ldr add FOLDER` and remembers the ids and files read."""
+    """Wraps the documents of an `ldr add FOLDER` and remembers the ids and files read; `report`
+    (the add's IngestReport) names the files part of which was skipped (`report.partial`)."""
 
-    def __init__(self, docs):
+    def __init__(self, docs, report=None):
         self.docs, self.ids, self.paths = docs, set(), set()
+        self.report = report
+
+    @property
+    def partial(self) -> set:
+        return getattr(self.report, "partial", set())
 
     def __iter__(self):
         for doc in self.docs:
@@ -52,24 +58,43 @@ class Seen:
             yield doc
 
 
-def gone(root: Path, segments: list[dict], deleted: list[np.ndarray], folder: str, seen: Seen) -> list[str]:
-    """Ids of the index's documents read from `folder` (its absolute path) that this add did not
-    read again: their file is no longer in the folder, or the file was read and no longer holds
-    them (a record removed from a JSONL file). A file still there but not read (now unreadable,
-    too large, hidden) keeps its documents: only what is known gone is listed."""
+def origins(root: Path, segments: list[dict], deleted: list[np.ndarray]) -> list[tuple[str, str, str]]:
+    """(id, folder, path) of each live document read from a folder's file (as ldr wrote the path)."""
     out = []
-    base = Path(folder)
     for seg, dead in zip(segments, deleted):
         store = Docstore(inside(root, seg["path"], "segment"), seg["docs"])
         paths, roots = store.origins()
         for row, (path, where) in enumerate(zip(paths, roots)):
-            if where != folder or path is None or dead[row] or not _relative(path):
-                continue
-            doc_id = store.ids[row]
-            if doc_id not in seen.ids and (path in seen.paths or not (base / path).is_file()):
-                out.append(doc_id)
-    return sorted(out)
+            if where is not None and path is not None and not dead[row] and _relative(path):
+                out.append((store.ids[row], where, path))
+    return out
 
+
+def gone(rows: list[tuple[str, str, str]], folder: str, seen: Seen) -> list[str]:
+    """Ids of the documents (`origins`) read from `folder` (its absolute path) that this add did
+    not read again: their file is no longer in the folder, or the file was read whole and no
+    longer holds them (a record removed from a JSONL file). A file still there but not read whole
+    (a record that failed to parse or is over --max-doc-mb, an unreadable file) keeps its
+    documents: a skip is not a removal.
+
+    A folder the index read before that this add read most of the documents of again is the same
+    corpus moved (`ldr add COPY` of a changed copy): its documents whose file COPY lacks are
+    gone too, though the unchanged ones still name the first folder."""
+    base = Path(folder)
+    live, again = {}, {}
+    for doc_id, where, _ in rows:
+        live[where] = live.get(where, 0) + 1
+        again[where] = again.get(where, 0) + (doc_id in seen.ids)
+    moved = {w for w in live if w != folder and 2 * again[w] > live[w]}
+    out = []
+    for doc_id, where, path in rows:
+        if where != folder and where not in moved:
+            continue
+        if doc_id in seen.ids or path in seen.partial:
+            continue
+        if path in seen.paths or not (base / path).is_file():
+            out.append(doc_id)
+    return sorted(out)
 
 def _relative(path: str) -> bool:
     """A path as ldr writes them (relative, no ".."): any other is not looked up on disk."""

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Iterable
 
@@ -31,7 +32,7 @@ from .manifest import check_uids, file_entries, new_manifest, read_manifest, sea
 from .feed import SegmentFeed
 from .segment import delete_rows, highest_uids, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, collect
-from .unchanged import Unchanged, gone
+from .unchanged import Unchanged, gone, origins
 
 log = logging.getLogger(__name__)
 AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
@@ -142,6 +143,8 @@ class IndexWriter:
         manifest["next_uid"] = max(prev.get("next_uid", 0), record.pop("next_uid", 0))
         manifest["next_segment"] = max(prev.get("next_segment", 1), record.pop("next_segment", 1))
         manifest["search"] = search
+        # who this index is across its commits: a replica of it is told from another index by it
+        manifest["index_id"] = prev.get("index_id") or uuid.uuid4().hex
         record = {"generation": gen, "op": op, "at": manifest["created"],
                   **dict.fromkeys(("added", "replaced", "deleted", "skipped"), 0), **record}
         manifest["history"] = (prev.get("history", []) + [record])[-HISTORY:]
@@ -301,7 +304,11 @@ class IndexWriter:
 
     def gone(self, folder: str, seen) -> list[str]:
         """Documents read from `folder` that an add of it (`seen`) no longer found (unchanged.gone)."""
-        return gone(self.root, self._writable()["segments"], self._deleted_masks(), folder, seen)
+        return gone(self.origins(), folder, seen)
+
+    def origins(self) -> list[tuple[str, str, str]]:
+        """(id, folder, path) of each live document read from a folder (unchanged.origins)."""
+        return origins(self.root, self._writable()["segments"], self._deleted_masks())
 
     def delete(self, ids: Iterable[str]) -> dict:
         """Mark documents deleted (a new deletes file per touched segment) and commit."""

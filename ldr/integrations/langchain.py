@@ -23,6 +23,10 @@ from pydantic import ConfigDict, PrivateAttr
 from .source import document_records, open_source, passage_records, search_options
 
 
+def _relevance(hit) -> float:
+    return float(hit.relevance) if getattr(hit, "relevance", None) is not None else 0.0
+
+
 class LdrRetriever(BaseRetriever):
     """`k` LangChain Documents, one per hit, best first: its `passages` best passages in the
     document's order, joined by a line holding "…" (`passages=0`: the document's whole text).
@@ -80,10 +84,14 @@ class LdrVectorStore(VectorStore):
 
     ldr encodes with the index's own models (a hybrid of BM25, dense and learned sparse by default),
     so no `embedding` is taken: `from_texts(texts, embedding=None, path=...)` ignores one given.
-    A search returns each hit's Document as it was added (its whole text and metadata);
-    `similarity_search_with_score` gives ldr's ranking score (it orders one list),
-    `similarity_search_with_relevance_scores` the calibrated relevance (0-1, comparable across
-    queries). `build_options` (at creation): BuildConfig fields, e.g. dense=None for BM25 alone."""
+    A search returns each hit's Document as it was added (its whole text and metadata, plus
+    "score": ldr's ranking score, which orders one list, and "relevance"); the score a
+    `similarity_search_with_score` or `..._with_relevance_scores` pair carries is the calibrated
+    relevance (0-1, comparable across queries: a threshold on it means the same for every query).
+    `max_marginal_relevance_search` (and `as_retriever(search_type="mmr")`) reorders the best
+    `fetch_k` hits by MMR over the index's own dense model (an index without one says so).
+    `delete()` with no ids deletes every document, as LangChain's stores do.
+    `build_options` (at creation): BuildConfig fields, e.g. dense=None for BM25 alone."""
 
     def __init__(self, index=None, *, build_options: dict | None = None, **search_options: Any):
         from .. import sharded
@@ -123,8 +131,10 @@ class LdrVectorStore(VectorStore):
         return self.add_texts([d.page_content for d in documents], [d.metadata for d in documents], ids=ids, **kwargs)
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        if ids is None:             # LangChain's contract: no ids, every document
+            ids = self.index.live_ids()
         if not ids:
-            return None
+            return True
         self.index.delete([str(i) for i in ids])
         return True
 
@@ -143,24 +153,56 @@ class LdrVectorStore(VectorStore):
         if filter:
             options["filters"] = filter
         hits = self.index.search(query, k=k, **options)
-        return [(Document(page_content=h.text, metadata=dict(h.meta or {}), id=h.id), h) for h in hits]
+        return [(Document(page_content=h.text, id=h.id,
+                          metadata={**(h.meta or {}), "score": float(h.score), "relevance": _relevance(h)}), h)
+                for h in hits]
 
     def similarity_search(self, query: str, k: int = 4, filter: dict | None = None, **kwargs: Any) -> list[Document]:
         return [d for d, _ in self._search(query, k, filter, **kwargs)]
 
     def similarity_search_with_score(self, query: str, k: int = 4, filter: dict | None = None,
                                      **kwargs: Any) -> list[tuple[Document, float]]:
-        return [(d, float(h.score)) for d, h in self._search(query, k, filter, **kwargs)]
+        return [(d, _relevance(h)) for d, h in self._search(query, k, filter, **kwargs)]
 
     def _similarity_search_with_relevance_scores(self, query: str, k: int = 4, **kwargs: Any):
         filter = kwargs.pop("filter", None)
-        return [(d, float(h.relevance if h.relevance is not None else 0.0))
-                for d, h in self._search(query, k, filter, **kwargs)]
+        return [(d, _relevance(h)) for d, h in self._search(query, k, filter, **kwargs)]
+
+    def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+                                      filter: dict | None = None, **kwargs: Any) -> list[Document]:
+        """The best `fetch_k` hits reordered by maximal marginal relevance (LangChain's own
+        function) over vectors of the index's dense model: the query's and each hit's best
+        passage's. An index without a dense component cannot: a clear error."""
+        import numpy as np
+        from langchain_core.vectorstores.utils import maximal_marginal_relevance
+
+        from ..errors import ConfigError
+
+        if "dense" not in getattr(self.index, "components", {}) or not hasattr(self.index, "retriever"):
+            raise ConfigError("max_marginal_relevance_search needs the index's dense vectors: this index has no "
+                              "dense component (BM25 or sparse only); use similarity_search, or build with dense")
+        options = {**self.search_options, **kwargs, "passages": 1, "with_text": True}
+        if filter:
+            options["filters"] = filter
+        hits = list(self.index.search(query, k=fetch_k, **options))
+        if not hits:
+            return []
+        dense = self.index.retriever("dense")
+        texts = [h.passages[0].text if h.passages else (h.text or h.title) for h in hits]
+        vecs = np.asarray(dense.encode_many([query, *texts]), dtype=np.float32)
+        chosen = maximal_marginal_relevance(vecs[0], list(vecs[1:]), lambda_mult=lambda_mult, k=k)
+        return [Document(page_content=hits[i].text, id=hits[i].id,
+                         metadata={**(hits[i].meta or {}), "score": float(hits[i].score), "relevance": _relevance(hits[i])})
+                for i in chosen]
 
     @classmethod
     def from_texts(cls, texts: list[str], embedding=None, metadatas: list[dict] | None = None, *,
                    ids: list[str] | None = None, path=None, index=None, **kwargs: Any) -> "LdrVectorStore":
         """A store at `path` (created empty if it holds no index) or over `index`, with `texts` added."""
+        if index is None and path is None:
+            raise ValueError("LdrVectorStore.from_texts/from_documents needs path= (the index directory to open or "
+                             "create) or index= (an ldr.Index); ldr encodes with the index's own models, so "
+                             "embedding may be None")
         store = cls(index if index is not None else path, **kwargs)
         store.add_texts(texts, metadatas, ids=ids)
         return store

@@ -13,20 +13,37 @@ from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle
 from ..errors import QueryError
 from .source import document_records, open_source, passage_records, search_options
 
-# LlamaIndex's filter operators that ldr's filters express (ldr/search/filters.py)
-_OPS = {"==": "=", "!=": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
+# LlamaIndex's filter operators that ldr's filters express (ldr/search/filters.py), and their negations
+_OPS = {"==": "=", "!=": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<=", "in": "=", "nin": "!="}
+_NEGATED = {"==": "!=", "!=": "==", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "in": "nin", "nin": "in"}
+
+
+_NOTHING = "\x00"
+
+
+def _literal(v):
+    """A value matched as it is: ldr reads * ? [ in an `=` value as a glob, LlamaIndex never does."""
+    import glob
+
+    return glob.escape(v) if isinstance(v, str) else v
 
 
 def ldr_filters(filters) -> dict | None:
     """LlamaIndex `MetadataFilters` (ExactMatchFilter, MetadataFilter with ==, !=, <, <=, >, >=,
-    in; conditions joined by AND) as ldr's filter dict; a mapping passes as it is. What ldr cannot
-    express (OR, nin, contains, text match, nested filters) is a clear error, never ignored."""
+    in, nin; conditions joined by AND, or one condition under NOT) as ldr's filter dict; a mapping
+    passes as it is. Values are matched literally (no globs). Conditions on one key are joined
+    (two `in` lists: the values in both; `>=` beside `in`: both hold). What ldr cannot express
+    (OR, NOT over several filters, contains, text match, nested filters) is a clear error, never
+    ignored."""
     if filters is None or isinstance(filters, dict):
         return filters
     from llama_index.core.vector_stores.types import FilterCondition, MetadataFilters
 
     if not isinstance(filters, MetadataFilters):
         raise QueryError(f"filters must be a mapping or LlamaIndex MetadataFilters, not {type(filters).__name__}")
+    negate = filters.condition == FilterCondition.NOT
+    if negate and len(filters.filters) != 1:
+        raise QueryError("ldr's filters express NOT over one filter only (NOT of several is an OR of their negations)")
     if len(filters.filters) > 1 and filters.condition not in (None, FilterCondition.AND):
         raise QueryError(f"ldr's filters join conditions with AND; {filters.condition.value} is not supported")
     out: dict = {}
@@ -34,17 +51,35 @@ def ldr_filters(filters) -> dict | None:
         if isinstance(f, MetadataFilters):
             raise QueryError("nested MetadataFilters are not supported by ldr's filters")
         op = getattr(f.operator, "value", f.operator)
-        if op == "in":
-            out[f.key] = list(f.value)
-        elif op in _OPS:
-            cond = out.setdefault(f.key, {})
-            if not isinstance(cond, dict) or _OPS[op] in cond:
-                raise QueryError(f"two conditions on {f.key!r} that ldr's filters cannot join")
-            cond[_OPS[op]] = f.value
-        else:
+        if op not in _OPS:
             raise QueryError(f"the filter operator {op!r} (on {f.key!r}) is not supported by ldr's filters; "
-                             f"supported: {', '.join([*_OPS, 'in'])}")
+                             f"supported: {', '.join(_OPS)}")
+        if negate:
+            op = _NEGATED[op]
+        _join(out.setdefault(f.key, {}), f.key, op, f.value)
     return out
+
+
+def _join(cond: dict, key: str, op: str, value) -> None:
+    """Add `key op value` to the conditions already on `key` (all must hold)."""
+    if op in ("in", "nin"):
+        if not isinstance(value, (list, tuple)):
+            raise QueryError(f"the filter {key!r} {op} takes a list of values (got {value!r})")
+        values = [_literal(v) for v in value]
+    else:
+        values = [_literal(value)]
+    ldr_op = _OPS[op]
+    if ldr_op == "=":       # equal to one of them, and to one of any earlier list: their intersection
+        cond["="] = values if "=" not in cond else [v for v in cond["="] if v in values]
+        if not cond["="]:   # no value is in both: nothing matches (equal to it and not equal to it)
+            cond["="] = [_NOTHING]
+            cond["!="] = list(dict.fromkeys([*cond.get("!=", []), _NOTHING]))
+    elif ldr_op == "!=":    # equal to none of them
+        cond["!="] = list(dict.fromkeys([*cond.get("!=", []), *values]))
+    elif ldr_op in cond:
+        raise QueryError(f"two {op} conditions on {key!r}: give the tighter one")
+    else:
+        cond[ldr_op] = value
 
 
 class LdrRetriever(BaseRetriever):

@@ -7,6 +7,7 @@ line); `path` is the document's own `path` field where it has one, else `ldr.pat
     {"lang": "de"}                      equal (a value with * ? [ is a glob: {"path": "contracts/*"})
     {"lang": ["de", "fr"]}              any of
     {"year": {">=": 2020, "<": 2024}}   comparisons: = != < <= > >= (numbers compare as numbers)
+    {"lang": {"!=": ["de", "fr"]}}      none of
 
 Conditions on different fields must all hold. On the command line: `--filter lang=de
 --filter 'path=contracts/*' --filter 'year>=2020'`; the same field given twice with `=` means any
@@ -74,7 +75,7 @@ def normalise(filters) -> dict[str, dict]:
             raise QueryError(f"a filter field has {len(key)} characters; at most {MAX_CHARS}")
         for op, v in c.items():
             vals = v if isinstance(v, list) else [v]
-            if op != "=" and isinstance(v, list):
+            if op not in ("=", "!=") and isinstance(v, list):
                 raise QueryError(f"filter {key}{op} takes one value (got a list)")
             if not vals or any(not isinstance(x, (str, int, float, bool)) for x in vals):
                 raise QueryError(f"filter {key}{op}: values must be strings, numbers or booleans (got {v!r})")
@@ -83,8 +84,9 @@ def normalise(filters) -> dict[str, dict]:
             long = [x for x in vals if len(str(x)) > MAX_CHARS]
             if long:
                 raise QueryError(f"filter {key}{op}: a value has {len(str(long[0]))} characters; at most {MAX_CHARS}")
-        if "=" in c and not isinstance(c["="], list):
-            c["="] = [c["="]]
+        for op in ("=", "!="):          # `=`: one of the values; `!=`: none of them
+            if op in c and not isinstance(c[op], list):
+                c[op] = [c[op]]
         out[key] = c
     return out
 
@@ -133,7 +135,7 @@ def matches(value, cond: dict) -> bool:
             return all(matches(v, neg) for v in value) and (not pos or any(matches(v, pos) for v in value))
     for op, want in cond.items():
         if op == "!=":
-            if value is not None and _equal(value, want):
+            if value is not None and any(_equal(value, w) for w in want):
                 return False
             continue
         if value is None:

@@ -123,7 +123,7 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
             task.cancel()
             served.index().close()
 
-    # /docs is served from the swagger-ui-bundle package, not FastAPI's CDN: it works offline
+    # /docs is served from fastapi-offline's Swagger UI files, not FastAPI's CDN: it works offline
     app = FastAPI(title="ldr", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Long-document retrieval: hybrid search with passages, filters, and a living index.")
     add_api_docs(app)
@@ -152,24 +152,36 @@ def create_app(index_path: str, settings: ServerSettings | None = None, *, devic
 
 
 def add_api_docs(app: FastAPI) -> bool:
-    """Swagger UI at /docs from the locally installed swagger-ui-bundle (the [server] extra);
-    without it there is no /docs (the OpenAPI schema stays at /openapi.json). True when served."""
-    try:
-        from swagger_ui_bundle import swagger_ui_path
-    except ImportError:
+    """Swagger UI at /docs from the files of the locally installed fastapi-offline (the [server]
+    extra; its static folder is read as data, its code is not used); without it there is no /docs
+    (the OpenAPI schema stays at /openapi.json). True when served."""
+    assets = swagger_assets()
+    if assets is None:
         return False
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.staticfiles import StaticFiles
 
-    app.mount("/docs-assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+    app.mount("/docs-assets", StaticFiles(directory=str(assets)), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     def docs():
         return get_swagger_ui_html(openapi_url=app.openapi_url, title="ldr API",
                                    swagger_js_url="/docs-assets/swagger-ui-bundle.js",
                                    swagger_css_url="/docs-assets/swagger-ui.css",
-                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
+                                   swagger_favicon_url="/docs-assets/favicon.png")
     return True
+
+
+def swagger_assets():
+    """The folder of Swagger UI 5's files (fastapi-offline's static folder), or None."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "static"
+    return folder if (folder / "swagger-ui-bundle.js").is_file() else None
 
 
 def add_error_handlers(app: FastAPI) -> None:
