@@ -396,6 +396,44 @@ def test_langchain_options_per_call_and_an_event_loop_left_free(tmp_path):
     assert asyncio.run(six()) < 6 * 0.3 * 0.8          # overlapped, not one after another
 
 
+def _same_as_llamaindex(tmp_path):
+    """Issue 76: NOT with one filter was applied as a positive filter; `==` values holding * ? [
+    were read as globs; `>=` beside `in` on one key was dropped, and of two `in` lists only the
+    second kept. Every filter here must select what LlamaIndex's own metadata filter function
+    selects over the same documents."""
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores.types import (ExactMatchFilter, FilterCondition, FilterOperator,
+                                                      MetadataFilter, MetadataFilters)
+    from llama_index.core.vector_stores.utils import build_metadata_filter_fn
+
+    from ldr.integrations.llamaindex import LdrRetriever
+
+    meta = [{"title": t, "tag": g, "year": 2000 + i % 5, "team": "red" if i % 3 else "blue"}
+            for i, (t, g) in enumerate([("[draft] notes", "v*"), ("draft notes", "v1"), ("d notes", "v2"),
+                                        ("[draft] notes?", "vx"), ("plain", "v*"), ("other", "w")] * 2)]
+    docs = [{"id": f"m{i}", "text": f"bridge survey {i}", **m} for i, m in enumerate(meta)]
+    ldr.Index.build(docs, tmp_path / "m", dense=None, sparse=None)
+    M, F, O, C = MetadataFilters, MetadataFilter, FilterOperator, FilterCondition
+    cases = [M(filters=[ExactMatchFilter(key="team", value="red")], condition=C.NOT),
+             M(filters=[ExactMatchFilter(key="team", value="red"), F(key="year", value=[2001, 2002], operator=O.IN)],
+               condition=C.NOT),
+             M(filters=[ExactMatchFilter(key="title", value="[draft] notes")]),
+             M(filters=[ExactMatchFilter(key="tag", value="v*")]),
+             M(filters=[F(key="title", value="[draft] notes?", operator=O.NE)]),
+             M(filters=[F(key="year", value=[2001, 2002, 2003], operator=O.IN), F(key="year", value=2002, operator=O.GTE)]),
+             M(filters=[F(key="year", value=[2001, 2002, 2003], operator=O.IN), F(key="year", value=[2003, 2004], operator=O.IN)]),
+             M(filters=[F(key="year", value=[2001], operator=O.IN), F(key="year", value=[2004], operator=O.IN)]),
+             M(filters=[F(key="tag", value=["v*", "w"], operator=O.NIN)])]
+    nodes = [TextNode(id_=d["id"], text=d["text"], metadata={k: v for k, v in d.items() if k not in ("id", "text")})
+             for d in docs]
+    for f in cases:
+        keep = build_metadata_filter_fn(lambda i: next(n.metadata for n in nodes if n.id_ == i), f)
+        want = sorted(n.id_ for n in nodes if keep(n.id_))
+        got = sorted(n.node.metadata["doc_id"] for n in LdrRetriever(str(tmp_path / "m"), k=20, filters=f)
+                     .retrieve("bridge survey"))
+        assert got == want, (f, got, want)
+
+
 def test_llamaindex_takes_its_own_metadata_filters_and_leaves_the_event_loop_free(tmp_path):
     """Issue 58: LlamaIndex's MetadataFilters (ExactMatchFilter, operators, AND) become ldr's
     filters; what ldr cannot express (OR, nin) is refused clearly; aretrieve overlaps."""
@@ -419,10 +457,14 @@ def test_llamaindex_takes_its_own_metadata_filters_and_leaves_the_event_loop_fre
                   .retrieve("bridge")) == ["d1", "d6"]
     for bad in (MetadataFilters(filters=[ExactMatchFilter(key="n", value=1), ExactMatchFilter(key="year", value=2)],
                                 condition=FilterCondition.OR),
-                MetadataFilters(filters=[MetadataFilter(key="n", value=[1], operator=FilterOperator.NIN)])):
+                MetadataFilters(filters=[MetadataFilter(key="n", value="1", operator=FilterOperator.CONTAINS)]),
+                MetadataFilters(filters=[MetadataFilter(key="year", value=2003, operator=FilterOperator.GTE)],
+                                condition=FilterCondition.NOT)):
         with pytest.raises(QueryError, match="not supported"):
             LdrRetriever(str(tmp_path / "i"), filters=bad)
     real = r._source.search
+    # issue 76: each answer as LlamaIndex's own store gives it (its metadata filter function)
+    _same_as_llamaindex(tmp_path)
 
     def slow(*a, **k):
         time.sleep(0.3)

@@ -145,3 +145,59 @@ def test_the_write_encoders_load_before_the_first_write(tmp_path):
     assert loaded >= 1
     index.add([{"id": "b", "text": "granite ballast for the sidings"}])
     assert len(ENCODERS.loaded()) == loaded and index.search("ballast", k=1)[0].id == "b"
+
+
+def test_prune_never_deletes_a_record_that_was_skipped_and_follows_a_changed_copy(tmp_path):
+    """Issue 76 (data loss): a JSONL record that failed to parse, or was over --max-doc-mb,
+    counted as gone and `--prune` deleted it; a skip is not a removal. And `ldr add COPY --prune`
+    of a changed copy of the indexed folder did not notice a file deleted from the copy."""
+    c, idx, r = _corpus(tmp_path), tmp_path / "idx", CliRunner()
+    (c / "notes.jsonl").write_text('{"id": "n1", "text": "tide tables for May"}\n{"id": "n2", "text": "ferry times"}\n'
+                                   '{"id": "n3", "text": "harbour dues"}\n')
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "z.txt").write_text("a document from another folder about salt marshes")
+    assert r.invoke(main, ["index", str(c), "-o", str(idx)] + BM25_ONLY).exit_code == 0
+    assert r.invoke(main, ["add", str(other), "-i", str(idx), "-q"]).exit_code == 0
+    (c / "notes.jsonl").write_text('{"id": "n1", "text": "tide tables for May"}\n{"id": "n2", "text": "ferry \n'
+                                   '{"id": "n3", "text": "' + "harbour dues " * 90_000 + '"}\n')
+    out = r.invoke(main, ["add", str(c), "-i", str(idx), "-q", "--prune", "--max-doc-mb", "1"])
+    assert out.exit_code == 0, out.output
+    assert "deleted" not in out.output and "no longer in it" not in out.output, out.output
+    assert sorted(ldr.open(idx).live_ids()) == ["a.txt", "b.txt", "c.md", "n1", "n2", "n3", "z.txt"]
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(c, copy)
+    (copy / "notes.jsonl").write_text('{"id": "n1", "text": "tide tables for May"}\n{"id": "n2", "text": "ferry times"}\n'
+                                      '{"id": "n3", "text": "harbour dues"}\n')
+    (copy / "b.txt").unlink()
+    (copy / "a.txt").write_text("the lighthouse keeper relit the lamp at dawn")     # changed
+    out = r.invoke(main, ["add", str(copy), "-i", str(idx), "-q", "--prune"])
+    assert out.exit_code == 0, out.output
+    assert "1 deleted (gone from" in out.output, out.output
+    assert sorted(ldr.open(idx).live_ids()) == ["a.txt", "c.md", "n1", "n2", "n3", "z.txt"]     # z.txt: another folder
+
+
+def test_writers_of_one_process_queue_instead_of_failing(tmp_path):
+    """Issue 76: 4 threads adding to one LdrVectorStore failed 56 of 60 calls with IndexLockedError
+    naming the process's own pid; asyncio.gather of 8 aadd_documents, 7 of 8. They queue now."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langchain_core.documents import Document
+
+    from ldr.integrations.langchain import LdrVectorStore
+
+    store = LdrVectorStore(str(tmp_path / "vs"), build_options={"dense": None, "sparse": None})
+
+    def add(t):
+        return [store.add_texts([f"thread {t} note {i} about tides"], ids=[f"t{t}-{i}"]) for i in range(3)]
+    with ThreadPoolExecutor(4) as pool:
+        assert len(list(pool.map(add, range(4)))) == 4
+
+    async def many():
+        return await asyncio.gather(*(store.aadd_documents([Document(page_content=f"async note {i}", id=f"a{i}")])
+                                      for i in range(8)))
+    assert len(asyncio.run(many())) == 8
+    assert len(store.index.live_ids()) == 12 + 8

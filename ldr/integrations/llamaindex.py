@@ -30,10 +30,10 @@ def _literal(v):
 
 def ldr_filters(filters) -> dict | None:
     """LlamaIndex `MetadataFilters` (ExactMatchFilter, MetadataFilter with ==, !=, <, <=, >, >=,
-    in, nin; conditions joined by AND, or one condition under NOT) as ldr's filter dict; a mapping
+    in, nin; conditions joined by AND, or under NOT: none of them holds) as ldr's filter dict; a mapping
     passes as it is. Values are matched literally (no globs). Conditions on one key are joined
     (two `in` lists: the values in both; `>=` beside `in`: both hold). What ldr cannot express
-    (OR, NOT over several filters, contains, text match, nested filters) is a clear error, never
+    (OR, NOT over a comparison, contains, text match, nested filters) is a clear error, never
     ignored."""
     if filters is None or isinstance(filters, dict):
         return filters
@@ -41,10 +41,9 @@ def ldr_filters(filters) -> dict | None:
 
     if not isinstance(filters, MetadataFilters):
         raise QueryError(f"filters must be a mapping or LlamaIndex MetadataFilters, not {type(filters).__name__}")
+    # NOT, as LlamaIndex's own stores read it: none of the filters matches (each negated, all joined)
     negate = filters.condition == FilterCondition.NOT
-    if negate and len(filters.filters) != 1:
-        raise QueryError("ldr's filters express NOT over one filter only (NOT of several is an OR of their negations)")
-    if len(filters.filters) > 1 and filters.condition not in (None, FilterCondition.AND):
+    if len(filters.filters) > 1 and filters.condition not in (None, FilterCondition.AND, FilterCondition.NOT):
         raise QueryError(f"ldr's filters join conditions with AND; {filters.condition.value} is not supported")
     out: dict = {}
     for f in filters.filters:
@@ -55,6 +54,9 @@ def ldr_filters(filters) -> dict | None:
             raise QueryError(f"the filter operator {op!r} (on {f.key!r}) is not supported by ldr's filters; "
                              f"supported: {', '.join(_OPS)}")
         if negate:
+            if op in ("<", "<=", ">", ">="):     # NOT(year >= 2020) holds where year is missing; year < 2020 does not
+                raise QueryError(f"NOT over {op} (on {f.key!r}) is not supported by ldr's filters (a document "
+                                 f"without {f.key!r} would be answered differently); give the opposite comparison")
             op = _NEGATED[op]
         _join(out.setdefault(f.key, {}), f.key, op, f.value)
     return out

@@ -135,7 +135,7 @@ def matches(value, cond: dict) -> bool:
             return all(matches(v, neg) for v in value) and (not pos or any(matches(v, pos) for v in value))
     for op, want in cond.items():
         if op == "!=":
-            if value is not None and any(_equal(value, w) for w in want):
+            if value is not None and any(_equal(value, w) for w in (want if isinstance(want, list) else [want])):
                 return False
             continue
         if value is None:
