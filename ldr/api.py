@@ -84,6 +84,8 @@ class Index(Handle):
 
         def alive(uids):
             docnos = segments.docnos_of_uids(uids)
+            if not len(segments.live):        # every document deleted: nothing is alive
+                return np.zeros(len(docnos), dtype=bool)
             return (docnos >= 0) & segments.live[np.maximum(docnos, 0)]
         for cache in [self._texts, *list(self._window_terms.values())]:
             cache.retain(alive)

@@ -84,10 +84,11 @@ class LdrVectorStore(VectorStore):
 
     ldr encodes with the index's own models (a hybrid of BM25, dense and learned sparse by default),
     so no `embedding` is taken: `from_texts(texts, embedding=None, path=...)` ignores one given.
-    A search returns each hit's Document as it was added (its whole text and metadata, plus
-    "score": ldr's ranking score, which orders one list, and "relevance"); the score a
-    `similarity_search_with_score` or `..._with_relevance_scores` pair carries is the calibrated
-    relevance (0-1, comparable across queries: a threshold on it means the same for every query).
+    A search returns each hit's Document as it was added (its whole text and metadata, as
+    LangChain's suite asks); the score a `similarity_search_with_score` or
+    `..._with_relevance_scores` pair carries is the calibrated relevance (0-1, comparable across
+    queries: a threshold on it means the same for every query; ldr's ranking score, which orders
+    one list and gives its top hit 1.0, is LdrRetriever's "score").
     `max_marginal_relevance_search` (and `as_retriever(search_type="mmr")`) reorders the best
     `fetch_k` hits by MMR over the index's own dense model (an index without one says so).
     `delete()` with no ids deletes every document, as LangChain's stores do.
@@ -153,9 +154,7 @@ class LdrVectorStore(VectorStore):
         if filter:
             options["filters"] = filter
         hits = self.index.search(query, k=k, **options)
-        return [(Document(page_content=h.text, id=h.id,
-                          metadata={**(h.meta or {}), "score": float(h.score), "relevance": _relevance(h)}), h)
-                for h in hits]
+        return [(Document(page_content=h.text, metadata=dict(h.meta or {}), id=h.id), h) for h in hits]
 
     def similarity_search(self, query: str, k: int = 4, filter: dict | None = None, **kwargs: Any) -> list[Document]:
         return [d for d, _ in self._search(query, k, filter, **kwargs)]
@@ -191,9 +190,7 @@ class LdrVectorStore(VectorStore):
         texts = [h.passages[0].text if h.passages else (h.text or h.title) for h in hits]
         vecs = np.asarray(dense.encode_many([query, *texts]), dtype=np.float32)
         chosen = maximal_marginal_relevance(vecs[0], list(vecs[1:]), lambda_mult=lambda_mult, k=k)
-        return [Document(page_content=hits[i].text, id=hits[i].id,
-                         metadata={**(hits[i].meta or {}), "score": float(hits[i].score), "relevance": _relevance(hits[i])})
-                for i in chosen]
+        return [Document(page_content=hits[i].text, metadata=dict(hits[i].meta or {}), id=hits[i].id) for i in chosen]
 
     @classmethod
     def from_texts(cls, texts: list[str], embedding=None, metadatas: list[dict] | None = None, *,
