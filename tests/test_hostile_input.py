@@ -229,3 +229,22 @@ def test_any_sequence_of_writes_answers_as_a_fresh_build(tmp_path_factory, ops):
     for q in ("tide lamp", "harbour gate north", "corrosion"):
         got = [(h.id, round(h.score, 5)) for h in ix.search(q, k=8, mode="bm25")]
         assert got == [(h.id, round(h.score, 5)) for h in fresh.search(q, k=8, mode="bm25")], q
+
+
+def test_a_sharded_index_says_what_its_build_skipped(tmp_path):
+    """Issue 76: `ldr info` on a sharded index said "skipped: none" after a build that skipped 2 files."""
+    from click.testing import CliRunner
+
+    from ldr.cli import main
+
+    c = tmp_path / "c"
+    c.mkdir()
+    for i in range(4):
+        (c / f"n{i}.txt").write_text(f"note {i} on the tides of the estuary")
+    (c / "bad.epub").write_bytes(b"not a zip")
+    (c / "empty.txt").write_text("   ")
+    r = CliRunner().invoke(main, ["index", str(c), "-o", str(tmp_path / "idx"), "--shards", "2", "-q",
+                                  "--dense", "none", "--sparse", "none"])
+    assert r.exit_code == 0, r.output
+    info = CliRunner().invoke(main, ["info", str(tmp_path / "idx")])
+    assert "unreadable EPUB: 1" in info.output and "empty document: 1" in info.output, info.output

@@ -33,12 +33,39 @@ def test_a_search_over_a_file_named_with_a_space_evaluates_perfectly(tmp_path):
     out = r.invoke(main, ["search", "--queries", str(tmp_path / "q.tsv"), "-i", str(tmp_path / "idx"), "-k", "2",
                           "-o", str(tmp_path / "run.trec")])
     assert out.exit_code == 0, out.output
+    # issue 76: other tools do not unescape %XX; the user is told, with what to do
+    assert "written as %XX" in out.output and "'q 1'" in out.output, out.output
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq 1\tmy notes.txt\t1\nq1\tother.txt\t1\n")
     res = r.invoke(main, ["eval", "--qrels", str(tmp_path / "qrels.tsv"), "--run", str(tmp_path / "run.trec"),
                           "--json"])
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
     assert got["runs"]["run.trec"]["ndcg@10"] == pytest.approx(1.0)
+
+
+def test_escaped_qrels_let_other_tools_score_what_ldr_scores(tmp_path):
+    """Issue 76: ir-measures, trec_eval's code and ranx scored ldr's runs 0.781 where ldr said
+    0.919 (they read `q%2001` as it is). The qrels written beside the runs, escaped alike, make
+    any TREC reader agree with ldr: here pytrec_eval reads both files plainly, no unescaping."""
+    import pytrec_eval
+
+    from ldr.eval.runs import write_qrels
+
+    qrels = {"q 1": {"my notes.txt": 1, "b": 0}, "q1": {"b": 1}}
+    run = {"q 1": {"my notes.txt": 2.0, "b": 1.0}, "q1": {"b": 3.0, "my notes.txt": 1.0}}
+    write_run(tmp_path / "r.trec", run, "t")
+    write_qrels(tmp_path / "q.trec", qrels)
+
+    def plain(path, cols):
+        out: dict = {}
+        for line in path.read_text().splitlines():
+            p = line.split()
+            out.setdefault(p[0], {})[p[2]] = cols(p)
+        return out
+    ev = pytrec_eval.RelevanceEvaluator(plain(tmp_path / "q.trec", lambda p: int(p[3])), {"ndcg_cut"})
+    scores = ev.evaluate(plain(tmp_path / "r.trec", lambda p: float(p[4])))
+    assert sorted(scores) == sorted(escape_id(q) for q in qrels)
+    assert all(v["ndcg_cut_10"] == pytest.approx(1.0) for v in scores.values())
 
 
 def test_qrels_edges(tmp_path):
