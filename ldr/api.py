@@ -206,6 +206,17 @@ class Index(Handle):
         """The id of every document of this generation."""
         return self.docstore.live_ids()
 
+    def ids_where(self, filters: dict) -> list[str]:
+        """The ids of this generation's documents that pass `filters` (ldr's filter dict): what a
+        framework's delete by a metadata value (LlamaIndex's `delete_ref_doc`) removes."""
+        import numpy as np
+
+        mask = self.filter_mask(filters)
+        segments = self._view.segments
+        if mask is None:
+            return self.live_ids()
+        return [segments.ids[d] for d in np.flatnonzero(mask & segments.live).tolist()]
+
     def filter_mask(self, filters):
         """The filters' mask over this handle's document numbers (None: no filter)."""
         return LocalShard(self, self._view).mask(self._snapshot().conditions(filters) or None)

@@ -177,6 +177,13 @@ def test_pyterrier_experiment_runs_ldr(index):
     assert res.set_index("name").loc["ldr", "recip_rank"] == 1.0
     with_text = LdrRetrieve(index, k=1, text=True).transform(topics.head(1))
     assert "bridge bearing corrosion" in with_text["text"][0]
+    # issue 76: a text re-ranker's inputs: text_loader (PyTerrier's convention), title and passage columns
+    loaded = pt.text.get_text(retr, ["text", "title"])(retr.transform(topics.head(1)))
+    assert list(loaded["text"]) == [index.document(d).text for d in loaded["docno"]]
+    rows = LdrRetrieve(index, k=2, title=True, passage=True).transform(topics.head(1))
+    assert {"title", "passage", "passage_start", "passage_end"} <= set(rows.columns)
+    doc = index.document(rows["docno"][0]).text
+    assert doc[rows["passage_start"][0]:rows["passage_end"][0]] == rows["passage"][0] != ""
 
 
 @pytest.fixture(scope="module")
@@ -254,3 +261,30 @@ def test_the_vector_store_answers_mmr_scores_and_deletes_as_langchain_users_expe
     bm25.add_texts(texts)
     with pytest.raises(ConfigError, match="dense"):
         bm25.max_marginal_relevance_search("lamp", k=2)
+
+
+def test_a_llamaindex_vector_store_takes_the_calls_a_llamaindex_user_makes(tmp_path):
+    """Issue 76: no LlamaIndex vector store. VectorStoreIndex over ldr: from_vector_store,
+    from_documents through a StorageContext, insert, as_retriever, filters, delete_ref_doc."""
+    from llama_index.core import Document, StorageContext, VectorStoreIndex
+    from llama_index.core.vector_stores.types import ExactMatchFilter, MetadataFilters
+
+    from ldr.integrations.llamaindex_store import NO_EMBEDDING, LdrVectorStore as LlamaStore
+
+    store = LlamaStore(str(tmp_path / "li"), build_options={"sparse": None})
+    docs = [Document(text="The keeper relit the lamp of the lighthouse at dusk.", metadata={"team": "red"},
+                     doc_id="lamp"),
+            Document(text="Granite ballast was laid for the railway sidings.", metadata={"team": "blue"}, doc_id="rail")]
+    index = VectorStoreIndex.from_documents(docs, storage_context=StorageContext.from_defaults(vector_store=store),
+                                            embed_model=NO_EMBEDDING)
+    got = index.as_retriever(similarity_top_k=1).retrieve("who relit the lamp?")
+    assert got[0].node.ref_doc_id == "lamp" and 0.0 <= got[0].score <= 1.0 and "keeper" in got[0].node.text
+    index.insert(Document(text="Tide tables for the estuary in May.", metadata={"team": "red"}, doc_id="tide"))
+    again = LlamaStore(str(tmp_path / "li")).as_index()
+    red = again.as_retriever(similarity_top_k=5, filters=MetadataFilters(filters=[ExactMatchFilter(key="team",
+                                                                                                 value="red")]))
+    assert sorted(n.node.ref_doc_id for n in red.retrieve("lamp tide estuary")) == ["lamp", "tide"]
+    again.delete_ref_doc("lamp")
+    left = again.as_retriever(similarity_top_k=5).retrieve("lamp tide estuary railway")
+    assert sorted(n.node.ref_doc_id for n in left) == ["rail", "tide"]
+    assert {n.ref_doc_id for n in store.get_nodes()} >= {"rail", "tide"}
