@@ -261,7 +261,12 @@ def test_a_sharded_colbert_index_answers_as_one_index(tiny, tmp_path):
     sh = ShardedIndex.build(docs, tmp_path / "sh", shards=5, **kw)
     for index in (one, sh):
         index.add([{"id": "d03", "text": " ".join(WORDS[:40])}])
+    # the same ids in the same order; scores to float32's last digits: the shards encode their
+    # documents in other batches than one index does, and on some CPUs (AMD EPYC here) a batch's
+    # composition moves a vector's last bit (19.66707 against 19.66706; issue 79: a sharded build
+    # encoded as one index is)
     for q in (" ".join(WORDS[:3]), WORDS[7], " ".join(WORDS[10:16])):
         for kw in ({"mode": "colbert"}, {}, {"mode": "bm25", "rerank": "colbert"}):
-            assert [(h.id, round(h.score, 5)) for h in one.search(q, **kw)] == \
-                [(h.id, round(h.score, 5)) for h in sh.search(q, **kw)], (q, kw)
+            a, b = one.search(q, **kw), sh.search(q, **kw)
+            assert [h.id for h in a] == [h.id for h in b], (q, kw)
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-6, abs=1e-6), (q, kw)

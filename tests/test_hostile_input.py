@@ -248,3 +248,32 @@ def test_a_sharded_index_says_what_its_build_skipped(tmp_path):
     assert r.exit_code == 0, r.output
     info = CliRunner().invoke(main, ["info", str(tmp_path / "idx")])
     assert "unreadable EPUB: 1" in info.output and "empty document: 1" in info.output, info.output
+
+
+def test_ctrl_c_during_encoding_stops_within_seconds(tmp_path):
+    """Issue 76: the first Ctrl-C during `ldr index` froze the bar and stopped ~110 s later (the
+    running batch, up to 4 MB of text, was encoded to its end); a second printed `terminate called
+    without an active exception` / `Aborted`. The batch now stops at its next model call."""
+    import os
+    import signal
+    import time
+
+    c = tmp_path / "c"
+    c.mkdir()
+    words = "the keeper relit the lamp and logged the tides of the estuary before the storm came ".split()
+    for i in range(6):
+        (c / f"log{i}.txt").write_text(" ".join(words[(j * 7 + i) % len(words)] for j in range(90_000)))
+    env = dict(os.environ, LDR_LOG_LEVEL="INFO")
+    p = subprocess.Popen([sys.executable, "-m", "ldr.cli", "index", str(c), "-o", str(tmp_path / "idx"),
+                          "--sparse", "none", "-v"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         text=True)
+    time.sleep(12)                          # the model loaded, the first batch encoding
+    assert p.poll() is None, p.stdout.read()
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    took = time.monotonic() - t
+    assert p.returncode == 130, out
+    assert "interrupted" in out and "terminate called" not in out and "Traceback" not in out, out
+    assert took < 20, f"stopped {took:.1f} s after Ctrl-C"
+    assert not (tmp_path / "idx").exists() or not list((tmp_path / "idx").glob("manifest*.json"))

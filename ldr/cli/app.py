@@ -16,6 +16,21 @@ def _on_sigterm(signum, frame):
     raise _Terminated()
 
 
+def _on_sigint(signum, frame):
+    """The first Ctrl-C unwinds (a build cancels its encoding and cleans up, within a model call);
+    a second one stops the process at once: the index's last commit is untouched either way, and
+    exiting under running native threads printed `terminate called ...` / `Aborted`."""
+    import os
+    import signal
+
+    def again(signum, frame):
+        sys.stderr.write("interrupted again: stopped at once (the index's last commit is intact)\n")
+        sys.stderr.flush()
+        os._exit(130)
+    signal.signal(signal.SIGINT, again)
+    raise KeyboardInterrupt()
+
+
 class _Group(click.Group):
     """Turns every error into `error: ...` on stderr and an exit code, never a traceback:
     LdrError and OS errors (disk full, permissions) exit 2, anything unexpected 1 (its traceback
@@ -44,6 +59,7 @@ class _Group(click.Group):
 
         try:
             signal.signal(signal.SIGTERM, _on_sigterm)
+            signal.signal(signal.SIGINT, _on_sigint)
         except ValueError:  # not the main thread (embedded use): leave signals alone
             pass
         try:

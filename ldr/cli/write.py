@@ -107,7 +107,7 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, doc
     from pathlib import Path
 
     from ..corpus import IngestReport, corpus_docs
-    from ..index.unchanged import Seen
+    from ..index.unchanged import Seen, gone
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
@@ -116,7 +116,7 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, doc
     folder = str(folder if folder.is_dir() else folder.parent)
     with _writer(index_path, wait, trust_remote_code, device) as w:
         r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge, ray=ray)
-        stale = w.gone(folder, docs)
+        stale = gone(w.origins(), folder, docs)
         pruned = w.delete(stale) if prune and stale else None
     for line in report.details():
         click.echo(line, err=True)

@@ -20,12 +20,19 @@ def doc_text(doc: Doc) -> str:
     return f"{doc.title}\n{doc.text}" if doc.title else doc.text
 
 
+class Cancelled(Exception):
+    """A batch stopped because its pipeline was cancelled (the build is being interrupted)."""
+
+
 class Pipeline:
     """One encode worker for all of a segment's encoders, in submission order; at most `depth`
     batches in flight (memory stays bounded; the feeder waits when it is that far ahead)."""
 
     def __init__(self, depth: int = 2):
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldr-encode")
+        # set by close(cancel=True): the running batch stops at its next model call (a batch of
+        # long documents is up to ~100 s of encoding on 2 cores; Ctrl-C waited all of it)
+        self.cancelled = threading.Event()
         self._inflight: deque = deque()
         self._depth = depth
         self._lock = threading.Lock()
@@ -53,6 +60,7 @@ class Pipeline:
 
     def close(self, cancel: bool = False) -> None:
         if cancel:
+            self.cancelled.set()
             for f in self._inflight:
                 f.cancel()
             self._inflight.clear()
@@ -76,8 +84,11 @@ class BatchedWriter:
         self.encoded = 0    # ... and encoded (the progress bar moves with it)
 
     def _count(self, n: int) -> None:
-        """Progress callback of the encoders (on the pipeline's worker, after each model call)."""
+        """Progress callback of the encoders (on the pipeline's worker, after each model call); a
+        cancelled pipeline's batch ends here, between two model calls."""
         self.encoded += n
+        if self._pipe is not None and self._pipe.cancelled.is_set():
+            raise Cancelled("the build was interrupted")
 
     @property
     def encoder(self):

@@ -163,15 +163,13 @@ class ClusterWriter:
         return self._commit("add", touched, {**{k: v if isinstance(v, int) else len(v) for k, v in result.items()},
                                              "skip_reasons": dict(report.skipped)}, result)
 
-    def gone(self, folder: str, seen) -> list[str]:
-        """Every shard's documents read from `folder` that an add of it no longer found."""
-        from .unchanged import gone
-
-        rows: list[tuple[str, str, str]] = []     # the whole index's: a folder moved is judged over every shard
+    def origins(self) -> list[tuple[str, str, str]]:
+        """Every shard's (id, folder, path) rows: a folder moved is judged over the whole index."""
+        rows: list[tuple[str, str, str]] = []
         for i in range(self.n_shards):
             with IndexWriter(self.shard_path(i), wait=self.wait, cluster=True) as w:
                 rows += w.origins()
-        return gone(rows, folder, seen)
+        return rows
 
     def delete(self, ids: Iterable[str]) -> dict:
         ids = list(dict.fromkeys(str(i) for i in ids))

@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Iterable
 
@@ -32,7 +31,7 @@ from .manifest import check_uids, file_entries, new_manifest, read_manifest, sea
 from .feed import SegmentFeed
 from .segment import delete_rows, highest_uids, merge as merge_segments, read_deletes, rows_of
 from .stores import Stores, collect
-from .unchanged import Unchanged, gone, origins
+from .unchanged import Unchanged, origins
 
 log = logging.getLogger(__name__)
 AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
@@ -143,8 +142,7 @@ class IndexWriter:
         manifest["next_uid"] = max(prev.get("next_uid", 0), record.pop("next_uid", 0))
         manifest["next_segment"] = max(prev.get("next_segment", 1), record.pop("next_segment", 1))
         manifest["search"] = search
-        # who this index is across its commits: a replica of it is told from another index by it
-        manifest["index_id"] = prev.get("index_id") or uuid.uuid4().hex
+        manifest["index_id"] = prev.get("index_id") or os.urandom(16).hex()     # a copy is told by it (replica_target)
         record = {"generation": gen, "op": op, "at": manifest["created"],
                   **dict.fromkeys(("added", "replaced", "deleted", "skipped"), 0), **record}
         manifest["history"] = (prev.get("history", []) + [record])[-HISTORY:]
@@ -302,10 +300,6 @@ class IndexWriter:
             result["generation"] = self.generation
         return result
 
-    def gone(self, folder: str, seen) -> list[str]:
-        """Documents read from `folder` that an add of it (`seen`) no longer found (unchanged.gone)."""
-        return gone(self.origins(), folder, seen)
-
     def origins(self) -> list[tuple[str, str, str]]:
         """(id, folder, path) of each live document read from a folder (unchanged.origins)."""
         return origins(self.root, self._writable()["segments"], self._deleted_masks())
@@ -397,7 +391,6 @@ class IndexWriter:
             return self._commit("merge", out, components, *_unchanged_parts(current),
                                 {"merged": len(chosen), "seconds": round(time.perf_counter() - t0, 3),
                                  "next_segment": number + 1})
-
         manifest = self._guard(run, created)
         return {"merged": len(chosen), "segments": len(manifest["segments"]), "generation": manifest["generation"]}
 

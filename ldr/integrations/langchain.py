@@ -23,6 +23,17 @@ from pydantic import ConfigDict, PrivateAttr
 from .source import document_records, open_source, passage_records, search_options
 
 
+def _single_vector_retriever(index):
+    """The index's retriever that encodes a text as one vector (`dim`), or None."""
+    if not hasattr(index, "retriever"):
+        return None
+    for name in getattr(index, "retriever_names", []):
+        r = index.retriever(name)
+        if hasattr(r, "dim") and hasattr(r, "encode_many"):
+            return r
+    return None
+
+
 def _relevance(hit) -> float:
     return float(hit.relevance) if getattr(hit, "relevance", None) is not None else 0.0
 
@@ -177,7 +188,8 @@ class LdrVectorStore(VectorStore):
 
         from ..errors import ConfigError
 
-        if "dense" not in getattr(self.index, "components", {}) or not hasattr(self.index, "retriever"):
+        vectors = _single_vector_retriever(self.index)
+        if vectors is None:
             raise ConfigError("max_marginal_relevance_search needs the index's dense vectors: this index has no "
                               "dense component (BM25 or sparse only); use similarity_search, or build with dense")
         options = {**self.search_options, **kwargs, "passages": 1, "with_text": True}
@@ -186,9 +198,8 @@ class LdrVectorStore(VectorStore):
         hits = list(self.index.search(query, k=fetch_k, **options))
         if not hits:
             return []
-        dense = self.index.retriever("dense")
         texts = [h.passages[0].text if h.passages else (h.text or h.title) for h in hits]
-        vecs = np.asarray(dense.encode_many([query, *texts]), dtype=np.float32)
+        vecs = np.asarray(vectors.encode_many([query, *texts]), dtype=np.float32)
         chosen = maximal_marginal_relevance(vecs[0], list(vecs[1:]), lambda_mult=lambda_mult, k=k)
         return [Document(page_content=hits[i].text, metadata=dict(hits[i].meta or {}), id=hits[i].id) for i in chosen]
 
