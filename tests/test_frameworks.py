@@ -288,3 +288,42 @@ def test_a_llamaindex_vector_store_takes_the_calls_a_llamaindex_user_makes(tmp_p
     left = again.as_retriever(similarity_top_k=5).retrieve("lamp tide estuary railway")
     assert sorted(n.node.ref_doc_id for n in left) == ["rail", "tide"]
     assert {n.ref_doc_id for n in store.get_nodes()} >= {"rail", "tide"}
+
+
+def test_mteb_evaluates_ldr_on_a_local_retrieval_task(tmp_path):
+    """Issue 76: nothing for MTEB users. `mteb.evaluate` runs LdrSearchModel (an MTEB
+    SearchProtocol) on a local retrieval task; its nDCG@10 is the one ldr's own metrics give the
+    same index's run."""
+    mteb = pytest.importorskip("mteb")
+    from datasets import Dataset
+    from mteb.abstasks.retrieval import AbsTaskRetrieval
+    from mteb.abstasks.task_metadata import TaskMetadata
+
+    from ldr.eval.metrics import evaluate
+    from ldr.integrations.mteb import LdrSearchModel
+
+    docs = {f"d{i}": f"report {i} on the harbour lamp and the tides; bearing plates {i % 3} " * 3
+            + ("granite quarry" if i % 4 == 0 else "") for i in range(12)}
+    queries = {"q1": "granite quarry report", "q2": "bearing plates 2", "q3": "harbour lamp tides report 7",
+               "q4": "tides of the harbour"}
+    qrels = {"q1": {"d0": 1, "d4": 1, "d8": 1}, "q2": {"d2": 1, "d5": 1}, "q3": {"d7": 1}, "q4": {"d9": 1, "d1": 1}}
+
+    class Local(AbsTaskRetrieval):
+        metadata = TaskMetadata(name="LdrLocal", description="a local task", dataset={"path": "local", "revision": "0"},
+                                type="Retrieval", category="t2t", eval_splits=["test"], eval_langs=["eng-Latn"],
+                                main_score="ndcg_at_10")
+
+        def load_data(self, **kwargs):
+            self.dataset = {"default": {"test": {
+                "corpus": Dataset.from_list([{"id": k, "title": "", "text": v} for k, v in docs.items()]),
+                "queries": Dataset.from_list([{"id": k, "text": v} for k, v in queries.items()]),
+                "relevant_docs": qrels, "top_ranked": None}}}
+            self.data_loaded = True
+
+    model = LdrSearchModel(folder=str(tmp_path), build_options={"dense": None, "sparse": None})
+    got = mteb.evaluate(model, [Local()], cache=None, overwrite_strategy="always")
+    ndcg = got.task_results[0].scores["test"][0]["ndcg_at_10"]
+    index = ldr.open(next(tmp_path.iterdir()))
+    run = {q: {h.id: h.score for h in index.search(t, k=100, passages=0)} for q, t in queries.items()}
+    assert ndcg == pytest.approx(evaluate(qrels, run, ("ndcg@10",))["ndcg@10"], abs=1e-4)
+    assert 0 < ndcg < 1
