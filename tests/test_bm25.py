@@ -195,3 +195,14 @@ def test_the_native_vocabulary_finds_every_term_by_binary_search(tmp_path):
     idx = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None, bm25="native")
     assert not list((tmp_path / "idx").rglob("vocab.json")) and list((tmp_path / "idx").rglob("vocab.arrow"))
     assert [h.id for h in idx.search("straße", k=1, mode="bm25")] == ["d2"]
+
+
+@pytest.mark.lucene
+def test_a_lucene_bm25_alone_refuses_min_score_saying_why(sample_indexes):
+    """Issue 76: the README said the first estimate applies to a Lucene BM25; nothing was fitted on
+    Lucene's scorer. A Lucene BM25 alone refuses min_score with a message naming it and the way out."""
+    from ldr.errors import QueryError
+
+    with pytest.raises(QueryError, match=r"bm25 \(lucene\).*Lucene BM25.*--bm25 native"):
+        sample_indexes["lucene"].search("corrosion of the bearing plates", k=3, min_score=0.5, mode="bm25")
+    assert sample_indexes["tantivy"].search("corrosion of the bearing plates", k=3, min_score=0.0, mode="bm25")

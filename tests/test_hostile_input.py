@@ -277,3 +277,25 @@ def test_ctrl_c_during_encoding_stops_within_seconds(tmp_path):
     assert "interrupted" in out and "terminate called" not in out and "Traceback" not in out, out
     assert took < 20, f"stopped {took:.1f} s after Ctrl-C"
     assert not (tmp_path / "idx").exists() or not list((tmp_path / "idx").glob("manifest*.json"))
+
+
+def test_a_markdown_title_past_its_badges(tmp_path):
+    """Issue 76: Markdown titles fell back to the file name when badges preceded the heading."""
+    p = tmp_path / "README.md"
+    p.write_text("[![CI](https://x/ci.svg)](https://x) [![PyPI](https://x/v.svg)](https://x)\n\n"
+                 "<p align=center><img src=logo.png></p>\n\n# bm25s: fast lexical search\n\nBody text.\n")
+    docs, _ = _read(tmp_path, "README.md", p.read_bytes())
+    assert docs[0].title == "bm25s: fast lexical search"
+    docs, _ = _read(tmp_path, "notes.md", b"Some intro paragraph.\n\n# A later heading\n")
+    assert docs[0].title == "notes"
+
+
+def test_llamaindex_passage_scores_read_as_similarities(tmp_path):
+    """Issue 76: LlamaIndex passage scores passed 1 (a similarity cutoff read 1.25 as certain)."""
+    from ldr.integrations.llamaindex import LdrRetriever
+
+    docs = [{"id": f"d{i}", "text": f"the harbour lamp was relit; tide tables {i}; bearing plates " * 20} for i in range(6)]
+    ldr.Index.build(docs, tmp_path / "i", sparse=None)
+    nodes = LdrRetriever(str(tmp_path / "i"), k=3, passages=2).retrieve("harbour lamp relit")
+    assert nodes and all(0.0 <= n.score <= 1.0 for n in nodes)
+    assert all(n.score == n.node.metadata["relevance"] and "passage_score" in n.node.metadata for n in nodes)

@@ -346,7 +346,8 @@ def test_llamaindex_retriever_on_a_local_index(tmp_path):
     n = nodes[0]
     assert n.node.metadata["doc_id"] == "doc3" and "PELICAN-7431" in n.node.get_content()
     assert idx.document("doc3").text[n.node.start_char_idx:n.node.end_char_idx] == n.node.text
-    assert n.score == pytest.approx(idx.search("secret launch code telescope budget", k=1, passages=1)[0].passages[0].score)
+    top = idx.search("secret launch code telescope budget", k=1, passages=1)[0]
+    assert n.score == pytest.approx(top.relevance) and n.node.metadata["passage_score"] == pytest.approx(top.passages[0].score)
     assert np.all(np.diff([x.node.metadata["doc_rank"] for x in nodes]) > 0)
 
 

@@ -157,8 +157,15 @@ def _heading(text: str, ext: str) -> str | None:
     "#+TITLE: T", reStructuredText's first line over (or between) a line of =, -, ~ or *."""
     lines = [line.strip() for line in text[:4096].lstrip().split("\n")[:4]]
     first = lines[0] if lines else ""
-    if ext in {".md", ".markdown"} and first.startswith("#"):
-        return first.lstrip("#").strip()
+    if ext in {".md", ".markdown"}:
+        # the first heading, past the badges, images, HTML and blank lines a README opens with
+        for line in text[:8192].split("\n")[:40]:
+            line = line.strip()
+            if line.startswith("#"):
+                return line.lstrip("#").strip() or None
+            if line and not line.startswith(("[![", "![", "<", "[!", "---")):
+                return None
+        return None
     if ext in {".adoc", ".asciidoc"} and first.startswith("= "):
         return first[2:].strip()
     if ext == ".org" and first.lower().startswith("#+title:"):

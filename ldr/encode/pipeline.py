@@ -108,6 +108,11 @@ class BatchedWriter:
         if len(self._pending) >= self._per_batch or self._chars >= self._max_chars:
             self._flush()
 
+    def flush(self) -> None:
+        """The documents held for a batch tokenised and sent to the encoder now (their tokens
+        counted: a progress total read after this does not grow)."""
+        self._flush()
+
     def _flush(self) -> None:
         if not self._pending:
             return

@@ -48,6 +48,7 @@ class SegmentFeed:
                     uid += 1
                     n_bytes += utf8_len(doc.text)
                     bar.fed()
+                seg_writer.flush()      # the last batch's tokens counted before the bar gets its total
                 bar.all_read()
                 t_fed = time.perf_counter()
                 entry, about = seg_writer.close()

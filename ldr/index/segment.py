@@ -71,6 +71,12 @@ class SegmentWriter:
         parts = [w for w in self.parts.values() if hasattr(w, "encoded")]
         return sum(w.encoded for w in parts), sum(w.tokens for w in parts)
 
+    def flush(self) -> None:
+        """Every document added is tokenised and queued for its encoder (progress.all_read)."""
+        for w in self.parts.values():
+            if hasattr(w, "flush"):
+                w.flush()
+
     def add(self, doc: Doc, uid: int) -> None:
         row = self.store.add(doc, uid)
         self.uids.append(uid)

@@ -110,15 +110,25 @@ class LdrRetriever(BaseRetriever):
         generation = getattr(hits, "generation", None)
         out = []
         for r in (document_records if self.per_document else passage_records)(hits):
+            score = self._score(r)
             md = {**r["metadata"], "generation": generation}
             node = TextNode(id_=r["id"], text=r["text"], metadata=md, start_char_idx=md["start"], end_char_idx=md["end"],
                             # the numbers stay out of what an LLM or embedder is shown of the node
                             excluded_llm_metadata_keys=["doc_score", "doc_rank", "relevance", "start", "end", "stage", "generation",
-                                                        "passages"],
+                                                        "passages", "passage_score"],
                             excluded_embed_metadata_keys=list(md))
             node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=md["doc_id"])
-            out.append(NodeWithScore(node=node, score=r["score"]))
+            out.append(NodeWithScore(node=node, score=score))
         return out
+
+    def _score(self, record: dict) -> float:
+        """A passage node scores its document's relevance (0-1: LlamaIndex's similarity cutoffs read
+        scores as similarities, and a passage's own score, a weighted sum, passed 1); its passage
+        score stays in the metadata (`passage_score`), its order in the list."""
+        if self.per_document or record["metadata"].get("relevance") is None:
+            return record["score"]
+        record["metadata"]["passage_score"] = record["score"]
+        return float(record["metadata"]["relevance"])
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         # in a worker thread: concurrent aretrieve calls overlap, the event loop stays free

@@ -151,8 +151,11 @@ def _relevance(components: dict, kinds: list[str], min_score: float | None, k: i
     query_fit = calibration.query_fit_for(components, kinds)
     if fit is None and query_fit is None:
         if min_score is not None:
-            raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {', '.join(kinds)} "
-                             "with this index's models (bench/fit_own_calibration.py fits one): search without it")
+            scored = ", ".join(f"{k} ({m})" if m else k for k, m in calibration.models(components, kinds).items())
+            raise QueryError(f"min_score needs a calibrated relevance, and none was fitted for {scored}: a model or "
+                             "scorer other than the fitted ones (a Lucene BM25 scores with Lucene's own). Search "
+                             "without it, index with --bm25 native (the default) or add a dense or sparse leg, or "
+                             "fit one (bench/fit_own_calibration.py)")
         return ()
     return (Relevance(tuple(fit["weights"]) if fit else (), fit, min_score, query_fit, k),)
 
