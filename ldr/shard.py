@@ -81,9 +81,12 @@ class LocalShard:
 
     def facets(self) -> dict:
         """This generation's metadata fields with counts (search/facets.py), counted once."""
-        from .search.facets import count
-        # counted once per generation (over distinct metadata, in Arrow), not per request of the search page
-        return self.store.cached("facets", lambda s: count(s.meta_counts(), len(s)))
+        from .search.facets import count, file_counts
+        # counted once per generation (over distinct metadata, in Arrow), not per request of the search
+        # page; a document read from a file has its type and folder as fields too (a folder of files has
+        # no metadata of its own)
+        return self.store.cached("facets", lambda s: count(s.meta_counts() + file_counts(s.all_meta(), s.live),
+                                                           len(s)))
 
     def stats(self, query: str, kinds: list, filters: dict | None) -> dict:
         m = self.mask(filters)

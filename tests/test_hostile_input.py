@@ -299,3 +299,18 @@ def test_llamaindex_passage_scores_read_as_similarities(tmp_path):
     nodes = LdrRetriever(str(tmp_path / "i"), k=3, passages=2).retrieve("harbour lamp relit")
     assert nodes and all(0.0 <= n.score <= 1.0 for n in nodes)
     assert all(n.score == n.node.metadata["relevance"] and "passage_score" in n.node.metadata for n in nodes)
+
+
+def test_a_folder_of_files_has_type_and_folder_facets_and_filters(tmp_path):
+    """Issue 76: the page listed "no metadata fields" for a folder of files, though `path` filters
+    worked: each file's type and folder are fields to count and filter on."""
+    c = tmp_path / "c"
+    (c / "notes").mkdir(parents=True)
+    (c / "a.txt").write_text("tide tables of the estuary")
+    (c / "notes" / "b.md").write_text("# Tides\n\ntide tables for May")
+    (c / "notes" / "c.html").write_text("<p>tide tables for June</p>")
+    ix = ldr.Index.build(c, tmp_path / "idx", dense=None, sparse=None)
+    fields = {f["name"]: dict((str(v), n) for v, n in f["values"]) for f in ix.facets()["fields"]}
+    assert fields["ldr.type"] == {".txt": 1, ".md": 1, ".html": 1}
+    assert fields["ldr.folder"] == {".": 1, "notes": 2}
+    assert [h.id for h in ix.search("tide tables", filters={"ldr.folder": "notes", "ldr.type": ".md"})] == ["notes/b.md"]

@@ -21,6 +21,8 @@ DOCS = [{"id": "bridge-1", "title": HOSTILE, "text": "The bearing plates of the 
         {"id": "bridge-2", "title": "Second bridge", "text": "Corrosion of the bearing plates was found on the "
          "north span; repainting is planned.", "team": "blue"},
         {"id": "lamp", "title": "Lighthouse log", "text": "The keeper relit the lamp at midnight.", "team": "blue"},
+        {"id": "long", "title": "Ferry ledger", "text": "Cargo manifests were copied into the ledger by hand. " * 300
+         + "The harbour master signed the ferry permit at noon. " + "Cargo manifests were copied again. " * 300},
         {"id": "emoji", "title": "Harbour log", "text": "\U0001F30A\U0001F30A\U0001F6A2\u2693 the harbour gate opened "
          "at dawn.", "team": "green"}]
 
@@ -82,7 +84,7 @@ def test_a_query_shows_hits_with_passages_and_marked_terms(page):
     scores = hits[0].find_element(By.CLASS_NAME, "scores").get_attribute("textContent")   # folded until "more"
     assert "fused" in scores or "bm25" in scores
     assert "windows" in page.find_element(By.ID, "plan").get_attribute("textContent")
-    assert "4 documents" in page.find_element(By.ID, "info").text
+    assert "5 documents" in page.find_element(By.ID, "info").text
 
 
 def test_a_hostile_title_is_text(page):
@@ -169,6 +171,25 @@ def test_the_query_is_in_the_url_and_a_hit_opens_its_document(page, tmp_path):
     assert [h.find_element(By.CLASS_NAME, "id").text for h in page.find_elements(By.CSS_SELECTOR, ".hit")] == ["bridge-1"]
     assert "with relevance ≥ 0.0001" in page.find_element(By.ID, "status").text
     assert page.find_element(By.ID, "mode").get_attribute("value") == "bm25"
+
+
+def test_a_hit_opens_its_document_at_the_cited_passage(page):
+    """Issue 76: the document view opened at the top, not at the cited passage or page."""
+    from selenium.webdriver.common.by import By
+
+    page.get(page.current_url.split("?")[0])
+    hits = _search(page, "who signed the ferry permit")
+    top = next(h for h in hits if h.find_element(By.CLASS_NAME, "id").text == "long")
+    marked = [m.text.lower() for m in top.find_elements(By.TAG_NAME, "mark")]
+    assert "ferry" in marked and "who" not in marked          # a question word is not marked beside others
+    top.find_element(By.CLASS_NAME, "title").click()
+    _wait(page, lambda d: d.find_elements(By.ID, "cited"))
+    cited = page.find_element(By.ID, "cited")
+    assert "signed the ferry permit" in cited.text and "at=" in page.current_url
+    box = page.execute_script("const r = document.getElementById('cited').getBoundingClientRect();"
+                              "return [r.top, window.innerHeight, window.scrollY];")
+    assert 0 <= box[0] < box[1] and box[2] > 0, box              # scrolled to it, in view
+    page.back()
 
 
 def test_the_api_docs_render_their_operations(page):

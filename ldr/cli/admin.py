@@ -267,7 +267,7 @@ def _echo_fields(facets: dict, as_json: bool) -> None:
         return
     click.echo(f"{facets['documents']} documents, generation {facets['generation']}")
     if not facets["fields"]:
-        click.echo("no metadata fields (filters can still use id, title and ldr.path)")
+        click.echo("no metadata fields (filters can still use id, title, ldr.path, ldr.type and ldr.folder)")
     for f in facets["fields"]:
         rng = f" {f['min']}..{f['max']}" if f["min"] is not None else ""
         values = ", ".join(f"{v} ({n})" for v, n in f["values"])

@@ -23,6 +23,30 @@ def _type(v) -> str:
     return "object" if isinstance(v, dict) else "null"
 
 
+FILE_FIELDS = ("ldr.type", "ldr.folder")     # of a document read from a file: facets and filters
+
+
+def file_fields(path: str | None) -> dict:
+    """{"ldr.type": ".pdf", "ldr.folder": "contracts/2024"} of a document read from `path` (its
+    path in the corpus folder), {} for one that came from no file (the API, a JSONL record keeps
+    its file's)."""
+    if not path:
+        return {}
+    folder, _, name = path.rpartition("/")
+    dot = name.rfind(".")
+    return {"ldr.type": name[dot:].lower() if dot > 0 else "(none)", "ldr.folder": folder or "."}
+
+
+def file_counts(docs, live) -> list[tuple[dict, int]]:
+    """(file fields, live documents holding them) over `docs` (text-less Docs per docno)."""
+    counts: Counter = Counter()
+    for d, alive in zip(docs, live):
+        if alive and d.path:
+            f = file_fields(d.path)
+            counts[(f["ldr.type"], f["ldr.folder"])] += 1
+    return [({"ldr.type": t, "ldr.folder": f}, n) for (t, f), n in counts.items()]
+
+
 def count(metas, documents: int) -> dict:
     """{"documents": live documents, "fields": {name: counts}} over `metas`, (metadata, number of
     live documents holding it) pairs; a list's scalar items are counted as values, as filters

@@ -1,8 +1,8 @@
 """Metadata filters: which documents a search may return.
 
 A filter names a field of the metadata given at indexing (JSONL fields, Parquet columns), `id`,
-`title`, or ldr's own `ldr.path` (the file a document came from) and `ldr.source` (the file and
-line); `path` is the document's own `path` field where it has one, else `ldr.path`. A condition:
+`title`, or ldr's own `ldr.path` (the file a document came from), `ldr.source` (the file and
+line), `ldr.type` (the file's extension: `.pdf`) and `ldr.folder` (its folder in the corpus); `path` is the document's own `path` field where it has one, else `ldr.path`. A condition:
 
     {"lang": "de"}                      equal (a value with * ? [ is a glob: {"path": "contracts/*"})
     {"lang": ["de", "fr"]}              any of
@@ -31,7 +31,7 @@ from ..errors import QueryError
 OPS = ("=", "!=", "<", "<=", ">", ">=")
 MAX_CHARS = 1024        # a filter's field name or value (a glob is compiled: its size is its cost)
 MAX_VALUES = 256        # values of one field's `=` list
-BUILTIN = ("id", "title", "path", "ldr.path", "ldr.source")
+BUILTIN = ("id", "title", "path", "ldr.path", "ldr.source", "ldr.type", "ldr.folder")
 _EXPR = re.compile(r"^\s*([^=!<>\s][^=!<>]*?)\s*(!=|<=|>=|=|<|>)\s*(.*)$", re.S)
 _GLOB = re.compile(r"[*?\[]")
 
@@ -193,6 +193,9 @@ def _values(segments, field: str) -> list:
         return [d.path for d in docs]
     if field == "ldr.source":
         return [d.source for d in docs]
+    if field in ("ldr.type", "ldr.folder"):     # the file's extension and folder (search/facets.py)
+        from .facets import file_fields
+        return [file_fields(d.path).get(field) for d in docs]
     return [d.meta.get("path", d.path) for d in docs]      # "path": the user's own field wins
 
 

@@ -279,13 +279,17 @@ class PassageFinder:
         return (idf * tf / (tf + norm[:, None])).sum(axis=1)
 
     def marks(self, text: str, qterms: set[str]) -> list[tuple[int, int]]:
-        """Character ranges of the words in `text` that match a query term (for highlighting)."""
+        """Character ranges of the words in `text` that match a query term (for highlighting); the
+        question and function words BM25's stop list keeps ("what", "does") are not marked where
+        other words are: marked everywhere, they hide the words that answer."""
         found = list(_MARKABLE.finditer(text))
         words = [m.group(0).lower() for m in found]
         if not self.cache.pretokenizes:            # a word is one piece: its terms are the word's
             ids, vocab = self.cache.word_ids(words)
             wanted = {vocab[t] for t in qterms if t in vocab}
-            return [(m.start(), m.end()) for m, got in zip(found, ids) if not wanted.isdisjoint(got)]
+            hit = [(m, w) for m, w, got in zip(found, words, ids) if not wanted.isdisjoint(got)]
+            content = [(m.start(), m.end()) for m, w in hit if w not in QUIET_WORDS]
+            return content or [(m.start(), m.end()) for m, _ in hit]
         pieces = [self.cache.words(w) for w in words]
         ids, vocab = self.cache.word_ids([p for ps in pieces for p in ps])
         wanted = {vocab[t] for t in qterms if t in vocab}
@@ -296,6 +300,12 @@ class PassageFinder:
             at += len(ps)
         return out
 
+
+# English question and function words outside Lucene's stop list (which BM25 keeps scoring): not
+# marked in a passage when it holds other query words
+QUIET_WORDS = frozenset("""what who whom whose which when where why how does do did done has have had having i
+you he she we me my your his her its our them can could would should may might must shall from about than so
+too very just also am were been being any all some each other own same only both few more most""".split())
 
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s|\n\s*\n")
 SNAP = 240   # characters a passage may grow by at each edge to end on whole sentences
