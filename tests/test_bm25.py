@@ -206,3 +206,19 @@ def test_a_lucene_bm25_alone_refuses_min_score_saying_why(sample_indexes):
     with pytest.raises(QueryError, match=r"bm25 \(lucene\).*Lucene BM25.*--bm25 native"):
         sample_indexes["lucene"].search("corrosion of the bearing plates", k=3, min_score=0.5, mode="bm25")
     assert sample_indexes["tantivy"].search("corrosion of the bearing plates", k=3, min_score=0.0, mode="bm25")
+
+
+def test_accents_fold_in_english_and_an_older_index_reads_as_it_was(tmp_path):
+    """Issue 76: "Strombergson" found "Strömbergson" only through the sparse leg. An English index
+    folds accents in BM25 (documents and queries alike); --no-fold (fold=False) keeps them, as every
+    index written before did (its analyzer has no `fold`)."""
+    docs = [{"id": "a", "text": "Dr. Strömbergson opened the café by the harbour"},
+            {"id": "b", "text": "the ferry timetable for the harbour in winter"}]
+    folded = build(docs, tmp_path / "f", bm25="native")
+    assert [h.id for h in folded.search("Strombergson cafe", k=2, mode="bm25")] == ["a"]
+    assert [h.id for h in folded.search("Strömbergson", k=2, mode="bm25")] == ["a"]
+    kept = build(docs, tmp_path / "k", bm25="native", fold=False)
+    assert kept.search("Strombergson", k=2, mode="bm25") == [] or \
+        [h.id for h in kept.search("Strombergson", k=2, mode="bm25")] == []
+    assert "fold" not in kept.manifest["components"]["bm25"]["analyzer"] or \
+        kept.manifest["components"]["bm25"]["analyzer"]["fold"] is False

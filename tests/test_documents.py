@@ -46,6 +46,8 @@ FACTS = {
     "cafe.txt": ("le café de la gare ferme à minuit pendant les travaux", None),
     "most.txt": ("инспектор нашёл коррозию на опорах моста через реку", None),
     "guide.rst": ("install the diaphragm pump before the pressure relief valve", None),
+    # issue 76: a README whose badges precede its heading; a name with an accent, asked without it
+    "README.md": ("Strombergson signed the salvage contract for the dredger Osprey", None),
 }
 
 
@@ -113,6 +115,11 @@ def _corpus(root: Path) -> None:
                                      + "Le train part à l'heure. " * 20).encode("latin-1"))
     (root / "most.txt").write_bytes(("Отчёт о мосте. " * 20 + f"В мае {FACTS['most.txt'][0]}. "
                                      + "Работы продолжаются. " * 20).encode("cp1251"))
+    (root / "README.md").write_text("[![CI](https://ci.example/badge.svg)](https://ci.example) "
+                                    "[![PyPI](https://pypi.example/v.svg)](https://pypi.example)\n\n"
+                                    "# Salvage log\n\n" + "\n\n".join(_filler(12, 2))
+                                    + "\n\nIn March Strömbergson signed the salvage contract for the dredger Osprey.\n\n"
+                                    + "\n\n".join(_filler(13, 2)), "utf-8")
     (root / "guide.rst").write_text("Pump guide\n==========\n\n" + "\n\n".join(_filler(9, 2))
                                     + f"\n\nFirst, {FACTS['guide.rst'][0]}.\n\n" + "\n\n".join(_filler(11, 2)), "utf-8")
 
@@ -166,6 +173,7 @@ def test_titles_and_texts(built):
     assert got["keeper.epub"].title == "The Keeper"
     assert got["keeper.epub"].text.index("At dusk") > len(got["keeper.epub"].text) // 2   # the spine's order
     assert got["guide.rst"].title == "Pump guide"
+    assert index.document("README.md").title == "Salvage log"
     assert "café de la gare" in got["cafe.txt"].text
 
 

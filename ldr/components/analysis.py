@@ -35,6 +35,7 @@ class Analyzer:
     language: str = "en"
     stemming: bool = True
     stopwords: bool = True
+    fold: bool = False          # accents folded (an index written before it has none: it reads as it was)
 
     def __post_init__(self):
         if self.language not in LANGUAGES:
@@ -97,6 +98,8 @@ def text_analyzer(a: Analyzer) -> "tantivy.TextAnalyzer":
         return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
     b = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).filter(tantivy.Filter.remove_long(40))
     b = b.filter(tantivy.Filter.lowercase())
+    if a.fold:
+        b = b.filter(tantivy.Filter.ascii_fold())
     lang = SNOWBALL.get(a.language)
     if lang and a.stopwords and lang in STOPWORD_LISTS:
         b = b.filter(tantivy.Filter.stopword(lang))

@@ -54,6 +54,9 @@ class BuildConfig:
                                  "models are multilingual. auto: detected from the first documents.")
     stemming: bool = setting(True, "--no-stem", invert=True, help="Do not stem terms.")
     stopwords: bool = setting(True, "--keep-stopwords", invert=True, help="Do not remove stop words.")
+    # "Strombergson" finds "Strömbergson": accents folded for English (native and tantivy BM25;
+    # Lucene keeps its own analyzer), as Lucene's ASCIIFoldingFilter and Elasticsearch's asciifolding do
+    fold: bool = setting(True, "--no-fold", invert=True, help="Do not fold accents (English: é → e, ö → o).")
     k1: float | None = setting(None, "--k1", help="BM25 k1 (default: the backend's).")
     b: float | None = setting(None, "--b", help="BM25 b (default: the backend's).")
     threads: int = setting(0, "--threads", help="Threads (0: all cores).")
@@ -91,7 +94,8 @@ class BuildConfig:
             raise ConfigError("nothing to index: enable at least one of BM25, dense and sparse")
 
     def analyzer(self) -> Analyzer:
-        return Analyzer(self.language, self.stemming, self.stopwords)
+        return Analyzer(self.language, self.stemming, self.stopwords,
+                        fold=self.fold and self.language == "en" and self.bm25 != "lucene")
 
     def for_language(self, lang: str, info: dict | None = None) -> "BuildConfig":
         """These settings for a corpus in `lang`: its BM25 analyzer (plain lowercased words where
