@@ -32,6 +32,18 @@ from ..search.searcher import Snapshot
 from ..shard import query_side
 
 log = logging.getLogger(__name__)
+
+
+class _OwnCancels(logging.Filter):
+    """Ray Serve logs each cancelled call at INFO: the coordinator cancels, on purpose, the calls of
+    every shard but the first to answer (`_cluster`, every few seconds), which filled `ldr serve
+    --ray`'s log with "Cancelling request ..." though every answer was whole."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Cancelling request that has already been assigned")
+
+
+logging.getLogger("ray.serve").addFilter(_OwnCancels())
 APP = "ldr-shard-{}"          # one Serve application per shard
 PLACE = "ldr_shard_{}"        # a node's Ray resource: it holds this shard's files (replicas go there)
 ATTEMPTS, TIMEOUT_S = 4, 30.0
