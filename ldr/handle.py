@@ -12,6 +12,7 @@ import time
 from typing import Iterable
 
 from .corpus import DEFAULT_MAX_DOC_MB, IngestReport, corpus_docs
+from .corpus.worker import DEFAULT_DOC_TIMEOUT
 from .errors import QueryError
 from .index.ray_build import RayOptions, ray_options
 from .search import searcher
@@ -227,8 +228,15 @@ class Handle:
         handle then reads the new generation. `ray`: encode on a Ray cluster."""
         report = report if report is not None else IngestReport()
         with self._writer(wait) as w:
-            result = w.add(corpus_docs(docs, report, max_doc_mb, self.path, *([doc_timeout] if doc_timeout else [])), report, progress=progress,
-                           max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=ray_options(ray))
+            known = None
+            if isinstance(docs, (str, os.PathLike)) and os.path.exists(docs):   # a folder: unchanged files unread
+                from pathlib import Path
+
+                from .index.unchanged import known_files
+                where = Path(docs).resolve()
+                known = known_files(w.origins(), str(where if where.is_dir() else where.parent))
+            result = w.add(corpus_docs(docs, report, max_doc_mb, self.path, doc_timeout or DEFAULT_DOC_TIMEOUT, known),
+                           report, progress=progress, max_doc_mb=max_doc_mb, auto_merge=auto_merge, ray=ray_options(ray))
         result["report"] = report
         self.refresh()
         return result

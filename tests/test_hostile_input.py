@@ -314,3 +314,35 @@ def test_a_folder_of_files_has_type_and_folder_facets_and_filters(tmp_path):
     assert fields["ldr.type"] == {".txt": 1, ".md": 1, ".html": 1}
     assert fields["ldr.folder"] == {".": 1, "notes": 2}
     assert [h.id for h in ix.search("tide tables", filters={"ldr.folder": "notes", "ldr.type": ".md"})] == ["notes/b.md"]
+
+
+@pytest.mark.parametrize("shards", [0, 2])
+def test_a_no_op_add_reads_no_unchanged_file(tmp_path, shards):
+    """Issue 76: a no-op `ldr add` parsed every PDF again before finding it unchanged (11.9 s for
+    20 files, 9 s of it one 118-page PDF). A file whose size and modification time are those the
+    index read is not read: here its bytes are replaced by garbage of the same size and time, which
+    a parse would count as unreadable. A file that changed is read and replaced."""
+    import os
+
+    from click.testing import CliRunner
+
+    from ldr.cli import main
+
+    c = tmp_path / "c"
+    c.mkdir()
+    (c / "minutes.odt").write_bytes(_odt("<text:p>the board elected a treasurer of the rowing club</text:p>"))
+    (c / "notes.txt").write_text("tide tables of the estuary for May")
+    (c / "page.html").write_text("<p>the harbour gate opened at dawn</p>")
+    args = ["--shards", str(shards)] if shards else []
+    r = CliRunner().invoke(main, ["index", str(c), "-o", str(tmp_path / "idx"), "-q", "--dense", "none",
+                                  "--sparse", "none", *args])
+    assert r.exit_code == 0, r.output
+    st = (c / "minutes.odt").stat()
+    (c / "minutes.odt").write_bytes(b"\x00" * st.st_size)            # unreadable if it were read
+    os.utime(c / "minutes.odt", ns=(st.st_atime_ns, st.st_mtime_ns))
+    (c / "notes.txt").write_text("tide tables of the estuary for June")  # changed
+    out = CliRunner().invoke(main, ["add", str(c), "-i", str(tmp_path / "idx"), "--prune"])
+    assert out.exit_code == 0, out.output
+    assert "0 added, 1 replaced, 2 unchanged" in out.output and "0 skipped" in out.output, out.output
+    ix = ldr.open(tmp_path / "idx")
+    assert "rowing club" in ix.document("minutes.odt").text and "June" in ix.document("notes.txt").text

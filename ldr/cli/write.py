@@ -107,14 +107,16 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, doc
     from pathlib import Path
 
     from ..corpus import IngestReport, corpus_docs
-    from ..index.unchanged import Seen, gone
+    from ..index.unchanged import Seen, gone, known_files
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)
-    docs = Seen(corpus_docs(corpus, report, max_doc_mb, index_path, doc_timeout), report)     # refuses a corpus inside the index
     folder = Path(corpus).resolve()
     folder = str(folder if folder.is_dir() else folder.parent)
     with _writer(index_path, wait, trust_remote_code, device) as w:
+        # a file the index holds as it was (size and time) is not read again (unchanged.known_files)
+        docs = Seen(corpus_docs(corpus, report, max_doc_mb, index_path, doc_timeout,
+                                known_files(w.origins(), folder)), report)   # refuses a corpus inside the index
         r = w.add(docs, report, progress=not quiet, max_doc_mb=max_doc_mb, auto_merge=not no_merge, ray=ray)
         stale = gone(w.origins(), folder, docs)
         pruned = w.delete(stale) if prune and stale else None

@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator
 from ..errors import CorpusError
 from .doc import Doc
 from .formats import DOC_EXTS
-from .readers import DEFAULT_MAX_DOC_MB, HTML_EXTS, SUPPORTED, Limits, read_one
+from .readers import DEFAULT_MAX_DOC_MB, HTML_EXTS, JSON_EXTS, PARQUET_EXTS, SUPPORTED, Limits, read_one
 from .worker import DEFAULT_DOC_TIMEOUT, ParseWorker
 from .report import IngestReport
 from .text import has_surrogates, replace_surrogates, utf8_len
@@ -90,13 +90,16 @@ def _regular(p: Path, rel: str, report: IngestReport) -> bool:
 
 def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
                 max_doc_mb: float = DEFAULT_MAX_DOC_MB, exclude: Iterable[str | os.PathLike] = (),
-                doc_timeout: float = DEFAULT_DOC_TIMEOUT) -> Iterator[Doc]:
+                doc_timeout: float = DEFAULT_DOC_TIMEOUT, known: Callable[[str, str], bool] | None = None
+                ) -> Iterator[Doc]:
     """Stream the documents of a corpus directory or file (never all in memory).
 
     Documents over `max_doc_mb` are skipped and counted; PDF, DOCX, ODT, EPUB and HTML files are
     parsed in a worker process under a memory cap and a `doc_timeout` deadline (worker.py), and any
     failure is a counted skip. `exclude` lists directories not to read (the output directory when
     it lies inside the corpus). A file part of which was skipped is named in `report.partial`.
+    A file of one document carries its "size:mtime_ns" (`Doc.stamp`); `known(rel, stamp)` true
+    (`ldr add`: the index holds it so) counts the file unchanged without reading it.
     """
     root = Path(path)
     for e in exclude:
@@ -111,18 +114,33 @@ def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
         for f in files:
             rel = f.relative_to(base).as_posix()
             before = report.n_skipped
+            stamp = _stamp(f)
+            if stamp is not None and known is not None and known(rel, stamp):
+                report.unchanged += 1
+                continue
             if f.suffix.lower() in BOUNDED:
                 worker = worker or ParseWorker(max_doc_mb, doc_timeout)
                 docs: Iterable[Doc] = worker.read(f, rel, report)
             else:
                 docs = _read_in_process(f, rel, report, limits)
             for doc in docs:
-                yield replace(doc, root=folder)
+                yield replace(doc, root=folder, stamp=stamp)
             if report.n_skipped > before:
                 report.partial.add(rel)
     finally:
         if worker is not None:
             worker.close()
+
+
+def _stamp(f: Path) -> str | None:
+    """"size:mtime_ns" of a file that holds one document (JSONL and Parquet hold many: None)."""
+    if f.suffix.lower() in JSON_EXTS | PARQUET_EXTS:
+        return None
+    try:
+        st = f.stat()
+    except OSError:
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _read_in_process(f: Path, rel: str, report: IngestReport, limits: Limits) -> Iterator[Doc]:
@@ -249,12 +267,13 @@ def _checked(docs, report, max_doc_mb, unchanged) -> Iterator[Doc]:
 
 
 def corpus_docs(corpus, report: IngestReport, max_doc_mb: float, out,
-                doc_timeout: float = DEFAULT_DOC_TIMEOUT) -> Iterable[Doc]:
+                doc_timeout: float = DEFAULT_DOC_TIMEOUT, known=None) -> Iterable[Doc]:
     """The documents of a corpus path (an index `out` inside it is not read as corpus; a corpus
     inside the index `out` is refused at once) or of an iterable of Docs/dicts."""
     if isinstance(corpus, (str, os.PathLike)):
         refuse_inside(corpus, out)
-        return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out], doc_timeout=doc_timeout)
+        return iter_corpus(corpus, report, max_doc_mb=max_doc_mb, exclude=[out], doc_timeout=doc_timeout,
+                           known=known)
     return as_docs(corpus)
 
 

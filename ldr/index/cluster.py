@@ -183,7 +183,8 @@ def route_file(docs, n: int, folder: Path, report, max_doc_mb: float | None = No
     try:
         for d in check_documents(docs, report, *([max_doc_mb] if max_doc_mb is not None else [])):
             i = shard_of(d.id, n)
-            outs[i].write(json.dumps([d.id, d.text, d.title, d.meta, d.source, d.path, d.root], ensure_ascii=False) + "\n")
+            outs[i].write(json.dumps([d.id, d.text, d.title, d.meta, d.source, d.path, d.root, d.stamp],
+                                     ensure_ascii=False) + "\n")
             counts[i] += 1
     finally:
         for f in outs:
@@ -198,5 +199,5 @@ def routed_docs(path: Path):
     def read():
         with open(path, encoding="utf-8") as fh:
             for line in fh:
-                yield Doc(*json.loads(line))     # id, text, title, meta, source, path, root
+                yield Doc(*json.loads(line))     # id, text, title, meta, source, path, root, stamp
     return CheckedDocs(read())

@@ -156,6 +156,7 @@ class ClusterWriter:
             shutil.rmtree(work, ignore_errors=True)
         report.indexed -= result["unchanged"]
         report.unchanged += result["unchanged"]
+        result["unchanged"] = report.unchanged        # and the files found unchanged unread (known_files)
         result["skipped"] = report.n_skipped
         result["replaced"] = sorted(result["replaced"])
         if not touched:          # nothing new (every document unchanged or skipped): no commit, as unsharded

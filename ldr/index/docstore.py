@@ -30,10 +30,10 @@ SCHEMA = pa.schema([
     ("source", pa.string()),  # ldr's own: where the document was read ("c.jsonl line 3"), or null
     ("path", pa.string()),    # the file it came from, or null
     ("root", pa.string()),    # the corpus folder `path` is relative to (absolute), or null
+    ("stamp", pa.string()),   # "size:mtime_ns" of that file when read: `ldr add` skips it unchanged
 ])
-# what opening a segment reads, beside the Parquet file: uid, id, title and length as one Arrow IPC
-# file, read whole in milliseconds. Read from the Parquet file's 64-row groups these took 1.3 s of a cold search
-# at a million documents; segments written before it exists are read from the Parquet file as before.
+# what opening a segment reads, beside the Parquet file: uid, id, title and length as one Arrow IPC file
+# (from the Parquet file's 64-row groups they took 1.3 s of a cold search at 1M documents; older segments do)
 KEYS = "docstore.keys.arrow"
 KEY_COLUMNS = ["uid", "id", "title", "length"]
 KEYS_SCHEMA = pa.schema([f for f in SCHEMA if f.name in KEY_COLUMNS])
@@ -55,6 +55,7 @@ def rows_table(docs: list[Doc], uids: list[int], lengths: list[int] | None = Non
         "source": [d.source for d in docs],
         "path": [d.path for d in docs],
         "root": [d.root for d in docs],
+        "stamp": [d.stamp for d in docs],
     }, schema=SCHEMA)
 
 
@@ -78,8 +79,9 @@ def doc_of(columns: dict, i: int) -> Doc:
     """Row `i` of a batch of docstore columns as a Doc (older docstores lack source and path)."""
     meta = json.loads(columns["meta"][i]) if columns["meta"][i] else {}
     if "source" in columns:
+        get = lambda c: columns[c][i] if c in columns else None     # noqa: E731  (later columns: root, stamp)
         return Doc(columns["id"][i], columns["text"][i], columns["title"][i], meta,
-                   columns["source"][i], columns["path"][i], columns["root"][i] if "root" in columns else None)
+                   columns["source"][i], columns["path"][i], get("root"), get("stamp"))
     meta, source, path = legacy_origin(meta)
     return Doc(columns["id"][i], columns["text"][i], columns["title"][i], meta, source, path)
 
@@ -216,7 +218,7 @@ class Docstore:
             self._pf = pq.ParquetFile(self.path, page_checksum_verification=True)
             names = self._pf.schema_arrow.names
             has_uid = "uid" in names   # format 2 docstores have none: uid = row
-            self._columns = [c for c in ("id", "title", "text", "meta", "source", "path", "root") if c in names]
+            self._columns = [c for c in ("id", "title", "text", "meta", "source", "path", "root", "stamp") if c in names]
             small = read_keys(Path(root), self._pf) if has_uid else None
             if small is None:
                 small = self._pf.read(columns=(["uid"] if has_uid else []) + ["id", "title", "length"])
@@ -320,7 +322,7 @@ class Docstore:
         """meta_doc of each of `rows` (one read for all of them)."""
         if not rows:
             return []
-        names = [c for c in self._columns if c in ("meta", "source", "path", "root")]
+        names = [c for c in self._columns if c in ("meta", "source", "path", "root", "stamp")]
         cols = self._rows(rows, names)
         blank = {"id": [""] * len(rows), "title": [""] * len(rows), "text": [""] * len(rows)}
         return [doc_of({**blank, **cols}, i) for i in range(len(rows))]
@@ -336,7 +338,7 @@ class Docstore:
     def all_meta(self) -> list[Doc]:
         """Every row's metadata, source and path as text-less Docs (filters read them; one pass
         over the small columns)."""
-        names = [c for c in self._columns if c in ("meta", "source", "path", "root")]
+        names = [c for c in self._columns if c in ("meta", "source", "path", "root", "stamp")]
         try:
             with self._lock:
                 t = self._pf.read(columns=names)
@@ -358,15 +360,15 @@ class Docstore:
         except Exception as e:
             raise _damaged(self.path, e) from None
 
-    def origins(self) -> tuple[list, list]:
-        """(path, root) of every row: the file each document was read from, and the corpus folder
-        that path is relative to (None where the document came from elsewhere, or before ldr kept it)."""
-        if "root" not in self._columns:
-            return [None] * len(self.ids), [None] * len(self.ids)
+    def origins(self) -> tuple[list, list, list]:
+        """(path, root, stamp) of every row: the file each document was read from, the corpus folder
+        that path is relative to, the file's size and time then (None where unknown or not kept)."""
+        cols = [c for c in ("path", "root", "stamp") if c in self._columns]
         try:
             with self._lock:
-                t = self._pf.read(columns=["path", "root"])
-            return t.column("path").to_pylist(), t.column("root").to_pylist()
+                t = self._pf.read(columns=cols) if "root" in cols else None
+            return tuple(t.column(c).to_pylist() if t is not None and c in cols else [None] * len(self.ids)
+                         for c in ("path", "root", "stamp"))
         except Exception as e:
             raise _damaged(self.path, e) from None
 

@@ -58,19 +58,28 @@ class Seen:
             yield doc
 
 
-def origins(root: Path, segments: list[dict], deleted: list[np.ndarray]) -> list[tuple[str, str, str]]:
-    """(id, folder, path) of each live document read from a folder's file (as ldr wrote the path)."""
+def origins(root: Path, segments: list[dict], deleted: list[np.ndarray]) -> list[tuple]:
+    """(id, folder, path, stamp) of each live document read from a folder's file (as ldr wrote the
+    path; stamp: the file's "size:mtime_ns" then, or None)."""
     out = []
     for seg, dead in zip(segments, deleted):
         store = Docstore(inside(root, seg["path"], "segment"), seg["docs"])
-        paths, roots = store.origins()
-        for row, (path, where) in enumerate(zip(paths, roots)):
+        paths, roots, stamps = store.origins()
+        for row, (path, where, stamp) in enumerate(zip(paths, roots, stamps)):
             if where is not None and path is not None and not dead[row] and _relative(path):
-                out.append((store.ids[row], where, path))
+                out.append((store.ids[row], where, path, stamp))
     return out
 
 
-def gone(rows: list[tuple[str, str, str]], folder: str, seen: Seen) -> list[str]:
+def known_files(rows: list[tuple], folder: str):
+    """`known(rel, stamp)`: does the index hold the document of `folder`'s file `rel` (its id) as
+    read when the file had `stamp`? Such a file is unchanged: `ldr add` does not read it again (a
+    118-page PDF took 9 s to parse only to be found unchanged)."""
+    stamps = {path: stamp for doc_id, where, path, stamp in rows if where == folder and stamp and doc_id == path}
+    return lambda rel, stamp: stamps.get(rel) == stamp
+
+
+def gone(rows: list[tuple], folder: str, seen: Seen) -> list[str]:
     """Ids of the documents (`origins`) read from `folder` (its absolute path) that this add did
     not read again: their file is no longer in the folder, or the file was read whole and no
     longer holds them (a record removed from a JSONL file). A file still there but not read whole
@@ -82,12 +91,12 @@ def gone(rows: list[tuple[str, str, str]], folder: str, seen: Seen) -> list[str]
     gone too, though the unchanged ones still name the first folder."""
     base = Path(folder)
     live, again = {}, {}
-    for doc_id, where, _ in rows:
+    for doc_id, where, *_ in rows:
         live[where] = live.get(where, 0) + 1
         again[where] = again.get(where, 0) + (doc_id in seen.ids)
     moved = {w for w in live if w != folder and 2 * again[w] > live[w]}
     out = []
-    for doc_id, where, path in rows:
+    for doc_id, where, path, *_ in rows:
         if where != folder and where not in moved:
             continue
         if doc_id in seen.ids or path in seen.partial:

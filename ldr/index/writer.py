@@ -301,7 +301,7 @@ class IndexWriter:
         return result
 
     def origins(self) -> list[tuple[str, str, str]]:
-        """(id, folder, path) of each live document read from a folder (unchanged.origins)."""
+        """(id, folder, path, stamp) of each live document read from a folder (unchanged.origins)."""
         return origins(self.root, self._writable()["segments"], self._deleted_masks())
 
     def delete(self, ids: Iterable[str]) -> dict:
