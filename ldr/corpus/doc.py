@@ -18,6 +18,6 @@ class Doc:
     # the folder (absolute) `path` is relative to, for documents read from a corpus folder: what
     # `ldr add FOLDER` compares to find the folder's documents whose file is gone
     root: str | None = None
-    # "size:mtime_ns" of the file (one document a file): an `ldr add` of the folder skips the file
-    # unread when the index holds its document with the same stamp
+    # "size:digest" of the file's bytes (one document a file): an `ldr add` of the folder skips the
+    # file unparsed when the index holds its document with the same stamp
     stamp: str | None = None

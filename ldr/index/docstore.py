@@ -30,7 +30,7 @@ SCHEMA = pa.schema([
     ("source", pa.string()),  # ldr's own: where the document was read ("c.jsonl line 3"), or null
     ("path", pa.string()),    # the file it came from, or null
     ("root", pa.string()),    # the corpus folder `path` is relative to (absolute), or null
-    ("stamp", pa.string()),   # "size:mtime_ns" of that file when read: `ldr add` skips it unchanged
+    ("stamp", pa.string()),   # "size:digest" of that file's bytes when read: `ldr add` skips it unchanged
 ])
 # what opening a segment reads, beside the Parquet file: uid, id, title and length as one Arrow IPC file
 # (from the Parquet file's 64-row groups they took 1.3 s of a cold search at 1M documents; older segments do)
@@ -362,7 +362,7 @@ class Docstore:
 
     def origins(self) -> tuple[list, list, list]:
         """(path, root, stamp) of every row: the file each document was read from, the corpus folder
-        that path is relative to, the file's size and time then (None where unknown or not kept)."""
+        that path is relative to, the file's size and digest then (None where unknown or not kept)."""
         cols = [c for c in ("path", "root", "stamp") if c in self._columns]
         try:
             with self._lock:

@@ -60,7 +60,7 @@ class Seen:
 
 def origins(root: Path, segments: list[dict], deleted: list[np.ndarray]) -> list[tuple]:
     """(id, folder, path, stamp) of each live document read from a folder's file (as ldr wrote the
-    path; stamp: the file's "size:mtime_ns" then, or None)."""
+    path; stamp: the file's "size:digest" then, or None)."""
     out = []
     for seg, dead in zip(segments, deleted):
         store = Docstore(inside(root, seg["path"], "segment"), seg["docs"])
@@ -73,8 +73,8 @@ def origins(root: Path, segments: list[dict], deleted: list[np.ndarray]) -> list
 
 def known_files(rows: list[tuple], folder: str):
     """`known(rel, stamp)`: does the index hold the document of `folder`'s file `rel` (its id) as
-    read when the file had `stamp`? Such a file is unchanged: `ldr add` does not read it again (a
-    118-page PDF took 9 s to parse only to be found unchanged)."""
+    read when the file had `stamp` (its bytes' size and digest)? Such a file is unchanged: `ldr add`
+    does not parse it again (a 118-page PDF took 9 s to parse only to be found unchanged)."""
     stamps = {path: stamp for doc_id, where, path, stamp in rows if where == folder and stamp and doc_id == path}
     return lambda rel, stamp: stamps.get(rel) == stamp
 
