@@ -60,18 +60,10 @@ def overhead(n: int) -> dict:
 
 
 def hostile() -> dict:
-    from test_hostile_input import _epub, _odt, _slow_pdf, _under_declare
+    from test_hostile_input import hostile_folder
 
     with tempfile.TemporaryDirectory() as tmp:
-        c = Path(tmp) / "c"
-        c.mkdir()
-        (c / "good.txt").write_text("the keeper relit the lamp of the lighthouse at midnight")
-        (c / "spaces.odt").write_bytes(_odt('<text:p>a<text:s text:c="2000000000"/>b</text:p>'))
-        (c / "nested.odt").write_bytes(_odt("<text:span>" * 5000 + "deep" + "</text:span>" * 5000))
-        (c / "spine.epub").write_bytes(_epub(20000))
-        (c / "tiny.html").write_text("<![ x")
-        (c / "slow.pdf").write_bytes(_slow_pdf())
-        (c / "liar.odt").write_bytes(_under_declare(_odt("<text:p>" + "x" * (64 << 20) + "</text:p>"), 100))
+        c = hostile_folder(Path(tmp) / "c")
         code = textwrap.dedent(f"""
             import resource, subprocess, sys, time
             t = time.perf_counter()

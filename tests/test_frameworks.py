@@ -74,15 +74,20 @@ def empty_template(tmp_path_factory):
     return path
 
 
+def _store_from(template, tmp_path):
+    """A store over a copy of an empty index (the suite's tests each want a fresh one)."""
+    import shutil
+
+    shutil.copytree(template, tmp_path / "idx")
+    store = LdrVectorStore(str(tmp_path / "idx"))
+    yield store
+    store.index.close()
+
+
 class TestLangChainVectorStore(VectorStoreIntegrationTests):
     @pytest.fixture
     def vectorstore(self, empty_template, tmp_path):
-        import shutil
-
-        shutil.copytree(empty_template, tmp_path / "idx")
-        store = LdrVectorStore(str(tmp_path / "idx"))
-        yield store
-        store.index.close()
+        yield from _store_from(empty_template, tmp_path)
 
 
 def test_the_vector_store_creates_its_index_and_filters(tmp_path):
@@ -226,12 +231,7 @@ class TestLangChainVectorStoreBM25(VectorStoreIntegrationTests):
 
     @pytest.fixture
     def vectorstore(self, empty_bm25_template, tmp_path):
-        import shutil
-
-        shutil.copytree(empty_bm25_template, tmp_path / "idx")
-        store = LdrVectorStore(str(tmp_path / "idx"))
-        yield store
-        store.index.close()
+        yield from _store_from(empty_bm25_template, tmp_path)
 
 
 def test_the_vector_store_answers_mmr_scores_and_deletes_as_langchain_users_expect(tmp_path):

@@ -80,14 +80,8 @@ def _slow_pdf(lines: int = 1500, pages: int = 400) -> bytes:
     return out.getvalue()
 
 
-def test_a_hostile_corpus_builds_within_its_memory_and_time_and_counts_every_bad_file(tmp_path):
-    """The files round 6 found, in one folder beside good ones: a 414-byte ODT whose spaces
-    expand to 2 GB, one with a non-numeric count, one of 5,000 nested spans, an EPUB whose spine
-    names one chapter 20,000 times, a 5-byte HTML that crashed the standard library's parser, an
-    ODT whose member under-declares its size, a 70 KB PDF that parses for minutes. The build
-    finishes with the good documents and the EPUB, each bad file a counted skip with its reason,
-    and the whole process tree's peak memory stays far below what one bomb would take."""
-    c = tmp_path / "c"
+def hostile_folder(c):
+    """The files round 6 found, beside good ones (bench/bench_ingest_worker.py builds it too)."""
     c.mkdir()
     (c / "good.txt").write_text("the keeper relit the lamp of the lighthouse at midnight")
     (c / "good.html").write_text("<html><title>Harbour</title><p>the harbour gate opened at dawn</p></html>")
@@ -98,6 +92,17 @@ def test_a_hostile_corpus_builds_within_its_memory_and_time_and_counts_every_bad
     (c / "tiny.html").write_text("<![ x")
     (c / "slow.pdf").write_bytes(_slow_pdf())
     (c / "liar.odt").write_bytes(_under_declare(_odt("<text:p>" + "x" * (64 << 20) + "</text:p>"), 100))
+    return c
+
+
+def test_a_hostile_corpus_builds_within_its_memory_and_time_and_counts_every_bad_file(tmp_path):
+    """The files round 6 found, in one folder beside good ones: a 414-byte ODT whose spaces
+    expand to 2 GB, one with a non-numeric count, one of 5,000 nested spans, an EPUB whose spine
+    names one chapter 20,000 times, a 5-byte HTML that crashed the standard library's parser, an
+    ODT whose member under-declares its size, a 70 KB PDF that parses for minutes. The build
+    finishes with the good documents and the EPUB, each bad file a counted skip with its reason,
+    and the whole process tree's peak memory stays far below what one bomb would take."""
+    c = hostile_folder(tmp_path / "c")
     measure = textwrap.dedent(f"""
         import resource, subprocess, sys
         r = subprocess.run([sys.executable, "-m", "ldr.cli", "index", {str(c)!r}, "-o", {str(tmp_path / 'idx')!r}, "-q",
