@@ -249,8 +249,9 @@ def _batch_search(index, queries_file, output, k, run_tag, options) -> None:
     skipped, lines, escaped = [], 0, []
     try:
         with tqdm(total=len(queries), desc="searching", unit="q", disable=out is None, leave=False) as bar:
+            # a run holds ids and scores: no passages, no relevance (unless --min-score cuts on it)
             for qid, res in index.search_many(queries, k=k, progress=bar.update, with_meta=False,
-                                               **{"passages": 0, **options}):
+                                               **{"passages": 0, "relevance": False, **options}):
                 if isinstance(res, Exception):
                     skipped.append(f"{qid} ({res})")
                     continue

@@ -67,15 +67,14 @@ class LdrSearchModel:
         if self._index is None:
             raise ConfigError("LdrSearchModel.search before index: MTEB indexes the corpus first")
         out: dict[str, dict[str, float]] = {}
+        options = {"relevance": False, **self.search_options}     # a run: ids and scores only
         rows = [(str(q["id"]), q["text"] if isinstance(q["text"], str) else " ".join(q["text"])) for q in queries]
         if top_ranked:      # a reranking task: each query ranks its own candidates only
             for qid, text in rows:
                 ids = [glob.escape(str(d)) for d in top_ranked.get(qid, [])]
-                hits = self._index.search(text, k=top_k, passages=0, filters={"id": ids}, **self.search_options) \
-                    if ids else []
+                hits = self._index.search(text, k=top_k, passages=0, filters={"id": ids}, **options) if ids else []
                 out[qid] = {h.id: float(h.score) for h in hits}
             return out
-        for qid, hits in self._index.search_many(rows, k=top_k, batch_size=self.batch_size, passages=0,
-                                                 **self.search_options):
+        for qid, hits in self._index.search_many(rows, k=top_k, batch_size=self.batch_size, passages=0, **options):
             out[qid] = {} if isinstance(hits, Exception) else {h.id: float(h.score) for h in hits}
         return out

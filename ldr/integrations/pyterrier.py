@@ -33,7 +33,7 @@ class LdrRetrieve(pt.Transformer):
         rows = []
         for qid, query in zip(topics["qid"], topics["query"]):
             hits = self.source.search(str(query), k=self.k, passages=1 if self.passage else 0, with_text=self.text,
-                                      **self.search_options)
+                                      **{"relevance": False, **self.search_options})     # rows hold no relevance
             for h in hits:
                 row = {"qid": qid, "query": query, "docno": h.id, "score": float(h.score), "rank": h.rank - 1}
                 if self.title:

@@ -126,7 +126,8 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     # a lexical kind weighted 0 in the fusion adds no window evidence either
     windows = opts.window_weight > 0 and term_kind is not None and opts.weights.get(term_kind(), 1.0) != 0
     depth = max(opts.depth, k, opts.rerank_depth if second is not None else 0)
-    relevance = _relevance(components, kinds, request.min_score, k)
+    relevance = _relevance(components, kinds, request.min_score, k) \
+        if request.relevance or request.min_score is not None else ()
     asks = relevance[0].distributions if relevance else ()
     first = tuple(Retrieve(n, depth, filtered, n in asks) for n in kinds)
     later: list = []

@@ -1,0 +1,65 @@
+"""Writing a BM25 run (issue 80): queries/s of a BM25-only ldr index's `search_many` as `ldr search
+--queries --mode bm25` calls it (BM25 alone, no passages, no relevance), against the same with the
+relevance estimated (as every run was written before), and bm25s (0.3, Snowball stemmer, English stop words) on the same texts, top 10 and top
+1,000, in one run; the ids each returns agree as nDCG@10 says.
+
+    python bench/bench_run_speed.py ../shared/data/qmsum-train [--queries 300]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import ldr
+from ldr.eval.compare import read_qrels
+from ldr.eval.metrics import evaluate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("--queries", type=int, default=300)
+    args = ap.parse_args()
+    d = Path(args.data)
+    docs = [json.loads(line) for line in open(d / "corpus.jsonl", encoding="utf-8")]
+    qrels = read_qrels(next((d / "qrels").glob("*.tsv")))
+    queries = [(q["_id"], q["text"]) for q in map(json.loads, open(d / "queries.jsonl", encoding="utf-8"))
+               if q["_id"] in qrels][:args.queries]
+    qrels = {q: qrels[q] for q, _ in queries}
+    with tempfile.TemporaryDirectory() as tmp:
+        ix = ldr.Index.build(({"id": x["_id"], "title": x.get("title", ""), "text": x["text"]} for x in docs),
+                             Path(tmp) / "idx", dense=None, sparse=None, progress=False)
+        ix.search(queries[0][1], k=10)
+        for k in (10, 1000):
+            for label, extra in (("ldr --mode bm25 run", {"relevance": False}), ("ldr --mode bm25, relevance", {})):
+                t = time.perf_counter()
+                run = {qid: {h.id: h.score for h in hits}
+                       for qid, hits in ix.search_many(queries, k=k, mode="bm25", passages=0, with_meta=False,
+                                                       **extra)}
+                secs = time.perf_counter() - t
+                print(f"k={k:<5} {label:<26} {len(queries) / secs:8.1f} q/s  nDCG@10 "
+                      f"{100 * evaluate(qrels, run, ('ndcg@10',))['ndcg@10']:.2f}")
+            try:
+                import bm25s
+                import Stemmer
+            except ImportError:
+                print("bm25s is not installed (pip install -e '.[bench]')")
+                continue
+            stem = Stemmer.Stemmer("english")
+            texts = [f"{x.get('title', '')}\n{x['text']}" for x in docs]
+            retriever = bm25s.BM25()
+            retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stem, show_progress=False), show_progress=False)
+            t = time.perf_counter()
+            toks = bm25s.tokenize([q for _, q in queries], stopwords="en", stemmer=stem, show_progress=False)
+            ids, scores = retriever.retrieve(toks, k=min(k, len(docs)), show_progress=False, n_threads=1)
+            run = {qid: {docs[j]["_id"]: float(s) for j, s in zip(ids[i], scores[i])} for i, (qid, _) in enumerate(queries)}
+            secs = time.perf_counter() - t
+            print(f"k={k:<5} {'bm25s':<26} {len(queries) / secs:8.1f} q/s  nDCG@10 "
+                  f"{100 * evaluate(qrels, run, ('ndcg@10',))['ndcg@10']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
