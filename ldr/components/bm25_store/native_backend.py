@@ -82,9 +82,11 @@ class NativeSegment:
         except (OSError, ValueError, pa.ArrowException) as e:
             raise IndexFormatError(f"the native BM25 vocabulary in {p} is damaged ({type(e).__name__}: {str(e)[:200]}); "
                                    "run `ldr check` and rebuild the index") from None
-        self.indptr = npy.load(p / "term_indptr.npy", mmap_mode="r")
-        self.docs = npy.load(p / "term_docs.npy", mmap_mode="r")
-        self.tfs = npy.load(p / "term_tfs.npy", mmap_mode="r")
+        # still mapped, as plain arrays: a slice of np.memmap costs ~4 us of Python (its
+        # __array_finalize__), a query's dozens of posting lists a millisecond
+        self.indptr = np.asarray(npy.load(p / "term_indptr.npy", mmap_mode="r"))
+        self.docs = np.asarray(npy.load(p / "term_docs.npy", mmap_mode="r"))
+        self.tfs = np.asarray(npy.load(p / "term_tfs.npy", mmap_mode="r"))
         self.lengths = npy.load(p / "doc_lengths.npy")
         ip = self.indptr
         if (ip.ndim != 1 or len(ip) != len(self.vocab) + 1 or ip[0] != 0
@@ -96,8 +98,8 @@ class NativeSegment:
         t = self.vocab.get(term)
         if t is None:
             return None
-        s, e = self.indptr[t], self.indptr[t + 1]
-        return np.asarray(self.docs[s:e]), np.asarray(self.tfs[s:e])
+        s, e = int(self.indptr[t]), int(self.indptr[t + 1])
+        return self.docs[s:e], self.tfs[s:e]
 
 
 DF_CACHE = 1 << 16      # terms whose document frequency a searcher keeps (a sharded search asks every query)
@@ -198,7 +200,7 @@ class NativeSearcher:
         stats = query if isinstance(query, GlobalQuery) else None
         n, avgdl = (stats.n, stats.avgdl) if stats else (self.n, self.avgdl)
         out = np.zeros(len(self.lengths), dtype=np.float32)
-        norm = k1 * (1 - b + b * self.lengths / avgdl)
+        norm = self._norm(k1, b, avgdl)
         for term, qtf in self._terms(stats.text if stats else query).items():
             hits = []
             for seg, offset, live in self.segments:
@@ -213,6 +215,15 @@ class NativeSearcher:
             for docs, tf in hits:
                 out[docs] += qtf * idf * tf / (tf + norm[docs])
         return out
+
+    def _norm(self, k1: float, b: float, avgdl: float) -> np.ndarray:
+        """k1·(1 − b + b·dl/avgdl) per document, kept for the last (k1, b, avgdl): a generation's
+        lengths never change, and most queries ask the index's own k1 and b."""
+        key = (k1, b, avgdl)
+        got = getattr(self, "_norms", None)
+        if got is None or got[0] != key:
+            got = self._norms = (key, k1 * (1 - b + b * self.lengths / avgdl))
+        return got[1]
 
     def bound(self, query: "str | GlobalQuery") -> float:
         """The highest score `query` can reach here (this scorer leaves out the constant k1+1)."""
