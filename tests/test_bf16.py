@@ -119,6 +119,13 @@ def test_auto_keeps_a_small_corpus_on_fp32_where_bf16_would_not_pay(monkeypatch)
     assert config.dense.backend == runtime.EXACT and len(list(docs)) == 7
     config, _ = BuildConfig(dense=DenseSettings(backend="onnx")).small_corpus(iter(small))
     assert config.dense.backend == "onnx" and config.sparse.backend == runtime.EXACT   # asked: kept
+    # decided once over the whole corpus: a sharded build's shards, each below the rule, encode as the
+    # whole does (issue 79: 14 transcripts sharded 4 ways were fp32 where the whole was bf16)
+    whole, _ = BuildConfig().small_corpus(Doc(id=f"b{i}", text="word " * 20_000) for i in range(10))
+    shard, _ = whole.small_corpus(iter(small))
+    assert shard.dense.backend == "auto" and shard.sparse.backend == "auto"
+    held, _ = BuildConfig().small_corpus(iter(small))
+    assert held.small_corpus(iter(small))[0].dense.backend == runtime.EXACT
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})                  # no bf16: nothing to hold
     assert BuildConfig().small_corpus(iter(small))[0].dense.backend == "auto"
     assert runtime.choose(runtime.EXACT, "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"

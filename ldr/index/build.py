@@ -84,6 +84,9 @@ class BuildConfig:
     language_info: dict | None = None
     # the language's search defaults this index is built under (ldr/language_defaults.py)
     search_profile: dict | None = None
+    # small_corpus decided the `auto` engines over the whole corpus: a sharded build's shards (each
+    # below the size rule) encode as the whole would, not in fp32 where the whole is bf16 (issue 79)
+    engines_decided: bool = False
 
     def __post_init__(self):
         if isinstance(self.dense, str):  # a model name or path
@@ -153,7 +156,7 @@ class BuildConfig:
 
         # the encoders' settings (each has an engine): those left at auto
         auto = [f.name for f in dataclasses.fields(self) if getattr(getattr(self, f.name), "backend", None) == AUTO]
-        if not auto or not bf16_fast():
+        if not auto or not bf16_fast() or self.engines_decided:
             return self, docs
         it, head, chars = iter(docs), [], 0
         for doc in it:
@@ -162,10 +165,10 @@ class BuildConfig:
             # 1 MB file skipped beside 23 short ones made such a build start PyTorch for bf16)
             chars += len(doc.text) if doc.text.strip() and not oversized(doc.text, self.max_doc_mb) else 0
             if chars >= BF16_MIN_CHARS:
-                return self, itertools.chain(head, it)
+                return dataclasses.replace(self, engines_decided=True), itertools.chain(head, it)
         held = {n: dataclasses.replace(getattr(self, n), backend=EXACT) for n in auto}
         log.info("a small corpus (%d characters): fp32 encoders, not bf16", chars)
-        return dataclasses.replace(self, **held), head
+        return dataclasses.replace(self, **held, engines_decided=True), head
 
 
 def build_index(docs: Iterable[Doc], out: str | os.PathLike, config: BuildConfig | None = None,
