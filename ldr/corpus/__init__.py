@@ -114,7 +114,7 @@ def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
         for f in files:
             rel = f.relative_to(base).as_posix()
             before = report.n_skipped
-            stamp = _stamp(f)
+            stamp = _stamp(f, limits.max_doc_bytes)
             if stamp is not None and known is not None and known(rel, stamp):
                 report.unchanged += 1
                 continue
@@ -132,15 +132,18 @@ def iter_corpus(path: str | os.PathLike, report: IngestReport | None = None, *,
             worker.close()
 
 
-def _stamp(f: Path) -> str | None:
+def _stamp(f: Path, limit: int) -> str | None:
     """"size:digest" of the bytes of a file that holds one document (JSONL and Parquet hold many:
     None): its content, not its time, so a `touch` or a copy is still known unchanged. Reading and
-    hashing a file costs a fraction of parsing it (a 118-page PDF: milliseconds against 9 s)."""
+    hashing a file costs a fraction of parsing it (a 118-page PDF: milliseconds against 9 s). A
+    file over `limit` bytes is skipped as too large unread: it is not hashed either."""
     import hashlib
 
     if f.suffix.lower() in JSON_EXTS | PARQUET_EXTS:
         return None
     try:
+        if f.stat().st_size > limit:
+            return None
         with open(f, "rb") as fh:
             digest = hashlib.file_digest(fh, lambda: hashlib.blake2b(digest_size=16))
             return f"{fh.tell()}:{digest.hexdigest()}"
