@@ -357,3 +357,29 @@ def test_a_no_op_add_reads_no_unchanged_file(tmp_path, shards):
     assert "0 added, 1 replaced, 2 unchanged" in out.output and "0 skipped" in out.output, out.output
     ix = ldr.open(tmp_path / "idx")
     assert "rowing club" in ix.document("minutes.odt").text and "June" in ix.document("notes.txt").text
+
+
+def test_ray_serves_log_of_the_coordinators_own_cancels_is_quiet():
+    """Issue 76: `ldr serve --ray` logged "Cancelling request ..." every few seconds though every
+    answer was whole: the coordinator cancels, on purpose, the calls of every shard but the first to
+    answer. Those lines are filtered; Ray Serve's other lines are not."""
+    import logging
+
+    pytest.importorskip("ray")
+    import ldr.serve.ray_shards  # noqa: F401  (installs the filter)
+
+    serve_log, seen = logging.getLogger("ray.serve"), []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    keep, level = Keep(logging.INFO), serve_log.level
+    serve_log.addHandler(keep)
+    serve_log.setLevel(logging.INFO)
+    try:
+        serve_log.info("Cancelling request that has already been assigned to a replica.")
+        serve_log.info("Deployed app 'shard-0' successfully.")
+    finally:
+        serve_log.removeHandler(keep)
+        serve_log.setLevel(level)
+    assert seen == ["Deployed app 'shard-0' successfully."]
