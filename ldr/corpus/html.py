@@ -6,6 +6,8 @@ event handler as the standard library's parser would: it is linear in the page, 
 CPU) and raises on some 5-byte inputs (`<![ x`). The standard library's is the fallback."""
 from __future__ import annotations
 
+from html.parser import HTMLParser
+
 
 class _Text:
     """Visible text of an HTML page; <script>/<style> dropped, block tags become newlines."""
@@ -48,16 +50,28 @@ class _Text:
         return None
 
 
+class _StdParser(HTMLParser):
+    """The standard library's parser driving the same handler (where lxml is missing)."""
+
+    def __init__(self, target: _Text):
+        super().__init__(convert_charrefs=True)
+        self.target = target
+
+    def handle_starttag(self, tag, attrs):
+        self.target.start(tag)
+
+    def handle_endtag(self, tag):
+        self.target.end(tag)
+
+    def handle_data(self, data):
+        self.target.data(data)
+
+
 def _feed(markup: str, t: _Text) -> None:
     try:
         from lxml import etree
     except ImportError:
-        from html.parser import HTMLParser
-
-        class _Std(HTMLParser):
-            handle_starttag, handle_endtag, handle_data = (lambda s, tag, a: t.start(tag)), \
-                (lambda s, tag: t.end(tag)), (lambda s, d: t.data(d))
-        p = _Std(convert_charrefs=True)
+        p = _StdParser(t)
         p.feed(markup)
         p.close()
         return
