@@ -35,7 +35,7 @@ def idx(tmp_path_factory):
 def test_the_focused_document_wins_and_the_scores_are_the_stage_mix(idx):
     off = idx.search(QUERY, k=8, window_weight=0)
     assert {h.id for h in off[:2]} == {"thin", "focused"} and "windows.best" not in off[0].scores
-    hits = idx.search(QUERY, k=8, window_depth=5, window_weight=0.5)
+    hits = idx.search(QUERY, k=8, window_depth=5, window_weight=0.5, window_scales="passages")
     assert hits[0].id == "focused" and "windows" in hits.timings_ms
     head = hits[:5]
     first = np.array([h.scores["bm25"] for h in head])
@@ -48,6 +48,41 @@ def test_the_focused_document_wins_and_the_scores_are_the_stage_mix(idx):
     assert all("windows.best" not in h.scores for h in tail) and all(h.score <= 0 for h in tail)
     assert [h.id for h in tail] == [h.id for h in off if h.id not in {x.id for x in head}][:len(tail)]
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+
+
+def test_windows_of_fixed_sizes_are_the_english_default_and_mix_by_their_shares(idx):
+    hits = idx.search(QUERY, k=8, window_depth=5)                # English: 120:0.6,40:0.4 at 0.5
+    assert hits[0].id == "focused"
+    head = hits[:5]
+    mm = lambda x: (x - x.min()) / (x.max() - x.min()) if x.max() > x.min() else np.zeros(len(x))
+    col = lambda k: np.array([h.scores[k] for h in head])
+    evidence = (0.6 * mm(col("windows.t120")) + 0.4 * mm(col("windows.t40"))) / 1.0
+    assert np.allclose([h.score for h in head], 0.5 * mm(col("bm25")) + 0.5 * evidence)
+    assert "windows of 120 terms x0.6, 40 terms x0.4" in idx.plan(QUERY).explain()
+    for bad in ("1:0.5", "120:0", "x:1", "120:0.5,,", "120:2"):
+        with pytest.raises(QueryError, match="window_scales"):
+            idx.search(QUERY, window_scales=bad)
+
+
+def test_a_window_of_fixed_size_counts_what_a_brute_force_count_does():
+    from ldr.search.window_scales import _windows
+
+    rng = np.random.default_rng(0)
+    for n, size in [(1, 40), (39, 40), (40, 40), (41, 40), (500, 120), (997, 41), (300, 3)]:
+        pos = np.sort(rng.choice(n, size=min(n, 25), replace=False))
+        cols = rng.integers(0, 3, len(pos)).astype(np.uint16)
+        tf, lengths = _windows(n, pos.astype(np.int32), cols, size, 3)
+        step = max(1, size // 2)
+        starts = [0] if n <= size else list(range(0, n - size + 1, step))
+        if n > size and starts[-1] + size < n:
+            starts.append(starts[-1] + step)
+        assert len(tf) == len(starts), (n, size)
+        for j, a in enumerate(starts):
+            want = np.zeros(3)
+            for p, c in zip(pos, cols):
+                want[c] += a <= p < a + size
+            assert (tf[j] == want).all() and lengths[j] == max(1, min(size, n - a)), (n, size, j)
+        assert (starts[-1] + size >= n)
 
 
 def test_weights_and_modes(idx):

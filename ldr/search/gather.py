@@ -186,13 +186,13 @@ class ShardedSource:
             self.feats.update(self._each(want, lambda sh, locs, _: sh.windows(locs, kinds, reps, terms)))
         return self.feats
 
-    def best_windows(self, docnos: list[int]) -> dict:
+    def best_windows(self, docnos: list[int], scales=()) -> dict:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
-        each vector kind: its best window's similarity}} (PassageFinder.best_from); {} where no
-        finder analyses this index's windows."""
+        each vector kind: its best window's similarity, each size of `scales`: its best window of
+        that many terms}} (PassageFinder.best_from); {} where no finder analyses this index's windows."""
         if self.finder is None:
             return {}
-        return self.finder.best_from(self._features(docnos), docnos)
+        return self.finder.best_from(self._features(docnos), docnos, scales)
 
     def passages(self, docnos: list[int], n: int) -> dict:
         """{docno: its n best passages}: windows ranked here, cut to sentences where the text is."""

@@ -49,6 +49,10 @@ class QueryOptions:
                                         cli=("--window-vectors",))
     window_depth: int | None = _opt(None, "First-stage candidates rescored by their best window.",
                                     ge=1, le=1000, cli=("--window-depth",))
+    window_scales: str | None = _opt(None, "The windows whose BM25 is the window evidence: TERMS:SHARE pairs "
+                                           "(windows of that many analysed terms, each half overlapping the next), "
+                                           "e.g. 120:0.6,40:0.4, or 'passages' (the vector kinds' passages).",
+                                     cli=("--window-scales",))
     rerank: bool | str | None = _opt(None, "Second stage: passage (the passage rescorer), none, or a kind's exact "
                                            "scores (colbert); unset: the index's default.",
                                      cli=("--rerank",))
@@ -172,6 +176,7 @@ class SearchOptions:
     window_weight: float = 0.4     # the best window's BM25 share of the top candidates' scores (0: off)
     window_depth: int = 50
     window_vectors: float = 0.0    # the vector kinds' share of the window evidence (0: the best window's BM25)
+    window_scales: str = "passages"   # the BM25 evidence's windows: the vector kinds' passages, or TERMS:SHARE,...
     rerank: str | None = None       # None | "passage" | a kind with exact scores (a cross-encoder: rerank_model)
     rerank_model: str | None = None
     rerank_depth: int = 100
@@ -189,6 +194,8 @@ class SearchOptions:
             if bad:
                 raise ConfigError(f"weights name unknown retrievers {sorted(bad)}; use {', '.join(registry.names())}")
         check_weights(self.weights)
+        from .window_scales import parse
+        parse(self.window_scales)
         for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight", "window_vectors",
                      "rerank_weight"):
             if getattr(self, name) is None:
@@ -296,7 +303,7 @@ def resolve(request: QueryOptions, recorded: dict, components: dict, device: str
             opts.weights[n] = float(w)
             sources[f"weights.{n}"] = "request"
     for name in ("fusion", "depth", "rerank_depth", "rrf_k", "rerank_weight", "rerank_windows", "window_weight",
-                 "window_depth", "window_vectors"):
+                 "window_depth", "window_vectors", "window_scales"):
         if getattr(r, name) is not None:
             take(name, getattr(r, name))
     # a cross-encoder: the request's; else, when nothing else reranks a hybrid search, the index's

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..corpus.text import page_of
 from .normalise import minmax
+from .window_scales import best_at, occurrences, scale_key
 from .window_terms import WindowTerms
 
 _MARKABLE = re.compile(r"\w+", re.UNICODE)
@@ -56,6 +57,11 @@ class WindowFeatures:
     lengths: np.ndarray        # (m,) int64
     tf: np.ndarray             # (m, terms) uint16 (uint32 where a count passes 65,535)
     vec: dict                  # {kind: (m,) float64, nan where the kind has no vector}
+    # where the query's terms occur in the document's term stream, their columns, the stream's length
+    # (window_scales places windows of any size over them)
+    at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    at_col: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint16))
+    n_terms: int = 0
 
 
 @dataclass
@@ -151,7 +157,8 @@ class PassageFinder:
             found = self._vector_windows(reps, d, len(text) if text is not None else lengths[uid])
             spans = np.concatenate([sp for _, sp in found.values()]) if found else None
             key = (uid, tuple(found)) if uid is not None else None
-            win, indptr, ids, vocab = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)), spans)
+            win, indptr, ids, vocab, stream = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)),
+                                                             spans)
             m = len(win)
             vec, at = {}, 0
             for k, (sims, sp) in found.items():       # the windows are the kinds' spans, in this order
@@ -163,7 +170,7 @@ class PassageFinder:
             if not tf.size or tf.max() < 1 << 16:      # half the bytes a shard sends (counts in a window are small)
                 tf = tf.astype(np.uint16)
             out[d] = WindowFeatures(np.asarray(win, dtype=np.int64).reshape(-1, 2), np.diff(indptr).astype(np.int64),
-                                    tf, vec)
+                                    tf, vec, *occurrences(stream, vocab, terms), len(stream))
         return out
 
     def cut(self, text: str, spans, n: int, qterms) -> list[tuple]:
@@ -194,13 +201,18 @@ class PassageFinder:
         tf = np.concatenate([f.tf for _, f in got]).astype(np.float64)
         return owner, spans, vec, self._bm25(lengths, tf)
 
-    def best_from(self, feats: dict, docnos: list[int]) -> dict[int, dict[str, float]]:
+    def best_from(self, feats: dict, docnos: list[int], scales=()) -> dict[int, dict[str, float]]:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
         each vector kind: its best window's similarity (nan: none), COVER: the largest share of
-        the query's terms two neighbouring windows hold}}. COVER depends on the document and the
-        query alone (the relevance stage reads it)."""
+        the query's terms two neighbouring windows hold, scale_key(S) for each size S of `scales`:
+        the BM25 of its best window of S terms among these documents' windows of that size}}.
+        COVER depends on the document and the query alone (the relevance stage reads it)."""
         owner, _, vec, terms = self._scored(feats, docnos)
         out = {d: {self.term_kind: 0.0, **{k: float("nan") for k in self.vectors}, COVER: 0.0} for d in docnos}
+        n_cols = max((f.tf.shape[1] for f in feats.values()), default=0)
+        for size in scales:
+            for d, v in best_at(feats, docnos, size, n_cols, self.k1, self.b).items():
+                out[d][scale_key(size)] = v
         for d in docnos:
             f = feats.get(d)
             if f is not None and len(f.spans) and f.tf.shape[1]:

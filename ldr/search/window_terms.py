@@ -78,7 +78,7 @@ class WindowTerms:
             lengths = list(self.lengths)
             keep_len = alive(np.asarray(lengths, dtype=np.int64)) if lengths else np.zeros(0, bool)
             self.lengths = {u: self.lengths[u] for u, keep in zip(lengths, keep_len.tolist()) if keep}
-            self._docs, self._tokens = docs, sum(len(e[2]) for e in docs.values())
+            self._docs, self._tokens = docs, sum(len(e[2]) + len(e[4]) for e in docs.values())
             if len(self.vocab) > max(VOCAB_FLOOR, VOCAB_SLACK * self._tokens):
                 self.vocab, self._words, self._docs, self._tokens = {}, {}, OrderedDict(), 0
 
@@ -114,8 +114,8 @@ class WindowTerms:
         return got
 
     def get(self, key, text, spans) -> tuple:
-        """(spans (m, 2), indptr (m + 1), term ids, the vocabulary they index) of a document's
-        windows: `spans` when given
+        """(spans (m, 2), indptr (m + 1), term ids, the vocabulary they index, the whole text's term
+        ids in order) of a document's windows: `spans` when given
         (the dense passages), else word windows. `text`: the text, or a function returning it
         (called only on a miss: reading a long text from the docstore costs more than scoring it)."""
         with self._lock:
@@ -126,6 +126,7 @@ class WindowTerms:
         text = text() if callable(text) else text
         win = np.asarray(spans if spans is not None else word_windows(text), dtype=np.int64).reshape(-1, 2)
         words = [self.words(text[a:e]) for a, e in win.tolist()]
+        whole = self.words(text)
         with self._lock:
             self._bound()
             vocab, flat, counts = self.vocab, [], []
@@ -136,11 +137,13 @@ class WindowTerms:
             ids = np.fromiter(flat, dtype=np.int32, count=len(flat))
             indptr = np.zeros(len(counts) + 1, dtype=np.int64)
             np.cumsum(counts, out=indptr[1:])
-            entry = (win, indptr, ids, vocab)
+            # the term stream, for windows of any size placed over it (the window stage's scales)
+            stream = np.fromiter(chain.from_iterable(self._ids(whole)), dtype=np.int32)
+            entry = (win, indptr, ids, vocab, stream)
             if key is not None:
                 self._docs[key] = entry
-                self._tokens += len(ids)
+                self._tokens += len(ids) + len(stream)
                 while self._tokens > self.max_tokens and len(self._docs) > 1:
-                    _, (_, _, old, _) = self._docs.popitem(last=False)
-                    self._tokens -= len(old)
+                    _, (_, _, old, _, old_stream) = self._docs.popitem(last=False)
+                    self._tokens -= len(old) + len(old_stream)
         return entry
