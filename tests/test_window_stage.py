@@ -51,14 +51,14 @@ def test_the_focused_document_wins_and_the_scores_are_the_stage_mix(idx):
 
 
 def test_windows_of_fixed_sizes_are_the_english_default_and_mix_by_their_shares(idx):
-    hits = idx.search(QUERY, k=8, window_depth=5)                # English: 120:0.6,40:0.4 at 0.5
+    hits = idx.search(QUERY, k=8, window_depth=5)                # English: 200:0.6,40:0.4 at 0.5
     assert hits[0].id == "focused"
     head = hits[:5]
     mm = lambda x: (x - x.min()) / (x.max() - x.min()) if x.max() > x.min() else np.zeros(len(x))
     col = lambda k: np.array([h.scores[k] for h in head])
-    evidence = (0.6 * mm(col("windows.t120")) + 0.4 * mm(col("windows.t40"))) / 1.0
+    evidence = (0.6 * mm(col("windows.t200")) + 0.4 * mm(col("windows.t40"))) / 1.0
     assert np.allclose([h.score for h in head], 0.5 * mm(col("bm25")) + 0.5 * evidence)
-    assert "windows of 120 terms x0.6, 40 terms x0.4" in idx.plan(QUERY).explain()
+    assert "windows of 200 terms x0.6, 40 terms x0.4" in idx.plan(QUERY).explain()
     for bad in ("1:0.5", "120:0", "x:1", "120:0.5,,", "120:2"):
         with pytest.raises(QueryError, match="window_scales"):
             idx.search(QUERY, window_scales=bad)
@@ -174,3 +174,19 @@ def test_the_window_caches_follow_the_live_index_under_churn(tmp_path, monkeypat
         assert set(idx._texts._by_uid) <= live
         sizes.append(len(cache.vocab))
     assert max(sizes) <= 1500 + 700 and min(sizes) < 700        # started afresh; never past the floor and one document
+
+
+def test_a_cold_search_scores_windows_as_a_warm_one(tmp_path):
+    """The documents' windows are analysed during the first search that reads them: a query term
+    first seen in a document analysed after others counts there as it does once every text is cached."""
+    docs = [{"id": "a", "text": "alpha alpha alpha alpha beta"}, {"id": "b", "text": "alpha alpha alpha gamma"},
+            {"id": "c", "text": _long(3000, {1500: "omega alpha"})}] + \
+           [{"id": f"f{i}", "text": _long(200 + i, {})} for i in range(4)]
+    idx = ldr.Index.build(docs, tmp_path / "idx", bm25="native", dense=None, sparse=None)
+    first = [h.id for h in idx.search("alpha omega", k=3, window_weight=0)]
+    assert first.index("c") > 0                   # "omega" enters the vocabulary after another document
+    idx = ldr.open(tmp_path / "idx")
+    keys = ("windows.best", "windows.t200", "windows.t40")
+    cold = {h.id: [h.scores[k] for k in keys] for h in idx.search("alpha omega", k=3)}
+    warm = {h.id: [h.scores[k] for k in keys] for h in idx.search("alpha omega", k=3)}
+    assert cold == warm

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..corpus.text import page_of
 from .normalise import minmax
-from .window_scales import best_at, occurrences, scale_key
+from .window_scales import best_at, occurrences, scale_key, term_table
 from .window_terms import WindowTerms
 
 _MARKABLE = re.compile(r"\w+", re.UNICODE)
@@ -75,21 +75,16 @@ class Ranked:
     order: dict                # docno → its windows (indices), best first
 
 
-def _counts(indptr: np.ndarray, ids: np.ndarray, vocab: dict, terms: list[str]) -> np.ndarray:
-    """(windows × terms) counts of `terms` in each window (`ids`: the windows' term ids, by `indptr`)."""
-    tf = np.zeros((len(indptr) - 1, len(terms)), dtype=np.uint32)
-    pairs = sorted((vocab[t], j) for j, t in enumerate(terms) if t in vocab)
-    if not pairs or not len(ids):
-        return tf
-    qids = np.array([q for q, _ in pairs], dtype=np.int64)
-    cols = np.array([j for _, j in pairs], dtype=np.int64)
-    wanted = np.zeros(len(vocab) + 1, dtype=bool)        # a lookup table: one gather per term
-    wanted[qids] = True
-    hit = np.flatnonzero(wanted[ids])
-    if len(hit):
-        rows = np.searchsorted(indptr, hit, side="right") - 1
-        np.add.at(tf, (rows, cols[np.searchsorted(qids, ids[hit])]), 1)
-    return tf
+def _counts(indptr: np.ndarray, ids: np.ndarray, table: np.ndarray, n_terms: int) -> np.ndarray:
+    """(windows × terms) counts of the query's terms in each window (`ids`: the windows' term ids,
+    by `indptr`; `table`: term id → column, window_scales.term_table)."""
+    m = len(indptr) - 1
+    if not n_terms or not len(ids):
+        return np.zeros((m, n_terms), dtype=np.uint32)
+    got = np.take(table, ids, mode="clip")
+    hit = np.flatnonzero(got >= 0)
+    rows = np.searchsorted(indptr, hit, side="right") - 1
+    return np.bincount(rows * n_terms + got[hit], minlength=m * n_terms).astype(np.uint32).reshape(m, n_terms)
 
 
 class PassageFinder:
@@ -146,7 +141,7 @@ class PassageFinder:
         are not cached yet; `keys` {docno: uid} lets later queries reuse the analysed windows."""
         kinds = list(self.vectors)
         lengths = self.cache.lengths
-        out = {}
+        out, table = {}, (None, None, ())
         for d in docnos:
             uid = keys[d] if keys is not None else None
             text = None
@@ -166,11 +161,15 @@ class PassageFinder:
                 col[at:at + len(sp)] = sims
                 vec[k] = col
                 at += len(sp)
-            tf = _counts(indptr, ids, vocab, terms)
+            # one lookup table a query, made again where a vocabulary started afresh or a document
+            # analysed just now brought one of the query's terms into it
+            if table[0] is not vocab or any(t in vocab for t in table[2]):
+                table = (vocab, term_table(vocab, terms), [t for t in terms if t not in vocab])
+            tf = _counts(indptr, ids, table[1], len(terms))
             if not tf.size or tf.max() < 1 << 16:      # half the bytes a shard sends (counts in a window are small)
                 tf = tf.astype(np.uint16)
             out[d] = WindowFeatures(np.asarray(win, dtype=np.int64).reshape(-1, 2), np.diff(indptr).astype(np.int64),
-                                    tf, vec, *occurrences(stream, vocab, terms), len(stream))
+                                    tf, vec, *occurrences(stream, table[1]), len(stream))
         return out
 
     def cut(self, text: str, spans, n: int, qterms) -> list[tuple]:

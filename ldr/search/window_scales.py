@@ -32,52 +32,74 @@ def parse(spec: str) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def occurrences(stream: np.ndarray, vocab: dict, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(positions in `stream` holding one of `terms`, the term's column in `terms`), positions ascending."""
-    pairs = sorted((vocab[t], j) for j, t in enumerate(terms) if t in vocab)
-    if not pairs or not len(stream):
+def term_table(vocab: dict, terms: list[str]) -> np.ndarray:
+    """A lookup table: term id → its column in `terms`, -1 for any other term (the last entry
+    stands for ids added to the vocabulary after it was made)."""
+    table = np.full(len(vocab) + 1, -1, dtype=np.int32)
+    for j, t in enumerate(terms):
+        if t in vocab:
+            table[vocab[t]] = j
+    return table
+
+
+def occurrences(stream: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in `stream` holding one of the table's terms, the term's column), positions ascending."""
+    if not len(stream):
         return np.zeros(0, np.int32), np.zeros(0, np.uint16)
-    col = np.full(len(vocab) + 1, -1, dtype=np.int32)       # a lookup table: one gather for the stream
-    col[[q for q, _ in pairs]] = [j for _, j in pairs]
-    got = col[stream]
+    got = np.take(table, stream, mode="clip")
     pos = np.flatnonzero(got >= 0)
     return pos.astype(np.int32), got[pos].astype(np.uint16)
 
 
-def _windows(n_terms: int, pos: np.ndarray, cols: np.ndarray, size: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """(tf (windows × n_cols), lengths) of windows of `size` terms every size // 2 over a stream of
-    `n_terms` terms, from the query terms' positions."""
+def _placed(n_terms: int, pos: np.ndarray, cols: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(window of each occurrence, its column, each window's length) for windows of `size` terms
+    every size // 2 over a stream of `n_terms` terms; an occurrence is listed once per window holding it."""
     step = max(1, size // 2)
     m = 1 if n_terms <= size else -(-(n_terms - size) // step) + 1
-    tf = np.zeros((m, n_cols))
-    if len(pos):
-        pos = pos.astype(np.int64)
-        last = np.minimum(pos // step, m - 1)                   # the last window holding each position
-        for back in range(-(-size // step)):                    # and the ones before it that reach it
-            j = last - back
-            ok = (j >= 0) & (j * step + size > pos)
-            np.add.at(tf, (j[ok], cols[ok].astype(np.int64)), 1)
     lengths = np.clip(np.minimum(size, n_terms - np.arange(m) * step), 1, None).astype(np.float64)
-    return tf, lengths
+    pos, cols = pos.astype(np.int64), cols.astype(np.int64)
+    last = np.minimum(pos // step, m - 1)                       # the last window holding each position
+    js, cs = [], []
+    for back in range(-(-size // step)):                        # and the ones before it that reach it
+        j = last - back
+        ok = (j >= 0) & (j * step + size > pos)
+        js.append(j[ok])
+        cs.append(cols[ok])
+    return np.concatenate(js), np.concatenate(cs), lengths
+
+
+def _windows(n_terms: int, pos: np.ndarray, cols: np.ndarray, size: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tf (windows × n_cols), lengths): the counts `_placed` stands for, as a matrix."""
+    j, c, lengths = _placed(n_terms, pos, cols, size)
+    tf = np.bincount(j * n_cols + c, minlength=len(lengths) * n_cols).reshape(len(lengths), n_cols)
+    return tf.astype(np.float64), lengths
 
 
 def best_at(feats: dict, docnos: list[int], size: int, n_cols: int, k1: float, b: float) -> dict[int, float]:
-    """{docno: the BM25 of its best window of `size` terms among these documents' windows of that size}."""
+    """{docno: the BM25 of its best window of `size` terms among these documents' windows of that
+    size}. Scored over the non-zero counts only: most windows hold few of the query's terms."""
     got = [(d, feats[d]) for d in docnos if d in feats and feats[d].n_terms]
+    out = {d: 0.0 for d in docnos}
     if not got or not n_cols:
-        return {d: 0.0 for d in docnos}
-    parts = [_windows(f.n_terms, f.at, f.at_col, size, n_cols) for _, f in got]
-    tf = np.concatenate([p[0] for p in parts])
-    lengths = np.concatenate([p[1] for p in parts])
-    n, avg = len(lengths), max(lengths.mean(), 1.0)
-    df = (tf > 0).sum(axis=0)
-    idf = np.log1p((n - df + 0.5) / (df + 0.5))
-    norm = k1 * (1 - b + b * lengths / avg)
-    scores = (idf * tf / (tf + norm[:, None])).sum(axis=1)
-    out, at = {d: 0.0 for d in docnos}, 0
-    for (d, _), (t, _) in zip(got, parts):
-        out[d] = float(scores[at:at + len(t)].max())
-        at += len(t)
+        return out
+    cells, lens, starts, at = [], [], [], 0
+    for _, f in got:
+        j, c, lengths = _placed(f.n_terms, f.at, f.at_col, size)
+        cells.append((j + at) * n_cols + c)
+        lens.append(lengths)
+        starts.append(at)
+        at += len(lengths)
+    counts = np.bincount(np.concatenate(cells), minlength=at * n_cols)
+    nz = np.flatnonzero(counts)
+    tf, win, col = counts[nz].astype(np.float64), nz // n_cols, nz % n_cols
+    lengths = np.concatenate(lens)
+    df = np.bincount(col, minlength=n_cols)
+    idf = np.log1p((at - df + 0.5) / (df + 0.5))
+    norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1.0))
+    scores = np.bincount(win, weights=idf[col] * tf / (tf + norm[win]), minlength=at)
+    best = np.maximum.reduceat(scores, starts)
+    for (d, _), v in zip(got, best.tolist()):
+        out[d] = v
     return out
 
 
