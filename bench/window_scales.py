@@ -12,7 +12,8 @@ cache). Each query is searched once at window weight 1 with every scale asked, s
 evidence) and its best window's BM25 at every size (`windows.tS`) as the pipeline computes them;
 the mixes are formed here exactly as ldr/search/stages/windows.py forms them. Without --check,
 every setting of the grid is scored and the 5-fold CV pick is compared with today's setting
-(paired t); with --check WEIGHT:SCALES, that one setting against today's."""
+(paired t); with --check WEIGHT:SCALES, that one setting against today's; with --latency N, the
+warm p50 of today's setting against the index's default on N of the queries."""
 from __future__ import annotations
 
 import argparse
@@ -70,10 +71,14 @@ def main() -> None:
     ap.add_argument("--data", required=True)
     ap.add_argument("--depth", type=int, default=50)
     ap.add_argument("--check", default=None, help="WEIGHT:SCALES, e.g. 0.5:120:0.6,40:0.4")
+    ap.add_argument("--latency", type=int, default=0, metavar="N",
+                    help="only time N queries: today's setting against the index's default, alternating, warm")
     a = ap.parse_args()
     qrels, qs = judged(Path(a.data))
     qids = sorted(qs)
     index = ldr.open(a.index)
+    if a.latency:
+        return latency(index, [qs[q] for q in qids[::max(1, len(qids) // a.latency)][:a.latency]])
     t = time.time()
     cands = {q: candidates(index, qs[q], a.depth) for q in qids}
     print(f"{len(qids)} queries searched in {time.time() - t:.0f} s", flush=True)
@@ -94,6 +99,26 @@ def main() -> None:
     held, picks = cross_validate(table, groups)
     paired_row("5-fold CV (grouped by relevant document)", held, today, 50)
     print("picks per fold:", "; ".join(f"weight {w}, {s}" for w, s in picks))
+
+
+def latency(index, texts: list[str]) -> None:
+    """Warm p50 of a default search with today's windows against the index's default, in one run:
+    each query searched by both, in alternating order (a busy hour slows both alike)."""
+    today = {"window_weight": TODAY[0], "window_scales": TODAY[1]}
+    for t in texts[:10]:
+        index.search(t, **today), index.search(t)
+    took: dict = {"today": [], "default": []}
+    stage: dict = {"today": [], "default": []}
+    for i, t in enumerate(texts):
+        order = [("today", today), ("default", {})]
+        for name, opts in order if i % 2 else order[::-1]:
+            t0 = time.perf_counter()
+            r = index.search(t, **opts)
+            took[name].append(time.perf_counter() - t0)
+            stage[name].append(r.timings_ms.get("windows", 0.0))
+    a, b = (1000 * np.median(took[k]) for k in ("today", "default"))
+    print(f"{len(texts)} queries, warm p50: today {a:.1f} ms, default {b:.1f} ms ({b / a:.2f}x); "
+          f"window stage {np.median(stage['today']):.1f} vs {np.median(stage['default']):.1f} ms")
 
 
 if __name__ == "__main__":
