@@ -129,3 +129,33 @@ def test_auto_keeps_a_small_corpus_on_fp32_where_bf16_would_not_pay(monkeypatch)
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})                  # no bf16: nothing to hold
     assert BuildConfig().small_corpus(iter(small))[0].dense.backend == "auto"
     assert runtime.choose(runtime.EXACT, "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
+
+
+def test_a_sharded_build_encodes_in_the_engine_a_plain_build_chooses(monkeypatch, tmp_path):
+    """Issue 79: on a CPU with bf16 in hardware, the whole corpus passes the bf16 rule where each of
+    its shards alone would not; the engine is decided once, so `--shards 4` and a plain build of the
+    same documents give the same vectors and the same scores (the bf16 engine forced here, as an
+    AVX-512 BF16 CPU would choose it)."""
+    from ldr.sharded import ShardedIndex
+
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    topics = ["battery supplier contract", "harbour tides and the lighthouse lamp", "sourdough starter feeding",
+              "bearing plate corrosion", "licence termination notice", "annual revenue growth",
+              "remote control design review", "committee budget vote"]
+    docs = [ldr.Doc(f"d{i}", f"Notes on {t}. " + f"The meeting discussed {t} at length, point by point. " * 8)
+            for i, t in enumerate(topics)]
+    chars = sum(len(d.text) for d in docs)
+    monkeypatch.setattr(runtime, "BF16_MIN_CHARS", chars // 2)    # the whole over the rule, a quarter under
+    one = ldr.Index.build(docs, tmp_path / "one", sparse=None)
+    four = ShardedIndex.build(docs, tmp_path / "four", shards=4, sparse=None)
+    engines, shards = set(), [p.parent for p in (tmp_path / "four").glob("shards/*/manifest-*.json")]
+    assert len(set(shards)) == 4
+    for folder in [tmp_path / "one"] + sorted(set(shards)):
+        m = json.loads(sorted(folder.glob("manifest-*.json"))[-1].read_text())
+        engines.add(m["components"]["dense"]["model"]["backend"]["name"])
+    assert engines == {"bf16"}
+    for mode in ("dense", "hybrid"):
+        for q in topics[:4]:
+            a, b = one.search(q, k=8, mode=mode), four.search(q, k=8, mode=mode)
+            assert [h.id for h in a] == [h.id for h in b], (mode, q)
+            assert all(abs(x.score - y.score) < 1e-5 for x, y in zip(a, b)), (mode, q)
