@@ -190,3 +190,21 @@ def test_a_cold_search_scores_windows_as_a_warm_one(tmp_path):
     cold = {h.id: [h.scores[k] for k in keys] for h in idx.search("alpha omega", k=3)}
     warm = {h.id: [h.scores[k] for k in keys] for h in idx.search("alpha omega", k=3)}
     assert cold == warm
+
+
+def test_window_scales_score_alike_counted_in_a_table_or_by_sorting(monkeypatch):
+    """A long query over long documents is counted by sorting its occurrences (memory follows them,
+    not windows × terms); both ways give the same best windows."""
+    from ldr.search import window_scales
+    from ldr.search.passages import WindowFeatures
+
+    rng = np.random.default_rng(1)
+    feats = {}
+    for d in range(6):
+        n = int(rng.integers(50, 3000))
+        pos = np.sort(rng.choice(n, size=min(n, 200), replace=False)).astype(np.int32)
+        feats[d] = WindowFeatures(np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros((0, 9), np.uint16), {},
+                                  pos, rng.integers(0, 9, len(pos)).astype(np.uint16), n)
+    table = window_scales.best_at(feats, list(feats), 40, 9, 1.2, 0.75)
+    monkeypatch.setattr(window_scales, "DENSE_CELLS", 0)
+    assert window_scales.best_at(feats, list(feats), 40, 9, 1.2, 0.75) == pytest.approx(table, rel=1e-12)

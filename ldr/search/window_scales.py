@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+MIN_TERMS, MAX_TERMS, MAX_SCALES = 10, 100_000, 4     # a request's bounds: windows per document, passes
+DENSE_CELLS = 1 << 22      # counted in a windows × terms table up to this many cells, else by sorting
 
 def parse(spec: str) -> tuple[tuple[int, float], ...]:
     """"120:0.6,40:0.4" → ((120, 0.6), (40, 0.4)); "passages" (or "") → () (the vector kinds' passages)."""
@@ -25,10 +27,12 @@ def parse(spec: str) -> tuple[tuple[int, float], ...]:
             s, w = int(size), float(share or 1)
         except ValueError:
             s, w = 0, -1.0
-        if s < 2 or not 0 < w <= 1 or not np.isfinite(w):
-            raise QueryError(f"window_scales takes TERMS:SHARE pairs such as 120:0.6,40:0.4 (at least 2 terms, "
-                             f"a share in (0, 1]) or 'passages'; got {spec!r}")
+        if not MIN_TERMS <= s <= MAX_TERMS or not 0 < w <= 1 or not np.isfinite(w):
+            raise QueryError(f"window_scales takes TERMS:SHARE pairs such as 120:0.6,40:0.4 ({MIN_TERMS} to "
+                             f"{MAX_TERMS:,} terms, a share in (0, 1]) or 'passages'; got {spec!r}")
         out.append((s, w))
+    if len(out) > MAX_SCALES:
+        raise QueryError(f"window_scales takes at most {MAX_SCALES} sizes; got {len(out)}")
     return tuple(out)
 
 
@@ -89,9 +93,14 @@ def best_at(feats: dict, docnos: list[int], size: int, n_cols: int, k1: float, b
         lens.append(lengths)
         starts.append(at)
         at += len(lengths)
-    counts = np.bincount(np.concatenate(cells), minlength=at * n_cols)
-    nz = np.flatnonzero(counts)
-    tf, win, col = counts[nz].astype(np.float64), nz // n_cols, nz % n_cols
+    cells = np.concatenate(cells)
+    if at * n_cols <= DENSE_CELLS:
+        counts = np.bincount(cells, minlength=at * n_cols)
+        nz = np.flatnonzero(counts)
+        counts = counts[nz]
+    else:       # a long query over many windows: memory follows the occurrences, not the table
+        nz, counts = np.unique(cells, return_counts=True)
+    tf, win, col = counts.astype(np.float64), nz // n_cols, nz % n_cols
     lengths = np.concatenate(lens)
     df = np.bincount(col, minlength=n_cols)
     idf = np.log1p((at - df + 0.5) / (df + 0.5))
