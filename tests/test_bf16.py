@@ -142,7 +142,7 @@ def test_a_sharded_build_encodes_in_the_engine_a_plain_build_chooses(monkeypatch
     topics = ["battery supplier contract", "harbour tides and the lighthouse lamp", "sourdough starter feeding",
               "bearing plate corrosion", "licence termination notice", "annual revenue growth",
               "remote control design review", "committee budget vote"]
-    docs = [ldr.Doc(f"d{i}", f"Notes on {t}. " + f"The meeting discussed {t} at length, point by point. " * 8)
+    docs = [ldr.Doc(f"d{i}", f"Notes on {t}. " + f"The meeting discussed {t} at length, point by point. " * 3)
             for i, t in enumerate(topics)]
     chars = sum(len(d.text) for d in docs)
     monkeypatch.setattr(runtime, "BF16_MIN_CHARS", chars // 2)    # the whole over the rule, a quarter under
