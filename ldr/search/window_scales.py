@@ -2,7 +2,7 @@
 the next, placed over a document's term stream, scored by BM25 among the windows of the same
 scale of every candidate. Two scales (a stretch of discussion and a few sentences) tell a document
 that answers the query in one place from its siblings better than the vector kinds' passages do
-(qmsum-train +1.2 nDCG@10 held out, bench/README.md).
+(qmsum-train +0.9 nDCG@10 held out by 5-fold CV, +1.25 on all queries; bench/README.md).
 
 A shard sends where the query's terms occur in each document's stream (`occurrences`), a few
 kilobytes a document; the coordinator places the windows of any scale over them (`best_at`)."""
@@ -12,6 +12,7 @@ import numpy as np
 
 MIN_TERMS, MAX_TERMS, MAX_SCALES = 10, 100_000, 4     # a request's bounds: windows per document, passes
 DENSE_CELLS = 1 << 22      # counted in a windows × terms table up to this many cells, else by sorting
+
 
 def parse(spec: str) -> tuple[tuple[int, float], ...]:
     """"120:0.6,40:0.4" → ((120, 0.6), (40, 0.4)); "passages" (or "") → () (the vector kinds' passages)."""
