@@ -136,9 +136,20 @@ def test_a_sharded_build_encodes_in_the_engine_a_plain_build_chooses(monkeypatch
     its shards alone would not; the engine is decided once, so `--shards 4` and a plain build of the
     same documents give the same vectors and the same scores (the bf16 engine forced here, as an
     AVX-512 BF16 CPU would choose it)."""
+    from ldr.components import ENCODERS
     from ldr.sharded import ShardedIndex
 
+    # `auto` resolves when a model loads, and loaded models are kept per process by their settings:
+    # the forced engine must not serve this worker's later tests
+    ENCODERS.clear()
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    try:
+        _sharded_as_plain(monkeypatch, tmp_path, ShardedIndex)
+    finally:
+        ENCODERS.clear()
+
+
+def _sharded_as_plain(monkeypatch, tmp_path, ShardedIndex):
     topics = ["battery supplier contract", "harbour tides and the lighthouse lamp", "sourdough starter feeding",
               "bearing plate corrosion", "licence termination notice", "annual revenue growth",
               "remote control design review", "committee budget vote"]
