@@ -17,8 +17,10 @@ from conftest import search_in_child
 
 pytest.importorskip("onnxruntime")
 
+# bf16 is emulated (slow: ~5 s a thousand tokens) on CPUs without it in hardware: the texts are as
+# short as the properties allow (the first one spans two 64-token passages)
 TEXTS = ["The committee agreed to move the budget vote to Thursday after a long discussion about the "
-         "remote control design and its battery life. " * 30,
+         "remote control design and its battery life. " * 4,
          "short note", "", "A second document about the battery supplier and the launch date. " * 5]
 
 
@@ -44,10 +46,11 @@ def test_auto_picks_bf16_only_where_measured(monkeypatch):
 
 
 def test_bf16_vectors_are_close_to_fp32_and_do_not_depend_on_the_batch():
-    enc = load_dense(DenseSettings(backend="bf16", device="cpu"))
+    # 64-token passages: the first text spans several, and each emulated pass costs less
+    enc = load_dense(DenseSettings(backend="bf16", device="cpu", max_length=64))
     assert isinstance(enc, DenseEncoder) and enc.settings.backend == "bf16"
     assert enc.describe()["backend"]["name"] == "bf16"
-    ref = load_dense(DenseSettings(backend="onnx")).encode_documents(TEXTS)[0]
+    ref = load_dense(DenseSettings(backend="onnx", max_length=64)).encode_documents(TEXTS)[0]
     vecs, owner = enc.encode_documents(TEXTS)
     assert vecs.shape == ref.shape and _cos(vecs, ref).min() >= 0.999
     # every forward pass has a shape fixed by its rows' length (batching.fixed_shapes)
@@ -71,15 +74,18 @@ def test_bf16_splade_when_asked_and_by_auto_on_amx(monkeypatch):
     assert enc.describe()["backend"]["name"] == "bf16" and _cos(out, ref).min() >= 0.999
 
 
-def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(tmp_path, sample_corpus):
-    # the sample's three single files: bf16 is emulated (slow) on CPUs without AVX512-BF16
-    docs = sorted(p for p in sample_corpus.iterdir() if p.is_file() and p.suffix != ".jsonl")
+def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(tmp_path):
+    # three short files of different lengths (bf16 is emulated, slowly, on CPUs without it)
+    texts = {"licence.md": "# Software licence\n\nEither party may terminate the agreement with thirty days "
+                           "written notice. Termination of the agreement ends every licence granted. " * 4,
+             "meeting.txt": "The product meeting reviewed the remote control design and the battery supplier. " * 2,
+             "bridge.txt": "The bridge inspection found corrosion on the bearing plates of the north span."}
     part, rest, whole = tmp_path / "part", tmp_path / "rest", tmp_path / "whole"
     for folder in (part, rest, whole):
         folder.mkdir()
-    for p in docs:
-        ((part if p != docs[-1] else rest) / p.name).write_bytes(p.read_bytes())
-        (whole / p.name).write_bytes(p.read_bytes())
+    for name, text in texts.items():
+        (rest if name == "bridge.txt" else part).joinpath(name).write_text(text)
+        (whole / name).write_text(text)
     dense = DenseSettings(backend="bf16")      # SPLADE left out: its bf16 path has a test of its own
     fresh = ldr.Index.build(whole, tmp_path / "fresh", dense=dense, sparse=None)
     m = json.loads(sorted((tmp_path / "fresh").glob("manifest-*.json"))[-1].read_text())
