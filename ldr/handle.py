@@ -191,6 +191,8 @@ class Handle:
                 if count else []
         except QueryError:
             kinds = []
+        from .search.batch import search_batch
+        lone = True         # a batch whose plan is one ranking is searched together (search/batch.py)
         for i in range(0, len(items), batch_size):
             ready = []
             for qid, text in items[i:i + batch_size]:
@@ -205,14 +207,23 @@ class Handle:
                 if hasattr(r, "encode_many"):
                     for j, rep in enumerate(r.encode_many(texts)):
                         reps[j][n] = rep
+            together = None
+            if texts and lone:
+                try:
+                    together = search_batch(snap, texts, request, run, spec, reps)
+                except QueryError:
+                    together = None     # each query alone says which one the error is about
+                # the plan is the same for every batch: one that is not a lone ranking never will be
+                lone, together = together is not None, iter(together or ())
             j = 0
             for qid, text, err in ready:
                 if err is not None:
                     yield qid, err
                 else:
                     try:
-                        yield qid, searcher.search(snap, text, request, run, spec, t0=time.perf_counter(),
-                                                   reps=reps[j])
+                        got = next(together, None) if together is not None else None
+                        yield qid, got if got is not None else searcher.search(
+                            snap, text, request, run, spec, t0=time.perf_counter(), reps=reps[j])
                     except QueryError as e:
                         yield qid, e
                     j += 1

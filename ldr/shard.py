@@ -4,6 +4,9 @@ final hits' texts and passages) and is the only side that reads the generation's
 unsharded search has one; a sharded index's handle N; a Ray Serve replica one over its own copy."""
 from __future__ import annotations
 
+import itertools
+import time
+
 import numpy as np
 
 from .errors import IndexFormatError
@@ -100,14 +103,41 @@ class LocalShard:
         cands = plan_first.run_first(IndexSource(plan_first.query, self.retriever, self.store, self.mask(filters),
                                                  None, reps))
         listed = sorted({d for rows in cands.lists.values() for d, _ in rows})
+        self._check_listed(listed)
+        ids = self.store.ids
+        return {"lists": cands.lists, "timings": cands.timings, "ids": {d: ids[d] for d in listed},
+                "distributions": cands.distributions}
+
+    def first_many(self, plan_first, reps: list[dict], filters: dict | None) -> list[dict]:
+        """first() of each query (`reps`: each one's representations): a lone first stage whose
+        reader scores many queries at once (native BM25) is one call, and the listed documents' ids
+        are read together."""
+        from .search.stages.retrieve import damage_guard
+
+        stage = plan_first.first[0] if len(plan_first.first) == 1 else None
+        reader = self.retriever(stage.kind) if stage is not None else None
+        if stage is None or stage.distribution or not hasattr(reader, "search_many") \
+                or any(stage.kind not in r for r in reps):
+            return [self.first(plan_first, r, filters) for r in reps]
+        t = time.perf_counter()
+        with damage_guard(stage.kind):
+            lists = reader.search_many([r[stage.kind] for r in reps], stage.depth, self.mask(filters))
+        share = (time.perf_counter() - t) / max(len(reps), 1)
+        docs = [list(next(zip(*rows))) if rows else [] for rows in lists]
+        listed = np.unique(np.fromiter(itertools.chain.from_iterable(docs), dtype=np.int64))
+        self._check_listed(listed.tolist())
+        take = getattr(self.store.ids, "take", None)
+        names = dict(zip(listed.tolist(), take(listed) if take is not None else [self.store.ids[d] for d in listed]))
+        return [{"lists": {stage.kind: rows}, "timings": {stage.kind: share},
+                 "ids": dict(zip(ds, map(names.__getitem__, ds))), "distributions": {}} for rows, ds in zip(lists, docs)]
+
+    def _check_listed(self, listed: list) -> None:
+        """A retriever's document numbers are this generation's (a damaged component's are not)."""
         if listed and not 0 <= listed[0] <= listed[-1] < self.store.rows:
             bad = next(d for d in listed if not 0 <= d < self.store.rows)
             raise IndexFormatError(f"a retriever returned document number {bad}, but the index has "
                                    f"{self.store.rows} documents: a component is damaged; run `ldr check` and "
                                    "rebuild the index")
-        ids = self.store.ids
-        return {"lists": cands.lists, "timings": cands.timings, "ids": {d: ids[d] for d in listed},
-                "distributions": cands.distributions}
 
     def _finder(self, kinds=()):
         from .search.passages import finder_for

@@ -37,8 +37,17 @@ def top_k(docs: np.ndarray, vals: np.ndarray, k: int, tiebreak=None) -> list[tup
         cut = vals[keep].min()
         keep = np.union1d(keep, np.flatnonzero(vals == cut))
         docs, vals = docs[keep], vals[keep]
-    order = np.lexsort((docs if tiebreak is None else tiebreak[docs], -vals))[:k]
-    return [(int(d), float(v)) for d, v in zip(docs[order], vals[order])]
+    if tiebreak is not None and not _tied(vals):
+        order = np.argsort(-vals, kind="stable")[:k]     # no equal scores: the tie-break orders nothing
+    else:
+        order = np.lexsort((docs if tiebreak is None else tiebreak[docs], -vals))[:k]
+    return list(zip(docs[order].tolist(), vals[order].tolist()))
+
+
+def _tied(vals: np.ndarray) -> bool:
+    """Some two of `vals` are equal (ranking them needs the tie-break: the ids, read and sorted)."""
+    s = np.sort(vals)
+    return bool(np.any(s[1:] == s[:-1]))
 
 
 def top_k_dense(scores: np.ndarray, k: int, tiebreak=None) -> list[tuple[int, float]]:

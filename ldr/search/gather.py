@@ -25,6 +25,7 @@ class Shard(Protocol):
     def describe(self) -> dict: ...     # {"rows": docnos, "docs": live documents, "fields": metadata fields}
     def stats(self, query: str, kinds: list, filters: dict | None) -> dict: ...   # {"count", "stats": {kind: ...}}
     def first(self, plan_first, reps: dict, filters: dict | None) -> dict: ...    # {"lists", "timings", "ids"}
+    def first_many(self, plan_first, reps: list, filters: dict | None) -> list: ...  # first() of each query
     def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict: ...  # {doc: WindowFeatures}
     def exact(self, kind: str, rep, docs: list, first: dict) -> list: ...
     def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict: ...
@@ -75,9 +76,13 @@ def gather(parts: list[dict | None], shards: ShardMap, query: str, depth: dict[s
     out, ids = Candidates(query), {}
     answered = [(s, c) for s, c in enumerate(parts) if c is not None]
     for s, c in answered:
-        ids.update({shards.offsets[s] + int(d): i for d, i in c["ids"].items()})
+        off = shards.offsets[s]
+        ids.update(c["ids"] if not off else {off + int(d): i for d, i in c["ids"].items()})
     for kind in depth:
-        rows = [(shards.offsets[s] + d, sc) for s, c in answered for d, sc in c["lists"].get(kind, [])]
+        rows = [(shards.offsets[s] + d, sc) if shards.offsets[s] else (d, sc)
+                for s, c in answered for d, sc in c["lists"].get(kind, [])] if len(answered) > 1 or \
+            (answered and shards.offsets[answered[0][0]]) else list(answered[0][1]["lists"].get(kind, [])) \
+            if answered else []
         if len(answered) > 1:       # one shard's list is in this order already
             rows.sort(key=lambda r: (-r[1], ids[r[0]]))
         out.lists[kind] = rows[:depth[kind]]

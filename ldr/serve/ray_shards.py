@@ -114,6 +114,9 @@ class ShardReplica:
     def first(self, entry: dict, first, reps: dict, filters) -> dict:
         return self._at(entry).first(first, reps, filters)
 
+    def first_many(self, entry: dict, first, reps: list, filters) -> list:
+        return self._at(entry).first_many(first, reps, filters)
+
     def windows(self, entry: dict, docs: list, kinds: list, reps: dict, terms: list) -> dict:
         return self._at(entry).windows(docs, kinds, reps, terms)
 
@@ -176,6 +179,9 @@ class RemoteShard:
 
     def first(self, first, reps, filters):
         return self._live("first", first, reps, filters)
+
+    def first_many(self, first, reps, filters):
+        return self._live("first_many", first, reps, filters)
 
     def windows(self, docs, kinds, reps, terms):
         return self._live("windows", docs, kinds, reps, terms)

@@ -5,6 +5,7 @@ Lucene's BM25: idf = ln(1 + (N − n + 0.5)/(n + 0.5)); tf part = tf / (tf + k1�
 """
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from ..topk import top_k_dense
 from ..analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
+from .native_scoring import TermTable, score_segment
 from .vocabulary import Vocabulary, write_vocabulary
 
 
@@ -103,6 +105,7 @@ class NativeSegment:
 
 
 DF_CACHE = 1 << 16      # terms whose document frequency a searcher keeps (a sharded search asks every query)
+BLOCK_CELLS = 1 << 22   # (query, document) scores summed at once: 32 MB of float64
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,8 @@ class NativeSearcher:
         self.lengths = np.concatenate([s.lengths for s, _, _ in self.segments]) if self.segments else np.zeros(0, np.float32)
         self.live = np.concatenate([lv for _, _, lv in self.segments]) if self.segments else np.zeros(0, bool)
         self.n = self.num_docs = int(self.live.sum())
-        self._dfs: dict[str, int] = {}
+        self._whole = [bool(lv.all()) for _, _, lv in self.segments]     # a segment with no deletion
+        self.table = TermTable(self.segments, self._whole, DF_CACHE)
         # a float64 sum of whole token counts is exact, so avgdl does not depend on the segment order
         self.avgdl = float(self.lengths[self.live].astype(np.float64).sum()) / self.n if self.n else 1.0
 
@@ -147,19 +151,16 @@ class NativeSearcher:
         return Counter(first_terms(self._an.analyze(cjk_pretokenize(query) if self._cjk else query)))
 
     def _df(self, term: str) -> int:
-        """A term's live document frequency (kept: a generation's postings never change)."""
-        df = self._dfs.get(term)
-        if df is None:
-            if len(self._dfs) >= DF_CACHE:
-                self._dfs.clear()
-            df = self._dfs[term] = sum(int(live[p[0]].sum()) for seg, _, live in self.segments
-                                       if (p := seg.postings(term)) is not None)
-        return df
+        """A term's live document frequency."""
+        row = self.table.rows([term])[0]       # (rows() may grow the table: read df after it)
+        return int(self.table.df[row])
 
     def collection_stats(self, query: str) -> dict:
         """This shard's part of the statistics a sharded search scores with (live documents only)."""
+        terms = list(self._terms(query))
+        rows = self.table.rows(terms)
         return {"n": self.n, "length": float(self.lengths[self.live].astype(np.float64).sum()),
-                "df": {t: self._df(t) for t in self._terms(query)}}
+                "df": dict(zip(terms, self.table.df[rows].tolist()))}
 
     @staticmethod
     def with_collection_stats(query: str, parts: list[dict]) -> GlobalQuery:
@@ -183,6 +184,16 @@ class NativeSearcher:
             scores = np.where(allow, scores, np.float32(0))
         return top_k_dense(scores, k)
 
+    def search_many(self, queries: list, k: int, allow: np.ndarray | None = None) -> list[list[tuple[int, float]]]:
+        """search_rep of each query (str or GlobalQuery), scored together: a few array operations a
+        batch instead of a few a query term (each document's score is the one search_rep gives)."""
+        out = []
+        for block in self._blocks(queries, self.k1, self.b):
+            if allow is not None:
+                block = np.where(allow, block, np.float32(0))
+            out.extend(top_k_dense(row, k) for row in block)
+        return out
+
     def score_distribution(self, query: "str | GlobalQuery") -> dict:
         """The query's scores over every live document of the generation, whatever a filter allows,
         as sums that add up across shards: {"n", "sum", "sumsq", "max"} (the relevance estimate
@@ -193,28 +204,52 @@ class NativeSearcher:
         return {"n": int(live.size), "sum": float(live.sum()), "sumsq": float(live @ live),
                 "max": float(live.max()) if live.size else 0.0}
 
-    def scores(self, query: str, k1: float | None = None, b: float | None = None) -> np.ndarray:
+    def scores(self, query: "str | GlobalQuery", k1: float | None = None, b: float | None = None) -> np.ndarray:
         """A score per document number of the generation (0 for deleted documents)."""
-        k1 = self.k1 if k1 is None else k1
-        b = self.b if b is None else b
-        stats = query if isinstance(query, GlobalQuery) else None
-        n, avgdl = (stats.n, stats.avgdl) if stats else (self.n, self.avgdl)
-        out = np.zeros(len(self.lengths), dtype=np.float32)
-        norm = self._norm(k1, b, avgdl)
-        for term, qtf in self._terms(stats.text if stats else query).items():
-            hits = []
-            for seg, offset, live in self.segments:
-                p = seg.postings(term)
-                if p is not None:
-                    keep = live[p[0]]
-                    hits.append((p[0][keep] + offset, p[1][keep]))
-            df = stats.df.get(term, 0) if stats else sum(len(d) for d, _ in hits)
-            if not hits or not df:
-                continue
-            idf = np.log1p((n - df + 0.5) / (df + 0.5))
-            for docs, tf in hits:
-                out[docs] += qtf * idf * tf / (tf + norm[docs])
-        return out
+        return next(self._blocks([query], self.k1 if k1 is None else k1, self.b if b is None else b))[0]
+
+    def _weighted(self, queries: list) -> tuple:
+        """Every (query, term) pair of `queries`, in each query's term order, as arrays: (the
+        term's row in self.table, its weight qtf·idf (0: no live document holds it), each query's
+        first pair), with the query's own statistics where it carries the whole index's."""
+        counts = [self._terms(q.text if isinstance(q, GlobalQuery) else q) for q in queries]
+        lens = np.fromiter(map(len, counts), dtype=np.int64, count=len(counts))
+        first = np.zeros(len(queries) + 1, dtype=np.int64)
+        np.cumsum(lens, out=first[1:])
+        terms = [t for c in counts for t in c]
+        rows = self.table.rows(terms)
+        qtf = np.fromiter(itertools.chain.from_iterable(c.values() for c in counts), dtype=np.float64, count=len(terms))
+        if any(isinstance(q, GlobalQuery) for q in queries):
+            df = np.fromiter((q.df.get(t, 0) if isinstance(q, GlobalQuery) else self._df(t)
+                              for q, c in zip(queries, counts) for t in c), dtype=np.float64, count=len(terms))
+            n = np.repeat(np.array([q.n if isinstance(q, GlobalQuery) else self.n for q in queries], np.float64), lens)
+        else:
+            df, n = self.table.df[rows].astype(np.float64), float(self.n)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        return rows, np.where(df > 0, qtf * idf, 0.0), first
+
+    def _blocks(self, queries: list, k1: float, b: float):
+        """(queries, documents) float32 score blocks of at most BLOCK_CELLS cells, in order
+        (native_scoring.py sums each block's postings, segment by segment)."""
+        rows = len(self.lengths)
+        terms, weights, first = self._weighted(queries)
+        avgdls = {q.avgdl if isinstance(q, GlobalQuery) else self.avgdl for q in queries}
+        step = max(1, BLOCK_CELLS // max(rows, 1)) if len(avgdls) == 1 else 1
+        for at in range(0, len(queries), step):
+            end, q0 = min(at + step, len(queries)), queries[at]
+            norm = self._norm(k1, b, q0.avgdl if isinstance(q0, GlobalQuery) else self.avgdl)
+            out = np.zeros((end - at, rows), dtype=np.float32)
+            cut = slice(first[at], first[end])
+            owner = np.repeat(np.arange(end - at, dtype=np.int64), np.diff(first[at:end + 1]))
+            for si, ((seg, offset, live), whole) in enumerate(zip(self.segments, self._whole)):
+                starts, ends = self.table.start[si][terms[cut]], self.table.end[si][terms[cut]]
+                asked = (ends > starts) & (weights[cut] > 0)
+                if asked.any():
+                    n = len(live)
+                    out[:, offset:offset + n] = score_segment(
+                        seg.docs, seg.tfs, None if whole else live, norm[offset:offset + n],
+                        (starts[asked], ends[asked], owner[asked], weights[cut][asked]), end - at)
+            yield out
 
     def _norm(self, k1: float, b: float, avgdl: float) -> np.ndarray:
         """k1·(1 − b + b·dl/avgdl) per document, kept for the last (k1, b, avgdl): a generation's
@@ -227,13 +262,9 @@ class NativeSearcher:
 
     def bound(self, query: "str | GlobalQuery") -> float:
         """The highest score `query` can reach here (this scorer leaves out the constant k1+1)."""
-        stats = query if isinstance(query, GlobalQuery) else None
-        out = 0.0
-        for term, qtf in self._terms(stats.text if stats else query).items():
-            df = stats.df.get(term, 0) if stats else self._df(term)
-            n = stats.n if stats else self.n
-            out += qtf * float(np.log1p((n - df + 0.5) / (df + 0.5)))
-        return out
+        _, weights, _ = self._weighted([query])
+        return float(weights.sum())
 
     def search(self, query: str, k: int, k1: float | None = None, b: float | None = None) -> list[tuple[int, float]]:
         return top_k_dense(self.scores(query, k1, b), k)
+

@@ -35,6 +35,7 @@ class Vocabulary:
         folder = Path(folder)
         self._dict: dict[str, int] | None = None
         self._seen: dict[str, int | None] = {}   # terms looked up before (queries repeat their terms)
+        self._searched = 0                       # terms get_many looked up by binary search
         if not (folder / TERMS).is_file():
             import json
             vocab = json.loads((folder / LEGACY).read_text(encoding="utf-8"))
@@ -67,6 +68,49 @@ class Vocabulary:
             seen.clear()
         found = seen[term] = self._search(term)
         return found
+
+    def get_many(self, terms: list[str]) -> list[int | None]:
+        """get() of each term: those not looked up before in one binary search over all of them
+        (an Arrow take a step, instead of ~20 string reads a term: 65 us a term)."""
+        if self._dict is not None:
+            return [self._dict.get(t) for t in terms]
+        seen = self._seen
+        want = list({t for t in terms if t not in seen})
+        self._searched += len(want)
+        if self._searched * max(1, self._n.bit_length()) >= self._n:
+            # more string reads asked so far than reading every term once: a dict from now on
+            self._dict = dict(zip(self._terms.to_pylist(), range(self._n)))
+            self._seen = {}
+            return [self._dict.get(t) for t in terms]
+        if want:
+            if len(seen) + len(want) > SEEN:
+                seen.clear()
+            seen.update(zip(want, self._search_many(want)))
+        return [seen.get(t) for t in terms]
+
+    def _search_many(self, keys: list[str]) -> list[int | None]:
+        m, n = len(keys), self._n
+        lo, hi = np.zeros(m, dtype=np.int64), np.full(m, n, dtype=np.int64)
+        while True:
+            idx = np.flatnonzero(lo < hi)
+            if not len(idx):
+                break
+            mid = (lo[idx] + hi[idx]) // 2
+            less = np.fromiter((a < keys[j] for a, j in zip(self._take(mid), idx.tolist())), dtype=bool, count=len(idx))
+            lo[idx] = np.where(less, mid + 1, lo[idx])
+            hi[idx] = np.where(less, hi[idx], mid)
+        out: list[int | None] = [None] * m
+        inside = np.flatnonzero(lo < n)
+        for j, term, at in zip(inside.tolist(), self._take(lo[inside]), self._order[lo[inside]].tolist()):
+            if term == keys[j]:
+                out[j] = at
+        return out
+
+    def _take(self, ranks: np.ndarray) -> list[str]:
+        """The terms at these places of the sorted order, in one Arrow call."""
+        idx = np.ascontiguousarray(self._order[ranks], dtype=np.int64)
+        # from the buffer: pa.array() on a numpy array imports pandas (0.23 s of a cold search)
+        return self._terms.take(pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])).to_pylist()
 
     def _search(self, term: str) -> int | None:
         terms, order = self._terms, self._order

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -37,8 +38,10 @@ class Fuse:
         tiebreak = source.tiebreak()
         if not self.fused:
             kind = self.kinds[0]
-            ranked = top_k.top_k_dict(cands.runs[kind], self.keep, tiebreak) if tiebreak is not None \
-                else cands.lists[kind][:self.keep]
+            listed = cands.lists[kind]
+            # a list in score order with no equal scores is in the tie-break's order too
+            ranked = top_k.top_k_dict(cands.runs[kind], self.keep, tiebreak) \
+                if tiebreak is not None and not _strictly_falling(listed[:self.keep + 1]) else listed[:self.keep]
             cands.rows = [(d, sc, {kind: sc}) for d, sc in ranked]
             return cands
         with cands.timed(self.name):
@@ -51,3 +54,9 @@ class Fuse:
             cands.rows = [(d, sc, {**{k: r[d] for k, r in zip(self.kinds, runs) if d in r}, self.name: sc})
                           for d, sc in top_k.top_k_dict(fused, self.keep, tiebreak)]
         return cands
+
+
+def _strictly_falling(rows: list) -> bool:
+    """(docno, score) rows in falling score order hold no two equal scores."""
+    scores = list(map(itemgetter(1), rows))
+    return len(set(scores)) == len(scores)

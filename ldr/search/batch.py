@@ -1,0 +1,137 @@
+"""Many queries of one request answered together (`search_many`, so `ldr search --queries`, the
+BEIR, MTEB and PyTerrier adapters and `ldr tune`'s retrieval), where a plan is one first stage's
+own ranking and nothing after it (a BM25 run: `--mode bm25`, no relevance, no passages). The plan
+is compiled once, each shard scores the whole batch in one call (`first_many`: native BM25 sums
+every query's postings in one pass) and names every listed document's id at once, and the final
+hits' titles come in one fetch per shard. Each result is the one `searcher.search` gives the query
+(same ids, scores, order and candidates); any other plan is searched a query at a time.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+
+import numpy as np
+
+from .gather import ShardMap, gather
+from .hits import SearchResult, origin, to_hits
+from .stages.fuse import Fuse
+
+
+def lone_ranking(plan) -> bool:
+    """The plan is one kind's first stage ranked as it is (no fusion, no later stage)."""
+    return (len(plan.first) == 1 and not plan.first[0].distribution and len(plan.rest) == 1
+            and isinstance(plan.rest[0], Fuse) and not plan.rest[0].fused)
+
+
+class _Order:
+    """The QuerySource the lone ranking's Fuse reads: ties broken by id, as ShardedSource does."""
+
+    def __init__(self, ids: dict):
+        from .gather import CandidateOrder
+        self.order = CandidateOrder(ids)
+
+    def tiebreak(self):
+        return self.order
+
+
+def search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) -> list[SearchResult] | None:
+    """The results of `texts` (prepared queries; `reps`: each one's representations already
+    encoded), or None where the request's plan is not a lone ranking (the caller then searches each
+    query alone). Timings: each query is given its share of the batch's time."""
+    with _no_cycle_collection():
+        return _search_batch(snap, texts, request, run, spec, reps)
+
+
+@contextmanager
+def _no_cycle_collection():
+    """A batch builds tens of thousands of small containers (a hit, its scores, its row) and no
+    reference cycle: the cycle collector, run every 700 of them, scanned what the process holds and
+    took 26% of a top-1,000 run (qmsum-train). Refcounting frees all of it as before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) -> list[SearchResult] | None:
+    from . import searcher
+
+    t0 = time.perf_counter()
+    conds = snap.conditions(request.filters)
+    if len(snap.shards) == 1 and snap.own_stats and not conds:
+        count, stats, missing = len(snap), [None] * len(texts), [[] for _ in texts]
+    else:
+        count, stats, missing = len(snap), [], []
+        for q in texts:
+            count, st, miss = searcher.statistics(snap, q, conds, run)
+            stats.append(st), missing.append(miss)
+    plan = searcher.compile_for(snap, texts[0], request, count, bool(conds), run.device, spec)
+    if count == 0 or not lone_ranking(plan) or any(len(m) == len(snap.shards) for m in missing):
+        return None
+    kind, depth = plan.first[0].kind, plan.first[0].depth
+    reps = [searcher.encode(snap, q, [kind], r, st) for q, r, st in zip(texts, reps, stats)]
+    first, rest = plan.split()
+    gone = [{id(snap.shards[i]) for i in m} for m in missing]
+    parts = run.each(lambda s: first_many(s, first, [r if id(s) not in g else None for r, g in zip(reps, gone)],
+                                          conds or None))
+    results, final = [], []
+    for j, q in enumerate(texts):
+        got = [None if p is None or p[j] is None else p[j] for p in parts]
+        cands, ids = gather(got, snap.map, q, {kind: depth})
+        cands = rest.run_rest(cands, _Order(ids))       # (the rest reads no query text)
+        lost = sorted(set(missing[j]) | {i for i, p in enumerate(got) if p is None})
+        results.append((cands, ids, lost))
+        final.extend(r[0] for r in cands.rows)
+    have, failed = _fetch(snap.shards, snap.map, final, request)
+    titles = {d: v["title"] for d, v in have.items()}
+    share = (time.perf_counter() - t0) / len(texts)
+    out = []
+    for q, (cands, ids, lost) in zip(texts, results):
+        rows = cands.rows
+        if failed:      # a shard that did not answer the fetch: its hits are left out, and it is named
+            lost = sorted(set(lost) | {snap.map.locate(d)[0] for d, _, _ in rows if d not in have})
+            rows = [r for r in rows if r[0] in have]
+        hits = to_hits(rows, ids, titles)
+        if request.with_text or request.with_meta:
+            for h in hits:
+                v = have[h.docno]
+                if request.with_text:
+                    h.text = v.get("text")
+                if request.with_meta and v.get("doc") is not None:
+                    h.meta, h.origin = v["doc"].meta, origin(v["doc"])
+        result = SearchResult(hits, q, {n: round(1e3 * t, 2) for n, t in cands.timings.items()}, None, cands,
+                              replace(plan, query=q), round(1e3 * share, 2))
+        result.generation, result.ids, result.missing_shards = snap.generation, ids, lost
+        out.append(result)
+    return out
+
+
+def first_many(shard, plan_first, reps: list, filters) -> list:
+    """shard.first of each query (None where a query skips this shard), in one call where the shard
+    has first_many (every shard of ldr's; a third party's Shard may not)."""
+    many = getattr(shard, "first_many", None)
+    if many is not None:
+        asked = [r for r in reps if r is not None]
+        got = iter(many(plan_first, asked, filters) or [None] * len(asked))
+        return [next(got) if r is not None else None for r in reps]
+    return [shard.first(plan_first, r, filters) if r is not None else None for r in reps]
+
+
+def _fetch(shards: list, map_: ShardMap, docnos: list, request) -> tuple[dict, set]:
+    """({global docno: {"id", "title", ...}} of the batch's final hits, one fetch per shard; the
+    shards that did not answer it)."""
+    out: dict = {}
+    failed = set()
+    for s, pairs in map_.group(np.unique(np.asarray(docnos, dtype=np.int64)).tolist()).items():
+        got = shards[s].fetch([loc for _, loc in pairs], text=request.with_text, meta=request.with_meta)
+        if got is None:
+            failed.add(s)
+        else:
+            out.update({g: got[loc] for g, loc in pairs if loc in got})
+    return out, failed

@@ -1,0 +1,132 @@
+"""Runs of many queries on native BM25 (issue 80): `search_many` scores a batch together
+(search/batch.py, native_scoring.py) and must give each query exactly what `search` gives it,
+through deletions, several segments, filters, ties, shards, and any batch size."""
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ldr
+from ldr.errors import QueryError
+
+RUN = dict(mode="bm25", relevance=False, passages=0)
+
+
+def _corpus(n=160, seed=3):
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(600)]
+    weights = [1.0 / (i + 1) for i in range(len(vocab))]
+    docs = [{"id": f"d{i:03d}", "text": " ".join(rng.choices(vocab, weights, k=rng.randint(20, 300))),
+             "part": "a" if i % 3 else "b"} for i in range(n)]
+    docs += [{"id": f"twin{i}", "text": "w7 w7 w31 w400 w401", "part": "a"} for i in range(4)]  # equal scores
+    queries = {f"q{i}": " ".join(rng.choices(vocab[5:450], k=rng.randint(1, 9))) for i in range(40)}
+    queries.update({"repeat": "w31 w31 w31 w7", "twins": "w400 w401", "unknown": "nowhere zilch",
+                    "empty": "", "both": "w7 nowhere"})
+    return docs, queries
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory):
+    """Two segments and deleted documents: the statistics are the live documents' only."""
+    docs, queries = _corpus()
+    idx = ldr.Index.build(docs[:100], tmp_path_factory.mktemp("runs") / "idx", dense=None, sparse=None,
+                          progress=False)
+    idx.add(docs[100:], auto_merge=False)
+    idx.delete(["d005", "d050", "d120", "twin1"])
+    return idx, queries
+
+
+def _same(a, b):
+    assert [(h.id, h.score, h.rank, h.title, h.docno) for h in a] == \
+           [(h.id, h.score, h.rank, h.title, h.docno) for h in b]
+    assert [h.scores for h in a] == [h.scores for h in b]
+    assert a.candidates.lists == b.candidates.lists and a.candidates.runs == b.candidates.runs
+    assert a.ids == b.ids and a.generation == b.generation and a.plan.query == b.plan.query
+
+
+@pytest.fixture
+def batches(monkeypatch):
+    """How many batches search/batch.py answered together (a spy: the real function runs)."""
+    from ldr.search import batch
+
+    seen = []
+    real = batch._search_batch
+    monkeypatch.setattr(batch, "_search_batch", lambda *a: seen.append(real(*a)) or seen[-1])
+    return seen
+
+
+@pytest.mark.parametrize("k", [5, 1000])
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_a_run_gives_each_query_what_a_search_gives_it(grown, k, batch, batches):
+    idx, queries = grown
+    assert len(idx.manifest["segments"]) == 2
+    got = dict(idx.search_many(queries, k=k, batch_size=batch, **RUN))
+    assert batches and all(b is not None for b in batches)
+    assert isinstance(got["empty"], QueryError) and list(got["unknown"]) == []
+    for qid, q in queries.items():
+        if qid != "empty":
+            _same(got[qid], idx.search(q, k=k, **RUN))
+    # equal scores are ordered by id, as one search orders them
+    assert [h.id for h in got["twins"][:3]] == ["twin0", "twin2", "twin3"]
+
+
+def test_a_filtered_run_and_a_sharded_run_answer_as_one_index(grown, tmp_path):
+    from ldr.sharded import ShardedIndex
+
+    idx, queries = grown
+    queries = {q: t for q, t in queries.items() if q != "empty"}
+    got = dict(idx.search_many(queries, k=20, batch_size=9, filters={"part": "b"}, **RUN))
+    for qid, q in queries.items():
+        _same(got[qid], idx.search(q, k=20, filters={"part": "b"}, **RUN))
+        assert all(h.id.startswith("d") and int(h.id[1:]) % 3 == 0 for h in got[qid])
+    docs, _ = _corpus()
+    live = [d for d in docs if d["id"] not in {"d005", "d050", "d120", "twin1"}]
+    sharded = ShardedIndex.build(live, tmp_path / "four", shards=4, dense=None, sparse=None)
+    one = ldr.Index.build(live, tmp_path / "one", dense=None, sparse=None, progress=False)
+    for (qa, a), (qb, b) in zip(sharded.search_many(queries, k=30, batch_size=8, **RUN),
+                                one.search_many(queries, k=30, batch_size=8, **RUN)):
+        assert qa == qb and [h.id for h in a] == [h.id for h in b], qa
+        # the whole index's statistics on every shard: the same sums, in the same order
+        assert [h.score for h in a] == [h.score for h in b], qa
+
+
+def test_a_run_with_later_stages_is_searched_query_by_query(grown, batches):
+    """A plan that is more than one ranking (the relevance, passages) is not a batch's: the same results."""
+    idx, queries = grown
+    qs = {q: queries[q] for q in ("q1", "q2", "repeat")}
+    for opts in ({"mode": "bm25"}, {"mode": "bm25", "relevance": False, "passages": 1}):
+        got = dict(idx.search_many(qs, k=5, **opts))
+        assert batches.pop() is None and not batches
+        for qid, q in qs.items():
+            assert [(h.id, h.score) for h in got[qid]] == [(h.id, h.score) for h in idx.search(q, k=5, **opts)]
+
+
+def test_batch_and_single_scores_are_equal_to_the_bit(grown):
+    """A block of queries is scipy's sparse product, one query numpy's bincount: the same sums."""
+    idx, queries = grown
+    r = idx.retriever("bm25")
+    qs = [q for q in queries.values() if q]
+    many = np.vstack(list(r._blocks(qs, r.k1, r.b)))
+    assert np.array_equal(many, np.vstack([r.scores(q) for q in qs]))
+    assert np.array_equal(many[:, ~r.live], np.zeros((len(qs), int((~r.live).sum())), np.float32))
+
+
+TERMS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(vocab=st.lists(TERMS, min_size=1, max_size=40, unique=True), asked=st.lists(TERMS, max_size=60))
+def test_a_vocabulary_finds_many_terms_as_it_finds_each(tmp_path_factory, vocab, asked):
+    from ldr.components.bm25_store.vocabulary import Vocabulary, write_vocabulary
+
+    folder = tmp_path_factory.mktemp("vocab")
+    write_vocabulary(folder, vocab)
+    want = [vocab.index(t) if t in vocab else None for t in asked + vocab]
+    many = Vocabulary(folder)
+    assert many.get_many(asked + vocab) == want                 # by binary search, or a dict past its cost
+    assert many.get_many(asked) == want[:len(asked)]             # and again, from what it kept
+    one = Vocabulary(folder)
+    assert [one.get(t) for t in asked + vocab] == want
+    few = Vocabulary(folder)            # a term at a time: binary searches until a dict costs less
+    assert [few.get_many([t])[0] for t in asked + vocab] == want
