@@ -126,8 +126,7 @@ class LocalShard:
         docs = [list(next(zip(*rows))) if rows else [] for rows in lists]
         listed = np.unique(np.fromiter(itertools.chain.from_iterable(docs), dtype=np.int64))
         self._check_listed(listed.tolist())
-        take = getattr(self.store.ids, "take", None)
-        names = dict(zip(listed.tolist(), take(listed) if take is not None else [self.store.ids[d] for d in listed]))
+        names = dict(zip(listed.tolist(), _read(self.store.ids, listed.tolist())))
         return [{"lists": {stage.kind: rows}, "timings": {stage.kind: share},
                  "ids": dict(zip(ds, map(names.__getitem__, ds))), "distributions": {}} for rows, ds in zip(lists, docs)]
 
@@ -159,8 +158,7 @@ class LocalShard:
     def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict:
         """{docno: {"id", "title", "text" (asked), "doc" (its metadata, asked), "cuts" and "passages"
         (asked: `cuts` {docno: (its windows best first, n, query terms)})}}."""
-        ids, titles = self.store.ids, self.store.titles
-        out = {d: {"id": ids[d], "title": titles[d]} for d in docs}
+        out = {d: {"id": i, "title": t} for d, i, t in zip(docs, _read(self.store.ids, docs), _read(self.store.titles, docs))}
         texts = self.index._texts.read(self.store, docs) if text or cuts else {}
         if text:
             for d in docs:
@@ -174,6 +172,12 @@ class LocalShard:
                 got = finder.cut(texts[d], spans, n, terms)
                 out[d]["cuts"], out[d]["passages"] = got, [texts[d][a:e] for _, a, e, _, _ in got]
         return out
+
+
+def _read(column, docs: list) -> list:
+    """column[d] of each of `docs`: a docstore column reads many in one Arrow call."""
+    take = getattr(column, "take", None)
+    return take(np.asarray(docs, dtype=np.int64)) if take is not None and len(docs) > 8 else [column[d] for d in docs]
 
 
 def query_side(manifest: dict, device: str | None = None, trust_remote_code: bool = False):
