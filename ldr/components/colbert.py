@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import recent_queries
 from .topk import top_k_dense
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, model_lines
@@ -27,7 +28,7 @@ class MultiColbert:
         self.parts, self.segments, self.encoder = parts, segments, encoder
 
     def encode(self, query: str) -> np.ndarray:
-        return self.encoder.encode_query(query)
+        return recent_queries.encode_many(self.encoder, [query], lambda qs: [self.encoder.encode_query(q) for q in qs])[0]
 
     def encode_many(self, queries: list[str]) -> list[np.ndarray]:
         return [self.encode(q) for q in queries]

@@ -10,7 +10,7 @@ from .. import npy
 from .topk import top_k
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
-from . import compressed, exact_vectors
+from . import compressed, exact_vectors, recent_queries
 from .faiss_store import (DenseSearcher, DenseWriter, FaissSettings, compressed_kind, concrete, graph_to_grow,
                           grow_graph, load_vectors, one_thread, save_dense, write_dense)
 
@@ -27,10 +27,11 @@ class MultiDense:
         return next((p.index.d for p in self.parts if p is not None), None)
 
     def encode(self, query: str) -> np.ndarray:
-        return self.encoder.encode_queries([query])[0]
+        return self.encode_many([query])[0]
 
     def encode_many(self, queries: list[str]) -> list[np.ndarray]:
-        return list(self.encoder.encode_queries(queries)) if queries else []
+        return recent_queries.encode_many(self.encoder, queries, lambda qs: list(self.encoder.encode_queries(qs))) \
+            if queries else []
 
     def _segment_top(self, i: int, q: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
         part, offset = self.parts[i], self.segments.offsets[i]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import npy
+from . import recent_queries
 from .topk import top_k_dense
 from .states import MergeState, ReadState, SegmentPart, WriteState, part_entry
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
@@ -52,7 +53,7 @@ class MultiSparse:
     def encode_many(self, queries: list[str]) -> list:
         if not queries:
             return []
-        return self.encoder.query_terms(queries)
+        return recent_queries.encode_many(self.encoder, queries, self.encoder.query_terms)
 
     def search_rep(self, rep, k: int, allow=None) -> list[tuple[int, float]]:
         return self.index.top_k(rep[0], rep[1], k, allow)
