@@ -176,3 +176,19 @@ def _sharded_as_plain(monkeypatch, tmp_path, ShardedIndex):
             a, b = one.search(q, k=8, mode=mode), four.search(q, k=8, mode=mode)
             assert [h.id for h in a] == [h.id for h in b], (mode, q)
             assert all(abs(x.score - y.score) < 1e-5 for x, y in zip(a, b)), (mode, q)
+
+
+def test_ray_workers_encode_in_the_precision_the_driver_resolves(monkeypatch):
+    """Issue 79: a Ray build's CPU workers get `auto` pinned to the driver's precision, so a node
+    with bf16 in hardware and one without encode one index alike (a GPU worker picks its own)."""
+    from ldr.index.ray_build import worker_settings
+
+    encoders = {"dense": DenseSettings(), "sparse": SparseSettings(), "asked": DenseSettings(backend="onnx")}
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    got = worker_settings(encoders, gpus=0)
+    assert (got["dense"]["backend"], got["sparse"]["backend"], got["asked"]["backend"]) == ("bf16", "bf16", "onnx")
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f"})
+    got = worker_settings(encoders, gpus=0)
+    assert (got["dense"]["backend"], got["sparse"]["backend"]) == (runtime.EXACT, runtime.EXACT)
+    assert load_dense(DenseSettings(**got["dense"])).describe()["backend"]["name"] == "onnx"   # fp32, never int8
+    assert worker_settings(encoders, gpus=1)["dense"]["backend"] == "auto"

@@ -87,11 +87,20 @@ def load_dense(settings: DenseSettings | None = None):
                               f"{', '.join(ONNX_STRATEGIES)} strategies on --backend onnx")
         from .dense_prebuilt import PrebuiltDenseEncoder
         return PrebuiltDenseEncoder(s, path, key)
+    return with_fallback(s, dense_engine(s), OnnxDenseEncoder, DenseEncoder)
+
+
+def dense_engine(s: DenseSettings) -> str:
+    """The engine `s` runs on here (its `auto` resolved for this machine), nothing loaded."""
+    from .runtime import onnx_folder
+
+    path, _ = resolve(s.model)
+    if onnx_folder(path):
+        return "onnx"
     local = os.path.isdir(path)
-    backend = choose(s.backend, s.device, s.strategy in ONNX_STRATEGIES and local,
-                     f"the {s.strategy} strategy (it patches a PyTorch model)" if local else
-                     f"{s.model!r}, which is not a local folder (download it first)", bf16=True, auto_bf16=True)
-    return with_fallback(s, backend, OnnxDenseEncoder, DenseEncoder)
+    return choose(s.backend, s.device, s.strategy in ONNX_STRATEGIES and local,
+                  f"the {s.strategy} strategy (it patches a PyTorch model)" if local else
+                  f"{s.model!r}, which is not a local folder (download it first)", bf16=True, auto_bf16=True)
 
 
 class DenseEncoder(_DenseCore):

@@ -84,13 +84,17 @@ def _load_head(path: Path, hidden: int):
 def load_sparse(settings: SparseSettings | None = None):
     """The sparse encoder for `settings` on the backend they ask for (auto: see runtime.choose)."""
     s = settings or SparseSettings()
+    return with_fallback(s, sparse_engine(s), OnnxSparseEncoder, SparseEncoder)
+
+
+def sparse_engine(s: SparseSettings) -> str:
+    """The engine `s` runs on here (its `auto` resolved for this machine), nothing loaded."""
     local = os.path.isdir(resolve(s.model)[0])
     # auto: bf16 on CPUs with AMX or AVX-512 BF16, as the dense model: faster, with quality held on qmsum-train and
     # passkey/needle (bench/README.md, "SPLADE in bf16")
-    backend = choose(s.backend, s.device, s.kind == "splade" and local,
-                     "a sparse model with a separate head (kind=head)" if local else
-                     f"{s.model!r}, which is not a local folder (download it first)", bf16=True, auto_bf16=True)
-    return with_fallback(s, backend, OnnxSparseEncoder, SparseEncoder)
+    return choose(s.backend, s.device, s.kind == "splade" and local,
+                  "a sparse model with a separate head (kind=head)" if local else
+                  f"{s.model!r}, which is not a local folder (download it first)", bf16=True, auto_bf16=True)
 
 
 class _SparseCore(SerialEncoder):

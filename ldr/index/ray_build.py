@@ -114,8 +114,23 @@ class Cluster:
                 self.ray.shutdown()
 
 
-def _settings_dicts(encoders: dict) -> dict:
-    return {name: asdict(s) for name, s in encoders.items()}
+def worker_settings(encoders: dict, gpus: float) -> dict:
+    """The encoders' settings as the workers get them. On CPU workers an `auto` engine is pinned to
+    the precision the driver resolves it to (bf16 stays bf16, any fp32 engine becomes EXACT): a node
+    with bf16 in hardware and one without encode one index alike, as a plain build on the driver
+    would (issue 79). A GPU worker resolves its own (PyTorch on the GPU)."""
+    from ..encode.dense import DenseSettings, dense_engine
+    from ..encode.runtime import EXACT
+    from ..encode.sparse import SparseSettings, sparse_engine
+
+    out = {}
+    for name, s in encoders.items():
+        d = asdict(s)
+        engine = {DenseSettings: dense_engine, SparseSettings: sparse_engine}.get(type(s))
+        if not gpus and engine is not None and d.get("backend") == "auto":
+            d["backend"] = "bf16" if engine(s) == "bf16" else EXACT
+        out[name] = d
+    return out
 
 
 def _attempts(staging: Path) -> dict[int, int]:
@@ -145,7 +160,7 @@ def run_shards(cluster: Cluster, shards: list[dict], staging: Path, components: 
             ShardEncoder, batch_size=1, compute=ray.data.ActorPoolStrategy(size=min(workers, len(shards))),
             num_cpus=cpus, num_gpus=gpus or None,
             fn_constructor_kwargs={"staging": str(staging), "components": components,
-                                   "settings": _settings_dicts(settings), "threads": max(1, int(cpus)), "env": env,
+                                   "settings": worker_settings(settings, gpus), "threads": max(1, int(cpus)), "env": env,
                                    "faults": opts.faults, "progress": True},
             # an actor restarts at most once per death its shards may cost: unbounded (-1), the actor
             # of a build that failed kept restarting and held the cluster's CPUs from the next build
