@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from .errors import IndexFormatError
+from .values import Fetched, FirstStage, ShardInfo, ShardStats
 
 
 class RecentTexts:
@@ -79,8 +80,8 @@ class LocalShard:
                                       lambda s: _filters.mask(filters, s, False))
 
     # -- the calls of a Shard ------------------------------------------------------------------
-    def describe(self) -> dict:
-        return {"rows": int(self.store.rows), "docs": len(self.store), "fields": sorted(self.store.meta_fields())}
+    def describe(self) -> ShardInfo:
+        return ShardInfo(int(self.store.rows), len(self.store), tuple(sorted(self.store.meta_fields())))
 
     def facets(self) -> dict:
         """This generation's metadata fields with counts (search/facets.py), counted once."""
@@ -91,12 +92,12 @@ class LocalShard:
         return self.store.cached("facets", lambda s: count(s.meta_counts() + file_counts(s.all_meta(), s.live),
                                                            len(s)))
 
-    def stats(self, query: str, kinds: list, filters: dict | None) -> dict:
+    def stats(self, query: str, kinds: list, filters: dict | None) -> ShardStats:
         m = self.mask(filters)
-        return {"count": len(self.store) if m is None else int(m.sum()),
-                "stats": {k: self.retriever(k).collection_stats(query) for k in kinds}}
+        return ShardStats(len(self.store) if m is None else int(m.sum()),
+                          {k: self.retriever(k).collection_stats(query) for k in kinds})
 
-    def first(self, plan_first, reps: dict, filters: dict | None) -> dict:
+    def first(self, plan_first, reps: dict, filters: dict | None) -> FirstStage:
         """The plan's first stages: each kind's (docno, score) list and each listed document's id."""
         from .search.source import IndexSource
 
@@ -105,10 +106,9 @@ class LocalShard:
         listed = sorted({d for rows in cands.lists.values() for d, _ in rows})
         self._check_listed(listed)
         ids = self.store.ids
-        return {"lists": cands.lists, "timings": cands.timings, "ids": {d: ids[d] for d in listed},
-                "distributions": cands.distributions}
+        return FirstStage(cands.lists, cands.timings, {d: ids[d] for d in listed}, cands.distributions)
 
-    def first_many(self, plan_first, reps: list[dict], filters: dict | None) -> list[dict]:
+    def first_many(self, plan_first, reps: list[dict], filters: dict | None) -> list[FirstStage]:
         """first() of each query (`reps`: each one's representations): a lone first stage whose
         reader scores many queries at once (native BM25) is one call, and the listed documents' ids
         are read together."""
@@ -127,8 +127,8 @@ class LocalShard:
         listed = np.unique(np.fromiter(itertools.chain.from_iterable(docs), dtype=np.int64))
         self._check_listed(listed.tolist())
         names = dict(zip(listed.tolist(), _read(self.store.ids, listed.tolist())))
-        return [{"lists": {stage.kind: rows}, "timings": {stage.kind: share},
-                 "ids": dict(zip(ds, map(names.__getitem__, ds))), "distributions": {}} for rows, ds in zip(lists, docs)]
+        return [FirstStage({stage.kind: rows}, {stage.kind: share}, dict(zip(ds, map(names.__getitem__, ds))))
+                for rows, ds in zip(lists, docs)]
 
     def _check_listed(self, listed: list) -> None:
         """A retriever's document numbers are this generation's (a damaged component's are not)."""
@@ -156,21 +156,16 @@ class LocalShard:
         return np.asarray(self.retriever(kind).exact_scores(rep, docs, first), dtype=np.float64).tolist()
 
     def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict:
-        """{docno: {"id", "title", "text" (asked), "doc" (its metadata, asked), "cuts" and "passages"
-        (asked: `cuts` {docno: (its windows best first, n, query terms)})}}."""
-        out = {d: {"id": i, "title": t} for d, i, t in zip(docs, _read(self.store.ids, docs), _read(self.store.titles, docs))}
+        """{docno: Fetched}: id and title, and what is asked: the text, the metadata, the passages
+        (`cuts` {docno: (its windows best first, n, query terms)})."""
         texts = self.index._texts.read(self.store, docs) if text or cuts else {}
-        if text:
-            for d in docs:
-                out[d]["text"] = texts[d]
-        if meta:
-            for d, doc in self.store.doc_metas(docs).items():
-                out[d]["doc"] = doc
-        if cuts:
-            finder = self._finder()
-            for d, (spans, n, terms) in cuts.items():
-                got = finder.cut(texts[d], spans, n, terms)
-                out[d]["cuts"], out[d]["passages"] = got, [texts[d][a:e] for _, a, e, _, _ in got]
+        metas = self.store.doc_metas(docs) if meta else {}
+        finder = self._finder() if cuts else None
+        out = {}
+        for d, i, t in zip(docs, _read(self.store.ids, docs), _read(self.store.titles, docs)):
+            got = finder.cut(texts[d], *cuts[d]) if cuts and d in cuts else None
+            out[d] = Fetched(i, t, texts[d] if text else None, metas.get(d), meta, got,
+                             [texts[d][a:e] for _, a, e, _, _ in got] if got is not None else None)
         return out
 
 

@@ -86,3 +86,23 @@ def test_the_sharded_index_is_thin():
     for name in ("def search(", "def _search(", "def _compile(", "def _reranker(", "def add(", "def delete(",
                  "def merge(", "def search_many("):
         assert name not in src and name not in mods["ldr.api"].read_text(), name
+
+
+def test_shard_values_are_dataclasses():
+    """Issue 79: what a shard answers is typed, not a dict whose keys live in comments: each call of
+    the Shard protocol that carries a search's values returns a dataclass (frozen where it is
+    ldr/values.py's), or a list or dict of them, as its annotation says."""
+    import dataclasses
+    import typing
+
+    from ldr.search.gather import Shard
+
+    def value_types(t) -> list:
+        args = typing.get_args(t)
+        return [a for a in args if a not in (int, str)] if args else [t]
+
+    for name in ("describe", "stats", "first", "first_many", "windows", "fetch"):
+        ret = typing.get_type_hints(getattr(Shard, name))["return"]
+        for t in value_types(ret):
+            assert dataclasses.is_dataclass(t), (name, t)
+            assert t.__module__ != "ldr.values" or t.__dataclass_params__.frozen, (name, t)

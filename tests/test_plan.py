@@ -102,7 +102,7 @@ def test_a_split_plan_answers_as_the_whole_one(idx):
     first, rest = pickle.loads(pickle.dumps(first)), pickle.loads(pickle.dumps(rest))   # values that travel
     shard = idx.as_shard()
     got = pickle.loads(pickle.dumps(shard.first(first, {}, None)))      # the shard's side: a value
-    assert set(got["lists"]) == {"bm25"} and set(got["ids"]) == {d for d, _ in got["lists"]["bm25"]}
+    assert set(got.lists) == {"bm25"} and set(got.ids) == {d for d, _ in got.lists["bm25"]}
     one = idx._snapshot()
     cands, ids = gather([got], one.map, plan.query, {s.kind: s.depth for s in first.first})
     finder = idx._run(one).finder(plan.settings.weights, plan.kinds)

@@ -93,7 +93,7 @@ def test_a_writer_publishes_to_a_uri_and_a_copy_catches_up_from_it(tmp_path):
     from ldr.serve.ray_shards import ShardReplica
     replica = ShardReplica(uri, 1, local=str(tmp_path / "node"))
     entry = replica.cluster()["shards"][1]
-    assert replica.describe(entry)["docs"] == len(ldr.open(src).shards[1])
+    assert replica.describe(entry).docs == len(ldr.open(src).shards[1])
     assert (tmp_path / "node" / "shards" / "shard-001" / f"manifest-{entry['generation']:06d}.json").is_file()
     # a damaged object at the URI: refused, the copy keeps answering from its last commit
     ldr.open(src).add([ldr.Doc("newer", "another report on bearing plates", "Newer")])
@@ -130,7 +130,7 @@ def test_a_replica_keeps_a_generation_a_running_call_holds(tmp_path):
         index.merge()
         replica._at(read_cluster(src)["shards"][0])
     got = running.stats("harbour lamp", ["bm25"], None)
-    assert got["count"] == len(DOCS) and got["stats"]["bm25"]
+    assert got.count == len(DOCS) and got.stats["bm25"]
 
 
 def test_replicate_refuses_a_folder_that_is_not_a_copy_and_touches_nothing_there(tmp_path):

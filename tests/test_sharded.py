@@ -271,10 +271,11 @@ def test_a_missing_shard_is_flagged_whichever_it_is():
     """The gather reads the plan's kinds, not the first shard's: shard 0 gone is `missing_shards: [0]`."""
     from ldr.search.gather import gather
     from ldr.search.gather import ShardMap
+    from ldr.values import FirstStage
 
     m = ShardMap([2, 1, 1])
-    two = {"lists": {"bm25": [(0, 2.0)]}, "timings": {}, "ids": {0: "c"}}
-    three = {"lists": {"bm25": [(0, 3.0)]}, "timings": {}, "ids": {0: "d"}}
+    two = FirstStage({"bm25": [(0, 2.0)]}, {}, {0: "c"})
+    three = FirstStage({"bm25": [(0, 3.0)]}, {}, {0: "d"})
     got, ids = gather([None, two, three], m, "q", {"bm25": 10})
     assert got.lists == {"bm25": [(3, 3.0), (2, 2.0)]} and ids == {2: "c", 3: "d"}
 

@@ -96,7 +96,7 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
         results.append((cands, ids, lost))
         final.extend(r[0] for r in cands.rows)
     have, failed = _fetch(snap.shards, snap.map, final, request)
-    titles = {d: v["title"] for d, v in have.items()}
+    titles = {d: v.title for d, v in have.items()}
     share = (time.perf_counter() - t0) / len(texts)
     out = []
     for q, (cands, ids, lost) in zip(texts, results):
@@ -109,9 +109,9 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
             for h in hits:
                 v = have[h.docno]
                 if request.with_text:
-                    h.text = v.get("text")
-                if request.with_meta and v.get("doc") is not None:
-                    h.meta, h.origin = v["doc"].meta, origin(v["doc"])
+                    h.text = v.text
+                if request.with_meta and v.doc is not None:
+                    h.meta, h.origin = v.doc.meta, origin(v.doc)
         result = SearchResult(hits, q, {n: round(1e3 * t, 2) for n, t in cands.timings.items()}, None, cands,
                               replace(plan, query=q), round(1e3 * share, 2))
         result.generation, result.ids, result.missing_shards = snap.generation, ids, lost

@@ -12,23 +12,26 @@ so the gathered lists equal the lists one index would return.
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
+from .passages import WindowFeatures
 from .stages.base import Candidates
+from ..values import Fetched, FirstStage, ShardInfo, ShardStats
 
 
 class Shard(Protocol):
     """A shard of one point in time, as values (each call names nothing but documents of its own)."""
 
-    def describe(self) -> dict: ...     # {"rows": docnos, "docs": live documents, "fields": metadata fields}
-    def stats(self, query: str, kinds: list, filters: dict | None) -> dict: ...   # {"count", "stats": {kind: ...}}
-    def first(self, plan_first, reps: dict, filters: dict | None) -> dict: ...    # {"lists", "timings", "ids"}
-    def first_many(self, plan_first, reps: list, filters: dict | None) -> list: ...  # first() of each query
-    def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict: ...  # {doc: WindowFeatures}
+    def describe(self) -> ShardInfo: ...
+    def stats(self, query: str, kinds: list, filters: dict | None) -> ShardStats: ...
+    def first(self, plan_first, reps: dict, filters: dict | None) -> FirstStage: ...
+    def first_many(self, plan_first, reps: list, filters: dict | None) -> list[FirstStage]: ...  # first() of each
+    def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict[int, WindowFeatures]: ...
     def exact(self, kind: str, rep, docs: list, first: dict) -> list: ...
-    def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict: ...
+    def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict[int, Fetched]: ...
     def facets(self) -> dict: ...      # its documents' metadata fields with counts (search/facets.py)
 
 
@@ -69,7 +72,7 @@ class CandidateOrder:
         return rank
 
 
-def gather(parts: list[dict | None], shards: ShardMap, query: str, depth: dict[str, int]) -> tuple[Candidates, dict]:
+def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: dict[str, int]) -> tuple[Candidates, dict]:
     """(one Candidates, {docno: id}) from each shard's first stages (None: a shard that did not
     answer): per kind of the plan (`depth`), the best `depth[kind]` of every shard's list (global
     numbers), ordered by score then id; a kind's time is its slowest shard's."""
@@ -77,18 +80,18 @@ def gather(parts: list[dict | None], shards: ShardMap, query: str, depth: dict[s
     answered = [(s, c) for s, c in enumerate(parts) if c is not None]
     for s, c in answered:
         off = shards.offsets[s]
-        ids.update(c["ids"] if not off else {off + int(d): i for d, i in c["ids"].items()})
+        ids.update(c.ids if not off else {off + int(d): i for d, i in c.ids.items()})
     for kind in depth:
         rows = [(shards.offsets[s] + d, sc) if shards.offsets[s] else (d, sc)
-                for s, c in answered for d, sc in c["lists"].get(kind, [])] if len(answered) > 1 or \
-            (answered and shards.offsets[answered[0][0]]) else list(answered[0][1]["lists"].get(kind, [])) \
+                for s, c in answered for d, sc in c.lists.get(kind, [])] if len(answered) > 1 or \
+            (answered and shards.offsets[answered[0][0]]) else list(answered[0][1].lists.get(kind, [])) \
             if answered else []
         if len(answered) > 1:       # one shard's list is in this order already
             rows.sort(key=lambda r: (-r[1], ids[r[0]]))
         out.lists[kind] = rows[:depth[kind]]
         out.runs[kind] = dict(out.lists[kind])
-        out.timings[kind] = max((c["timings"].get(kind, 0.0) for _, c in answered), default=0.0)
-        parts_of = [c["distributions"][kind] for _, c in answered if kind in c.get("distributions", {})]
+        out.timings[kind] = max((c.timings.get(kind, 0.0) for _, c in answered), default=0.0)
+        parts_of = [c.distributions[kind] for _, c in answered if kind in c.distributions]
         if parts_of and len(parts_of) == len(answered):     # the whole index's, or none (a shard that did not say)
             out.distributions[kind] = add_distributions(parts_of)
     return out, ids
@@ -133,7 +136,7 @@ class ShardedSource:
         self.finder, self.encode, self.bind, self._bound = finder, encode, bind, bound
         self.read: dict[int, str] = {}
         self.feats: dict[int, Any] = {}
-        self.fetched: dict[int, dict] = {}  # what a fetch brought ({"id", "title", "doc"}): the final fetch asks for no more
+        self.fetched: dict[int, Fetched] = {}   # what a fetch brought (no texts): the final fetch asks for no more
         self.missing: set[int] = set()      # shards that failed a call after their first stages
         self.with_meta = False              # the request shows the hits' metadata
 
@@ -170,8 +173,8 @@ class ShardedSource:
         want = [d for d in dict.fromkeys(docnos) if d not in self.read]
         if want:
             got = self._each(want, lambda sh, locs, _: sh.fetch(locs, text=True))
-            self.read.update({d: v.pop("text") for d, v in got.items()})
-            self.fetched.update(got)
+            self.read.update({d: v.text for d, v in got.items()})
+            self.fetched.update({d: replace(v, text=None) for d, v in got.items()})
 
     def text(self, docno: int) -> str:
         if docno not in self.read:
@@ -180,7 +183,7 @@ class ShardedSource:
 
     def meta(self, docnos: list[int]) -> dict:
         got = self._each(docnos, lambda sh, locs, _: sh.fetch(locs, meta=True))
-        return {d: v["doc"].meta for d, v in got.items()}
+        return {d: v.doc.meta for d, v in got.items()}
 
     def _features(self, docnos) -> dict:
         want = [d for d in dict.fromkeys(docnos) if d not in self.feats]
@@ -212,8 +215,8 @@ class ShardedSource:
                                                                  cuts={loc: cuts[off[s] + loc] for loc in locs}))
         out = {d: [] for d in docnos}
         for d, v in got.items():
-            out[d] = self.finder.passages_of(ranked, d, v.pop("cuts"), v.pop("passages"))
-        self.fetched.update(got)
+            out[d] = self.finder.passages_of(ranked, d, v.cuts, v.passages)
+        self.fetched.update({d: replace(v, cuts=None, passages=None) for d, v in got.items()})
         return out
 
     def release(self) -> None:

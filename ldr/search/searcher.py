@@ -34,7 +34,7 @@ class Snapshot:
     _about: list | None = field(default=None, repr=False)
     _map: ShardMap | None = field(default=None, repr=False)
 
-    def about(self) -> list[dict]:
+    def about(self) -> list:
         """Each shard's describe() (asked once per point in time)."""
         if self._about is None:
             self._about = [s.describe() for s in self.shards]
@@ -43,15 +43,15 @@ class Snapshot:
     @property
     def map(self) -> ShardMap:
         if self._map is None:
-            self._map = ShardMap([a["rows"] for a in self.about()])
+            self._map = ShardMap([a.rows for a in self.about()])
         return self._map
 
     def __len__(self) -> int:
-        return sum(a["docs"] for a in self.about())
+        return sum(a.docs for a in self.about())
 
     def fields(self) -> set:
         """The metadata fields of every shard's documents (a filter on one some shards lack is valid)."""
-        return set().union(*(a["fields"] for a in self.about())) if self.shards else set()
+        return set().union(*(a.fields for a in self.about())) if self.shards else set()
 
     def conditions(self, filters) -> dict:
         """The filters normalised and checked against every shard's fields ({}: none)."""
@@ -113,9 +113,9 @@ def statistics(snap: Snapshot, query: str, conds: dict, run: Run) -> tuple[int, 
     got = run.each(lambda s: s.stats(query, snap.stat_kinds(), conds or None))
     missing = [i for i, g in enumerate(got) if g is None]
     answered = [g for g in got if g is not None]
-    count = sum(g["count"] for g in answered) if conds else len(snap)
+    count = sum(g.count for g in answered) if conds else len(snap)
     # a shard that did not answer is named in the result; the others score with what they hold
-    return count, ([g["stats"] for g in answered] or None), missing
+    return count, ([g.stats for g in answered] or None), missing
 
 
 def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *, t0: float | None = None,
@@ -166,19 +166,19 @@ def fetch(snap: Snapshot, source: ShardedSource, cands, request: QueryOptions, i
     and from no other document."""
     docnos = [d for d, _, _ in cands.rows]
     have = source.fetched
-    need = [d for d in docnos if d not in have or (request.with_meta and "doc" not in have[d])
+    need = [d for d in docnos if d not in have or (request.with_meta and not have[d].with_meta)
             or (request.with_text and d not in source.read)]
     if need:      # what the passages' fetch did not bring (often nothing: no call at all)
         have.update(source._each(need, lambda sh, locs, _: sh.fetch(
             locs, text=request.with_text and any(d not in source.read for d in need), meta=request.with_meta)))
     got = {d: have[d] for d in docnos if d in have}
-    hits = to_hits([r for r in cands.rows if r[0] in got], ids, {d: v["title"] for d, v in got.items()})
+    hits = to_hits([r for r in cands.rows if r[0] in got], ids, {d: v.title for d, v in got.items()})
     for h in hits:
         v = got[h.docno]
         h.passages = cands.passages.get(h.docno, [])
         if request.with_text:
-            h.text = v["text"] if "text" in v else source.read.get(h.docno)
-        if request.with_meta and v.get("doc") is not None:
-            h.meta, h.origin = v["doc"].meta, origin(v["doc"])
+            h.text = v.text if v.text is not None else source.read.get(h.docno)
+        if request.with_meta and v.doc is not None:
+            h.meta, h.origin = v.doc.meta, origin(v.doc)
     source.release()    # the result keeps its candidates' scores, not 50 candidates' texts
     return hits

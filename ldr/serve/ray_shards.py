@@ -17,6 +17,7 @@ of silently holding fewer hits.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from .. import ray_session
 from ..errors import ConfigError, IndexFormatError
 from ..handle import ClusterHandle
 from ..index.cluster import shard_of, shard_rel
+from ..values import ShardInfo
 from ..search.searcher import Snapshot
 from ..shard import query_side
 
@@ -103,7 +105,7 @@ class ShardReplica:
 
     def describe(self, entry: dict) -> dict:
         shard = self._at(entry)
-        return {**shard.describe(), "manifest": shard.view.manifest}
+        return dataclasses.replace(shard.describe(), manifest=shard.view.manifest)
 
     def facets(self, entry: dict) -> dict:
         return self._at(entry).facets()
@@ -142,7 +144,7 @@ class RemoteShard:
 
     def __init__(self, handle, i: int, entry: dict, timeout_s: float = TIMEOUT_S):
         self.handle, self.i, self.entry, self.timeout_s = handle, i, entry, timeout_s
-        self.about: dict | None = None
+        self.about: ShardInfo | None = None
 
     def _ask(self, method: str, *args):
         if self.entry["generation"] is None:        # a shard no document was routed to
@@ -165,11 +167,11 @@ class RemoteShard:
     def describe(self) -> dict:
         if self.about is None:
             got = self._ask("describe")
-            self.about = got if got is not None else {"rows": 0, "docs": 0, "fields": [], "missing": True}
+            self.about = got if got is not None else ShardInfo(0, 0, (), missing=True)
         return self.about
 
     def _live(self, method: str, *args):
-        return None if self.describe().get("missing") else self._ask(method, *args)
+        return None if self.describe().missing else self._ask(method, *args)
 
     def facets(self):
         return self._live("facets")
@@ -231,7 +233,7 @@ class RayShardedIndex(ClusterHandle):
         """The cluster generation `cluster` names, every shard pinned to its generation: one point in time."""
         shards = [RemoteShard(self.handles[i], i, s, self.timeout_s) for i, s in enumerate(cluster["shards"])]
         about = list(self._pool().map(lambda sh: sh.describe(), shards))
-        manifest = next((a["manifest"] for a in about if "manifest" in a), None)
+        manifest = next((a.manifest for a in about if a.manifest is not None), None)
         if manifest is None:
             raise IndexFormatError(f"no shard of {self.path} answered at cluster generation {cluster['generation']}")
         key = json.dumps(manifest["components"], sort_keys=True, default=str)
@@ -264,7 +266,7 @@ class RayShardedIndex(ClusterHandle):
         return {"path": str(self.path), "generation": snap.generation, "documents": len(snap),
                 "components": snap.manifest["components"], "search": snap.manifest.get("search", {}),
                 "shards": [{"path": s["path"], "generation": s["generation"], "documents": s["live"],
-                            "answering": not sh.describe().get("missing")}
+                            "answering": not sh.describe().missing}
                            for s, sh in zip(snap.cluster["shards"], snap.shards)]}
 
     def _writer(self, wait):

@@ -5,7 +5,9 @@ Lucene's BM25: idf = ln(1 + (N âˆ’ n + 0.5)/(n + 0.5)); tf part = tf / (tf + k1Â
 """
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from ..topk import top_k_dense
 from ..analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
+from ...values import CollectionStats
 from .native_scoring import TermTable, score_segment
 from .vocabulary import Vocabulary, write_vocabulary
 
@@ -155,23 +158,18 @@ class NativeSearcher:
         row = self.table.rows([term])[0]       # (rows() may grow the table: read df after it)
         return int(self.table.df[row])
 
-    def collection_stats(self, query: str) -> dict:
+    def collection_stats(self, query: str) -> CollectionStats:
         """This shard's part of the statistics a sharded search scores with (live documents only)."""
         terms = list(self._terms(query))
         rows = self.table.rows(terms)
-        return {"n": self.n, "length": float(self.lengths[self.live].astype(np.float64).sum()),
-                "df": dict(zip(terms, self.table.df[rows].tolist()))}
+        return CollectionStats(self.n, float(self.lengths[self.live].astype(np.float64).sum()),
+                               dict(zip(terms, self.table.df[rows].tolist())))
 
     @staticmethod
-    def with_collection_stats(query: str, parts: list[dict]) -> GlobalQuery:
+    def with_collection_stats(query: str, parts: list[CollectionStats]) -> GlobalQuery:
         """The query with every shard's statistics summed (the sums of whole numbers are exact)."""
-        n = sum(p["n"] for p in parts)
-        avgdl = sum(p["length"] for p in parts) / n if n else 1.0
-        df: dict = {}
-        for p in parts:
-            for t, v in p["df"].items():
-                df[t] = df.get(t, 0) + v
-        return GlobalQuery(query, n, avgdl, df)
+        total = functools.reduce(operator.add, parts)
+        return GlobalQuery(query, total.n, total.length / total.n if total.n else 1.0, total.df)
 
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """The passage rescorer's BM25 feature: the first stage's score (0 where it did not return one)."""
