@@ -208,3 +208,35 @@ def test_window_scales_score_alike_counted_in_a_table_or_by_sorting(monkeypatch)
     table = window_scales.best_at(feats, list(feats), 40, 9, 1.2, 0.75)
     monkeypatch.setattr(window_scales, "DENSE_CELLS", 0)
     assert window_scales.best_at(feats, list(feats), 40, 9, 1.2, 0.75) == pytest.approx(table, rel=1e-12)
+
+
+def test_window_scales_place_every_document_at_once_as_one_at_a_time():
+    """best_at places all candidates' windows in one pass; the same counts, windows and scores as
+    placing each document's windows alone (`_placed`, checked against a brute-force count above)."""
+    from ldr.search import window_scales
+    from ldr.search.passages import WindowFeatures
+
+    rng = np.random.default_rng(2)
+    for size in (40, 41, 200, 3):
+        feats = {}
+        for d in range(9):
+            n = int(rng.integers(0, 2500)) if d else 0          # an empty document too
+            pos = np.sort(rng.choice(max(n, 1), size=min(n, int(rng.integers(0, 300))), replace=False)).astype(np.int32)
+            feats[d] = WindowFeatures(np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros((0, 7), np.uint16),
+                                      {}, pos, rng.integers(0, 7, len(pos)).astype(np.uint16), n)
+        docs = [d for d in feats if feats[d].n_terms]
+        cells, lens, starts, at = [], [], [], 0
+        for d in docs:
+            j, c, lengths = window_scales._placed(feats[d].n_terms, feats[d].at, feats[d].at_col, size)
+            cells.append((j + at) * 7 + c), lens.append(lengths), starts.append(at)
+            at += len(lengths)
+        counts = np.bincount(np.concatenate(cells), minlength=at * 7)
+        nz = np.flatnonzero(counts)
+        tf, win, col = counts[nz].astype(np.float64), nz // 7, nz % 7
+        lengths = np.concatenate(lens)
+        df = np.bincount(col, minlength=7)
+        idf = np.log1p((at - df + 0.5) / (df + 0.5))
+        norm = 1.2 * (1 - 0.75 + 0.75 * lengths / max(lengths.mean(), 1.0))
+        best = np.maximum.reduceat(np.bincount(win, weights=idf[col] * tf / (tf + norm[win]), minlength=at), starts)
+        want = {d: 0.0 for d in feats} | dict(zip(docs, best.tolist()))
+        assert window_scales.best_at(feats, list(feats), size, 7, 1.2, 0.75) == want, size

@@ -82,18 +82,29 @@ def _windows(n_terms: int, pos: np.ndarray, cols: np.ndarray, size: int, n_cols:
 
 def best_at(feats: dict, docnos: list[int], size: int, n_cols: int, k1: float, b: float) -> dict[int, float]:
     """{docno: the BM25 of its best window of `size` terms among these documents' windows of that
-    size}. Scored over the non-zero counts only: most windows hold few of the query's terms."""
+    size}. Every document's windows are placed at once (as `_placed` places one document's) and
+    scored over the non-zero counts only: most windows hold few of the query's terms."""
     got = [(d, feats[d]) for d in docnos if d in feats and feats[d].n_terms]
     out = {d: 0.0 for d in docnos}
     if not got or not n_cols:
         return out
-    cells, lens, starts, at = [], [], [], 0
-    for _, f in got:
-        j, c, lengths = _placed(f.n_terms, f.at, f.at_col, size)
-        cells.append((j + at) * n_cols + c)
-        lens.append(lengths)
-        starts.append(at)
-        at += len(lengths)
+    step = max(1, size // 2)
+    n_terms = np.array([f.n_terms for _, f in got], dtype=np.int64)
+    m = np.where(n_terms <= size, 1, -(-(n_terms - size) // step) + 1)       # windows per document
+    starts = np.zeros(len(got), dtype=np.int64)
+    np.cumsum(m[:-1], out=starts[1:])
+    at = int(m.sum())
+    local = np.arange(at, dtype=np.int64) - np.repeat(starts, m)
+    lengths = np.clip(np.minimum(size, np.repeat(n_terms, m) - local * step), 1, None).astype(np.float64)
+    owner = np.repeat(np.arange(len(got)), [len(f.at) for _, f in got])
+    pos = np.concatenate([f.at for _, f in got]).astype(np.int64)
+    cols = np.concatenate([f.at_col for _, f in got]).astype(np.int64)
+    last = np.minimum(pos // step, m[owner] - 1)                # the last window holding each position
+    cells = []
+    for back in range(-(-size // step)):                        # and the ones before it that reach it
+        j = last - back
+        ok = (j >= 0) & (j * step + size > pos)
+        cells.append((j[ok] + starts[owner[ok]]) * n_cols + cols[ok])
     cells = np.concatenate(cells)
     if at * n_cols <= DENSE_CELLS:
         counts = np.bincount(cells, minlength=at * n_cols)
@@ -102,7 +113,6 @@ def best_at(feats: dict, docnos: list[int], size: int, n_cols: int, k1: float, b
     else:       # a long query over many windows: memory follows the occurrences, not the table
         nz, counts = np.unique(cells, return_counts=True)
     tf, win, col = counts.astype(np.float64), nz // n_cols, nz % n_cols
-    lengths = np.concatenate(lens)
     df = np.bincount(col, minlength=n_cols)
     idf = np.log1p((at - df + 0.5) / (df + 0.5))
     norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1.0))
