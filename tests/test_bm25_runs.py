@@ -130,3 +130,41 @@ def test_a_vocabulary_finds_many_terms_as_it_finds_each(tmp_path_factory, vocab,
     assert [one.get(t) for t in asked + vocab] == want
     few = Vocabulary(folder)            # a term at a time: binary searches until a dict costs less
     assert [few.get_many([t])[0] for t in asked + vocab] == want
+
+
+def test_threads_share_the_term_table_and_each_gets_what_one_thread_gets(grown, monkeypatch):
+    """The term table and the vocabularies' lookups are shared by a handle's searches: 4 threads
+    searching and running batches at once, with the table cleared again and again (a limit of 12
+    terms), get exactly what one thread gets. (An unlocked table gave a point-in-time test
+    documents missing from their generation.)"""
+    import threading
+
+    from ldr.components.bm25_store import native_backend, vocabulary
+
+    idx, queries = grown
+    queries = {q: t for q, t in queries.items() if t}
+    want = {q: [(h.id, h.score) for h in idx.search(t, k=10, **RUN)] for q, t in queries.items()}
+    monkeypatch.setattr(native_backend, "DF_CACHE", 12)
+    monkeypatch.setattr(vocabulary, "SEEN", 5)
+    fresh = ldr.Index(idx.path)
+    wrong, errors = [], []
+
+    def run(seed):
+        rnd = random.Random(seed)
+        for _ in range(40):
+            asked = rnd.sample(sorted(queries), 5)
+            try:
+                if rnd.random() < 0.5:
+                    got = dict(fresh.search_many({q: queries[q] for q in asked}, k=10, batch_size=2, **RUN))
+                    wrong.extend(q for q in asked if [(h.id, h.score) for h in got[q]] != want[q])
+                elif [(h.id, h.score) for h in fresh.search(queries[asked[0]], k=10, **RUN)] != want[asked[0]]:
+                    wrong.append(asked[0])
+            except Exception as e:          # noqa: BLE001 (every failure is counted)
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and wrong == []

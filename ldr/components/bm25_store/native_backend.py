@@ -155,15 +155,15 @@ class NativeSearcher:
 
     def _df(self, term: str) -> int:
         """A term's live document frequency."""
-        row = self.table.rows([term])[0]       # (rows() may grow the table: read df after it)
-        return int(self.table.df[row])
+        got = self.table.rows([term])
+        return int(got.df[got.rows[0]])
 
     def collection_stats(self, query: str) -> CollectionStats:
         """This shard's part of the statistics a sharded search scores with (live documents only)."""
         terms = list(self._terms(query))
-        rows = self.table.rows(terms)
+        got = self.table.rows(terms)
         return CollectionStats(self.n, float(self.lengths[self.live].astype(np.float64).sum()),
-                               dict(zip(terms, self.table.df[rows].tolist())))
+                               dict(zip(terms, got.df[got.rows].tolist())))
 
     @staticmethod
     def with_collection_stats(query: str, parts: list[CollectionStats]) -> GlobalQuery:
@@ -208,23 +208,24 @@ class NativeSearcher:
 
     def _weighted(self, queries: list) -> tuple:
         """Every (query, term) pair of `queries`, in each query's term order, as arrays: (the
-        term's row in self.table, its weight qtf·idf (0: no live document holds it), each query's
-        first pair), with the query's own statistics where it carries the whole index's."""
+        terms' rows in self.table with the arrays they index, each pair's weight qtf·idf (0: no
+        live document holds it), each query's first pair), with the query's own statistics where
+        it carries the whole index's."""
         counts = [self._terms(q.text if isinstance(q, GlobalQuery) else q) for q in queries]
         lens = np.fromiter(map(len, counts), dtype=np.int64, count=len(counts))
         first = np.zeros(len(queries) + 1, dtype=np.int64)
         np.cumsum(lens, out=first[1:])
         terms = [t for c in counts for t in c]
-        rows = self.table.rows(terms)
+        got = self.table.rows(terms)
         qtf = np.fromiter(itertools.chain.from_iterable(c.values() for c in counts), dtype=np.float64, count=len(terms))
         if any(isinstance(q, GlobalQuery) for q in queries):
             df = np.fromiter((q.df.get(t, 0) if isinstance(q, GlobalQuery) else self._df(t)
                               for q, c in zip(queries, counts) for t in c), dtype=np.float64, count=len(terms))
             n = np.repeat(np.array([q.n if isinstance(q, GlobalQuery) else self.n for q in queries], np.float64), lens)
         else:
-            df, n = self.table.df[rows].astype(np.float64), float(self.n)
+            df, n = got.df[got.rows].astype(np.float64), float(self.n)
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        return rows, np.where(df > 0, qtf * idf, 0.0), first
+        return got, np.where(df > 0, qtf * idf, 0.0), first
 
     def _blocks(self, queries: list, k1: float, b: float):
         """(queries, documents) float32 score blocks of at most BLOCK_CELLS cells, in order
@@ -240,7 +241,8 @@ class NativeSearcher:
             cut = slice(first[at], first[end])
             owner = np.repeat(np.arange(end - at, dtype=np.int64), np.diff(first[at:end + 1]))
             for si, ((seg, offset, live), whole) in enumerate(zip(self.segments, self._whole)):
-                starts, ends = self.table.start[si][terms[cut]], self.table.end[si][terms[cut]]
+                rows = terms.rows[cut]
+                starts, ends = terms.start[si][rows], terms.end[si][rows]
                 asked = (ends > starts) & (weights[cut] > 0)
                 if asked.any():
                     n = len(live)

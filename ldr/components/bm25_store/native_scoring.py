@@ -10,6 +10,9 @@ equal).
 """
 from __future__ import annotations
 
+import threading
+from typing import NamedTuple
+
 import numpy as np
 
 
@@ -60,35 +63,51 @@ def _product(d, part, lens, col, pairs, n_queries: int, n: int) -> np.ndarray:
     return (query @ sp.csr_matrix((part, d, indptr), shape=(len(lens), n))).toarray().astype(np.float32)
 
 
+class Terms(NamedTuple):
+    """Rows of a TermTable and the table's arrays as they were when the rows were given (a row
+    is an index into them; a table cleared meanwhile by another thread changes nothing here)."""
+    rows: np.ndarray
+    df: np.ndarray
+    start: list
+    end: list
+
+
 class TermTable:
     """Each term a searcher was asked, as a row of arrays: its live document frequency, and where
     its postings start and end in each segment (start = end: none there). A batch of queries maps
     its terms to rows with one dict lookup a term and does the rest as array operations; a
-    generation's postings never change, so the rows are kept (up to `limit` terms)."""
+    generation's postings never change, so the rows are kept (up to `limit` terms). Searches of
+    many threads share it: rows are added under a lock, and each lookup gets the arrays its rows
+    index."""
 
     def __init__(self, segments: list, whole: list, limit: int):
         """`segments`: (NativeSegment, offset, live mask); `whole[i]`: segment i has no deletion."""
         self.segments, self.whole, self.limit = segments, whole, limit
-        self.clear()
+        self._lock = threading.Lock()
+        self._clear()
 
-    def clear(self) -> None:
+    def _clear(self) -> None:
         self.row: dict[str, int] = {}
         self.df = np.zeros(0, dtype=np.int64)
         self.start = [np.zeros(0, dtype=np.int64) for _ in self.segments]
         self.end = [np.zeros(0, dtype=np.int64) for _ in self.segments]
 
-    def rows(self, terms: list[str]) -> np.ndarray:
-        """The row of each of `terms`, those never asked looked up together in every segment."""
-        new = [t for t in dict.fromkeys(terms) if t not in self.row]
-        if new:
-            if len(self.row) + len(new) > self.limit:
-                self.clear()
-                new = list(dict.fromkeys(terms))
-            self._add(new)
-        return np.fromiter(map(self.row.__getitem__, terms), dtype=np.int64, count=len(terms))
+    def rows(self, terms: list[str]) -> Terms:
+        """The row of each of `terms` with the arrays they index, those never asked looked up
+        together in every segment."""
+        with self._lock:
+            new = [t for t in dict.fromkeys(terms) if t not in self.row]
+            if new:
+                if len(self.row) + len(new) > self.limit:
+                    self._clear()
+                    new = list(dict.fromkeys(terms))
+                self._add(new)
+            rows = np.fromiter(map(self.row.__getitem__, terms), dtype=np.int64, count=len(terms))
+            return Terms(rows, self.df, self.start, self.end)
 
     def _add(self, new: list[str]) -> None:
         df = np.zeros(len(new), dtype=np.int64)
+        start, end = list(self.start), list(self.end)
         for i, (seg, _, live) in enumerate(self.segments):
             ids = np.fromiter((-1 if t is None else t for t in seg.vocab.get_many(new)), dtype=np.int64, count=len(new))
             has = ids >= 0
@@ -100,7 +119,8 @@ class TermTable:
             else:
                 df += np.array([int(live[seg.docs[a:e]].sum()) for a, e in zip(starts.tolist(), ends.tolist())],
                                dtype=np.int64)
-            self.start[i] = np.concatenate([self.start[i], starts])
-            self.end[i] = np.concatenate([self.end[i], ends])
-        self.row.update(zip(new, range(len(self.df), len(self.df) + len(new))))
-        self.df = np.concatenate([self.df, df])
+            start[i] = np.concatenate([start[i], starts])
+            end[i] = np.concatenate([end[i], ends])
+        # new arrays, never grown in place: a lookup handed out before keeps the ones it indexes
+        self.df, self.start, self.end = np.concatenate([self.df, df]), start, end
+        self.row.update(zip(new, range(len(self.df) - len(new), len(self.df))))

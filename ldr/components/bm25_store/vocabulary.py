@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 
@@ -14,6 +16,7 @@ from ... import npy
 
 TERMS, ORDER, LEGACY = "vocab.arrow", "vocab_order.npy", "vocab.json"
 _SCHEMA = pa.schema([("term", pa.string())])
+_UNSEEN = object()
 SEEN = 1 << 16           # looked-up terms a segment keeps (each binary search reads ~20 Arrow strings)
 
 
@@ -36,6 +39,7 @@ class Vocabulary:
         self._dict: dict[str, int] | None = None
         self._seen: dict[str, int | None] = {}   # terms looked up before (queries repeat their terms)
         self._searched = 0                       # terms get_many looked up by binary search
+        self._lock = threading.Lock()
         if not (folder / TERMS).is_file():
             import json
             vocab = json.loads((folder / LEGACY).read_text(encoding="utf-8"))
@@ -62,8 +66,9 @@ class Vocabulary:
         if self._dict is not None:
             return self._dict.get(term)
         seen = self._seen
-        if term in seen:
-            return seen[term]
+        found = seen.get(term, _UNSEEN)      # one read: another thread may clear `seen` meanwhile
+        if found is not _UNSEEN:
+            return found
         if len(seen) >= SEEN:
             seen.clear()
         found = seen[term] = self._search(term)
@@ -71,22 +76,24 @@ class Vocabulary:
 
     def get_many(self, terms: list[str]) -> list[int | None]:
         """get() of each term: those not looked up before in one binary search over all of them
-        (an Arrow take a step, instead of ~20 string reads a term: 65 us a term)."""
-        if self._dict is not None:
-            return [self._dict.get(t) for t in terms]
-        seen = self._seen
-        want = list({t for t in terms if t not in seen})
-        self._searched += len(want)
-        if self._searched * max(1, self._n.bit_length()) >= self._n:
-            # more string reads asked so far than reading every term once: a dict from now on
-            self._dict = dict(zip(self._terms.to_pylist(), range(self._n)))
-            self._seen = {}
-            return [self._dict.get(t) for t in terms]
-        if want:
-            if len(seen) + len(want) > SEEN:
+        (an Arrow take a step, instead of ~20 string reads a term: 65 us a term). Thread-safe: the
+        searches of many threads share a segment's vocabulary."""
+        with self._lock:
+            if self._dict is not None:
+                return [self._dict.get(t) for t in terms]
+            seen = self._seen
+            want = list({t for t in terms if t not in seen})
+            self._searched += len(want)
+            if self._searched * max(1, self._n.bit_length()) >= self._n:
+                # more string reads asked so far than reading every term once: a dict from now on
+                self._dict = dict(zip(self._terms.to_pylist(), range(self._n)))
+                return [self._dict.get(t) for t in terms]
+            found = dict(zip(want, self._search_many(want))) if want else {}
+            out = [found[t] if t in found else seen[t] for t in terms]
+            if len(seen) + len(found) > SEEN:
                 seen.clear()
-            seen.update(zip(want, self._search_many(want)))
-        return [seen.get(t) for t in terms]
+            seen.update(found)
+            return out
 
     def _search_many(self, keys: list[str]) -> list[int | None]:
         m, n = len(keys), self._n
