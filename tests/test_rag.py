@@ -477,3 +477,31 @@ def test_llamaindex_takes_its_own_metadata_filters_and_leaves_the_event_loop_fre
         await asyncio.gather(*(r.aretrieve("bridge bearing") for _ in range(6)))
         return time.perf_counter() - t
     assert asyncio.run(six()) < 6 * 0.3 * 0.8
+
+
+def test_window_features_of_many_documents_are_each_documents_alone(hybrid):
+    """A shard's window features of many candidates are each one's alone, whether its windows are
+    analysed now or come from the cache. (Counting every candidate's windows at once was measured
+    slower than one document at a time: 17.0 against 16.0 ms for 35 meetings, arrays out of cache.)"""
+    q = "secret launch code telescope battery"
+
+    def feats(ix, groups):
+        shard = ix.as_shard()
+        finder = shard._finder(["dense"])
+        reps, terms = {"dense": ix.retriever("dense").encode(q)}, finder.term_list(q)
+        out = {}
+        for g in groups:
+            out.update(shard.windows(g, ["dense"], reps, terms))
+        return out
+
+    docs = list(range(len(hybrid)))
+    together, alone = feats(ldr.Index(hybrid.path), [docs]), feats(ldr.Index(hybrid.path), [[d] for d in docs])
+    cached = feats(ldr.Index(hybrid.path), [[d] for d in docs[:2]] + [docs])    # some analysed before
+    assert sum(len(f.spans) for f in together.values()) > len(docs) and any(f.tf.any() for f in together.values())
+    for other in (alone, cached):
+        for d in docs:
+            a, b = together[d], other[d]
+            for name in ("spans", "lengths", "tf", "at", "at_col"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), (d, name)
+            assert a.n_terms == b.n_terms and set(a.vec) == set(b.vec) == {"dense"}
+            assert np.array_equal(a.vec["dense"], b.vec["dense"], equal_nan=True), d
