@@ -97,6 +97,17 @@ class LocalShard:
         return ShardStats(len(self.store) if m is None else int(m.sum()),
                           {k: self.retriever(k).collection_stats(query) for k in kinds})
 
+    def stats_many(self, queries: list[str], kinds: list, filters: dict | None) -> list[ShardStats]:
+        """stats() of each query, in one call (a batch's statistics: one round, not one a query)."""
+        m = self.mask(filters)
+        count = len(self.store) if m is None else int(m.sum())
+        per_kind = {}
+        for k in kinds:
+            r = self.retriever(k)
+            many = getattr(r, "collection_stats_many", None)
+            per_kind[k] = many(queries) if many is not None else [r.collection_stats(q) for q in queries]
+        return [ShardStats(count, {k: v[j] for k, v in per_kind.items()}) for j in range(len(queries))]
+
     def first(self, plan_first, reps: dict, filters: dict | None) -> FirstStage:
         """The plan's first stages: each kind's (docno, score) list and each listed document's id."""
         from .search.source import IndexSource

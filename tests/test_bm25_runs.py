@@ -168,3 +168,24 @@ def test_threads_share_the_term_table_and_each_gets_what_one_thread_gets(grown, 
     for t in threads:
         t.join()
     assert errors == [] and wrong == []
+
+
+def test_a_sharded_batch_asks_each_shard_once_a_round(tmp_path, monkeypatch):
+    """A batch of 12 queries on 3 shards: each shard is asked its statistics, its first stage and
+    its hits once for the whole batch (plus the one statistics call that plans the run)."""
+    import collections
+
+    from ldr.sharded import ShardedIndex
+    from ldr.shard import LocalShard
+
+    docs, queries = _corpus(40)
+    sharded = ShardedIndex.build(docs, tmp_path / "s", shards=3, dense=None, sparse=None)
+    calls = collections.Counter()
+    for name in ("stats", "stats_many", "first", "first_many", "fetch"):
+        real = getattr(LocalShard, name)
+        monkeypatch.setattr(LocalShard, name, lambda self, *a, _r=real, _n=name, **kw: calls.update([_n]) or _r(self, *a, **kw))
+    asked = {q: t for q, t in list(queries.items())[:12] if t}
+    got = dict(sharded.search_many(asked, k=5, batch_size=len(asked), **RUN))
+    assert calls == {"stats": 3, "stats_many": 3, "first_many": 3, "fetch": 3}, calls
+    for q, t in asked.items():
+        assert [(h.id, h.score) for h in got[q]] == [(h.id, h.score) for h in sharded.search(t, k=5, **RUN)]

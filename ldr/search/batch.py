@@ -74,10 +74,7 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
     if len(snap.shards) == 1 and snap.own_stats and not conds:
         count, stats, missing = len(snap), [None] * len(texts), [[] for _ in texts]
     else:
-        count, stats, missing = len(snap), [], []
-        for q in texts:
-            count, st, miss = searcher.statistics(snap, q, conds, run)
-            stats.append(st), missing.append(miss)
+        count, stats, missing = _statistics(snap, texts, conds, run)
     plan = searcher.compile_for(snap, texts[0], request, count, bool(conds), run.device, spec)
     if count == 0 or not lone_ranking(plan) or any(len(m) == len(snap.shards) for m in missing):
         return None
@@ -117,6 +114,23 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
         result.generation, result.ids, result.missing_shards = snap.generation, ids, lost
         out.append(result)
     return out
+
+
+def _statistics(snap, texts: list[str], conds: dict, run) -> tuple[int, list, list]:
+    """searcher.statistics of each query, every shard asked once for the whole batch: (documents
+    passing the filters, each query's per-shard statistics, each query's shards that did not answer)."""
+    kinds = snap.stat_kinds()
+
+    def ask(shard):
+        many = getattr(shard, "stats_many", None)
+        return many(texts, kinds, conds or None) if many is not None else \
+            [shard.stats(q, kinds, conds or None) for q in texts]
+    got = run.each(ask)
+    missing = [i for i, g in enumerate(got) if g is None]
+    answered = [g for g in got if g is not None]
+    count = sum(g[0].count for g in answered) if conds and answered and texts else len(snap)
+    stats = [[g[j].stats for g in answered] or None for j in range(len(texts))]
+    return count, stats, [list(missing) for _ in texts]
 
 
 def first_many(shard, plan_first, reps: list, filters) -> list:

@@ -116,6 +116,9 @@ class ShardReplica:
     def first(self, entry: dict, first, reps: dict, filters) -> dict:
         return self._at(entry).first(first, reps, filters)
 
+    def stats_many(self, entry: dict, queries: list, kinds: list, filters) -> list:
+        return self._at(entry).stats_many(queries, kinds, filters)
+
     def first_many(self, entry: dict, first, reps: list, filters) -> list:
         return self._at(entry).first_many(first, reps, filters)
 
@@ -181,6 +184,9 @@ class RemoteShard:
 
     def first(self, first, reps, filters):
         return self._live("first", first, reps, filters)
+
+    def stats_many(self, queries, kinds, filters):
+        return self._live("stats_many", queries, kinds, filters)
 
     def first_many(self, first, reps, filters):
         return self._live("first_many", first, reps, filters)

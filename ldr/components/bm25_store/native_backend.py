@@ -165,6 +165,18 @@ class NativeSearcher:
         return CollectionStats(self.n, float(self.lengths[self.live].astype(np.float64).sum()),
                                dict(zip(terms, got.df[got.rows].tolist())))
 
+    def collection_stats_many(self, queries: list[str]) -> list[CollectionStats]:
+        """collection_stats of each query, their terms looked up together."""
+        terms = [list(self._terms(q)) for q in queries]
+        got = self.table.rows([t for ts in terms for t in ts])
+        df = got.df[got.rows].tolist()
+        length = float(self.lengths[self.live].astype(np.float64).sum())
+        out, at = [], 0
+        for ts in terms:
+            out.append(CollectionStats(self.n, length, dict(zip(ts, df[at:at + len(ts)]))))
+            at += len(ts)
+        return out
+
     @staticmethod
     def with_collection_stats(query: str, parts: list[CollectionStats]) -> GlobalQuery:
         """The query with every shard's statistics summed (the sums of whole numbers are exact)."""
