@@ -18,6 +18,7 @@ TERMS, ORDER, LEGACY = "vocab.arrow", "vocab_order.npy", "vocab.json"
 _SCHEMA = pa.schema([("term", pa.string())])
 _UNSEEN = object()
 SEEN = 1 << 16           # looked-up terms a segment keeps (each binary search reads ~20 Arrow strings)
+DICT_TERMS = 1 << 21     # a vocabulary made a dict at most this large (~200 MB of Python strings)
 
 
 def write_vocabulary(folder: Path, terms: list[str]) -> None:
@@ -84,7 +85,7 @@ class Vocabulary:
             seen = self._seen
             want = list({t for t in terms if t not in seen})
             self._searched += len(want)
-            if self._searched * max(1, self._n.bit_length()) >= self._n:
+            if self._searched * max(1, self._n.bit_length()) >= self._n and self._n <= DICT_TERMS:
                 # more string reads asked so far than reading every term once: a dict from now on
                 self._dict = dict(zip(self._terms.to_pylist(), range(self._n)))
                 return [self._dict.get(t) for t in terms]
