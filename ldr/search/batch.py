@@ -71,6 +71,10 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
 
     t0 = time.perf_counter()
     conds = snap.conditions(request.filters)
+    # without filters the plan needs no shard's answer: a plan that is not a lone ranking asks nothing
+    if not conds and not lone_ranking(searcher.compile_for(snap, texts[0], request, len(snap), False, run.device,
+                                                           spec)):
+        return None
     if len(snap.shards) == 1 and snap.own_stats and not conds:
         count, stats, missing = len(snap), [None] * len(texts), [[] for _ in texts]
     else:
