@@ -273,9 +273,18 @@ class NativeSearcher:
         return got[1]
 
     def bound(self, query: "str | GlobalQuery") -> float:
-        """The highest score `query` can reach here (this scorer leaves out the constant k1+1)."""
-        _, weights, _ = self._weighted([query])
-        return float(weights.sum())
+        """The highest score `query` can reach here (this scorer leaves out the constant k1+1): every
+        query term saturated, a term no document holds included at its idf, as the relevance
+        estimate was fitted (search/calibration.py)."""
+        stats = query if isinstance(query, GlobalQuery) else None
+        terms = self._terms(stats.text if stats else query)
+        got = None if stats else self.table.rows(list(terms))
+        local = got.df[got.rows].tolist() if got is not None else []
+        n, out = (stats.n if stats else self.n), 0.0
+        for j, (term, qtf) in enumerate(terms.items()):
+            df = stats.df.get(term, 0) if stats else local[j]
+            out += qtf * float(np.log1p((n - df + 0.5) / (df + 0.5)))
+        return out
 
     def search(self, query: str, k: int, k1: float | None = None, b: float | None = None) -> list[tuple[int, float]]:
         return top_k_dense(self.scores(query, k1, b), k)
