@@ -72,14 +72,15 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
     t0 = time.perf_counter()
     conds = snap.conditions(request.filters)
     # without filters the plan needs no shard's answer: a plan that is not a lone ranking asks nothing
-    if not conds and not lone_ranking(searcher.compile_for(snap, texts[0], request, len(snap), False, run.device,
-                                                           spec)):
+    plan = None if conds else searcher.compile_for(snap, texts[0], request, len(snap), False, run.device, spec)
+    if plan is not None and not lone_ranking(plan):
         return None
     if len(snap.shards) == 1 and snap.own_stats and not conds:
         count, stats, missing = len(snap), [None] * len(texts), [[] for _ in texts]
     else:
         count, stats, missing = _statistics(snap, texts, conds, run)
-    plan = searcher.compile_for(snap, texts[0], request, count, bool(conds), run.device, spec)
+    if plan is None:        # filters: the plan is sized by the documents they leave
+        plan = searcher.compile_for(snap, texts[0], request, count, True, run.device, spec)
     if count == 0 or not lone_ranking(plan) or any(len(m) == len(snap.shards) for m in missing):
         return None
     kind, depth = plan.first[0].kind, plan.first[0].depth
