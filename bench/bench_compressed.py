@@ -132,7 +132,7 @@ class Way:
 
         if self.name == "ldr_rabitq":
             from ldr.components.faiss_store import DenseSearcher
-            self.s = DenseSearcher(folder / "dense", {**self.entry, "dim": self.d}, None, n // 10 + 1)
+            self.s = DenseSearcher(folder / "dense", {**self.entry, "dim": self.d}, n // 10 + 1)
             self.ix = self.s.index
         elif self.name == "usearch_i8":
             from usearch.index import Index
@@ -268,7 +268,7 @@ def scale(n: int, work: Path) -> dict:
         out["cold"] = "page cache could not be dropped (not root)"
     before = rss()
     t = time.perf_counter()
-    s = DenseSearcher(folder, {**merged, "dim": D}, None, None)
+    s = DenseSearcher(folder, {**merged, "dim": D}, None)
     out["cold_open_s"] = round(time.perf_counter() - t, 3)
     faiss.omp_set_num_threads(1)
     t = time.perf_counter()

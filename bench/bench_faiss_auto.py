@@ -36,7 +36,7 @@ def searcher(folder: Path, vectors: np.ndarray, owner: np.ndarray, kind: str):
     entry = save_dense(folder, vectors, owner, FaissSettings(index=kind))     # FAISS's threads as ldr runs it
     t = time.perf_counter()
     comp = {"faiss": entry["faiss"], "multi_vector": True, "vectors": len(vectors), "dim": vectors.shape[1]}
-    return DenseSearcher(folder, comp, None), entry["faiss"]["index"], time.perf_counter() - t
+    return DenseSearcher(folder, comp), entry["faiss"]["index"], time.perf_counter() - t
 
 
 def timed(s, queries, k):
@@ -95,7 +95,7 @@ def real(a) -> None:
     part = dense.parts[0]
     vecs = np.ascontiguousarray(load_vectors(Path(a.index), part.index), dtype=np.float32)
     queries = [json.loads(line)["text"] for line in open(a.query_file, encoding="utf-8")][: a.queries]
-    qs = np.stack([dense.encode(q) for q in queries])
+    qs = np.stack(idx.query_side("dense").encode_many(queries))
     with tempfile.TemporaryDirectory() as tmp:
         flat, _, _ = searcher(Path(tmp) / "f", vecs, part.owner, "flat")
         hnsw, _, _ = searcher(Path(tmp) / "h", vecs, part.owner, "hnsw")

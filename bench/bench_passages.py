@@ -55,7 +55,7 @@ def finder_for(ix, weights):
 
 def reps(ix, finder, q: str) -> dict:
     """The query's representation for each vector kind the finder scores windows with."""
-    return {k: ix.retriever(k).encode(q) for k in finder.vector_kinds}
+    return {k: ix.query_side(k).encode(q) for k in finder.vector_kinds}
 
 
 SNIPPET_WIDTHS = (60, 100, 160)    # `ldr search` in an 80- and a 120-column terminal, and piped

@@ -138,7 +138,7 @@ def stage2(a, qids: list, qrels: dict, fused: dict, base: np.ndarray, setting) -
     for i, q in enumerate(qids):
         top = rank(fused[q])[: a.depth]
         rows = [ix.docstore.row(d) for d in top]
-        reps = {k: retrievers[k].encode(text[q]) for k in finder.vector_kinds}
+        reps = {k: ix.query_side(k).encode(text[q]) for k in finder.vector_kinds}
         found = finder.find(text[q], reps, {r: ix.document(d).text for r, d in zip(rows, top)}, a.windows)
         pairs = [(j, p.text) for j, r in enumerate(rows) for p in found[r]]     # best passage first
         s = ce.score(text[q], [x for _, x in pairs], [[x] for _, x in pairs], 1)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Iterable
 
 from .corpus import Doc, IngestReport, corpus_docs
-from .encode.runtime import for_queries
 from .errors import ConfigError, IndexFormatError, LdrError
 from .handle import Handle
 from .shard import LocalShard
@@ -102,8 +101,7 @@ class Index(Handle):
     def _snapshot(self, view: View | None = None) -> Snapshot:
         """This handle's generation as the point in time of one search: a 1-shard cluster."""
         view = view or self._view
-        shard = LocalShard(self, view)
-        return Snapshot(view.generation, view.manifest, [shard], shard.retriever)
+        return Snapshot(view.generation, view.manifest, [LocalShard(self, view)], self._sides(view.manifest))
 
     # -- building and writing ----------------------------------------------------------------
     @classmethod
@@ -167,14 +165,9 @@ class Index(Handle):
             raise KeyError(doc_id)
         return store.doc(store.row(doc_id))
 
-    def _encoder(self, name: str, comp: dict):
-        """A zero-argument loader of the kind's encoder (None: no model); encoders are shared by
-        every generation, reader and writer of this process built with the same settings."""
-        settings = registry.get(name).encoder_settings(comp, self.trust_remote_code, self.device, str(self.path))
-        return registry.lazy_encoder(name, for_queries(settings))
-
     def retriever(self, name: str, view: View | None = None):
-        """The loaded first-stage retriever `name` (bm25 | dense | sparse) of this generation."""
+        """The loaded first-stage reader `name` (bm25 | dense | sparse | colbert) of this generation:
+        its files, no model (`query_side(name)` encodes queries for it)."""
         view = view or self._view
         if name in view.retrievers:
             return view.retrievers[name]
@@ -191,7 +184,7 @@ class Index(Handle):
         try:
             from .components.states import ReadState
 
-            return registry.get(name).open(ReadState(self.path, name, comp, view.segments, self._encoder(name, comp)))
+            return registry.get(name).open(ReadState(self.path, name, comp, view.segments))
         except LdrError:
             raise
         except BaseException as e:  # a damaged file surfaces as whatever its reader raises (tantivy: a panic)

@@ -28,8 +28,11 @@ class Handle:
     def _init_shared(self) -> None:
         self._rerankers: dict = {}
         self._window_terms: dict = {}   # analysed passage windows by uid, per analyzer (search/passages.py)
+        from .components import QuerySides
         from .shard import RecentTexts
         self._texts = RecentTexts()     # the texts of the latest searches' candidates, by uid
+        # each kind's query side: the query models, held by the handle for every shard it searches
+        self._sides = QuerySides(self.device, self.trust_remote_code, str(getattr(self, "path", "the index")))
         self._load_lock = threading.RLock()   # models load once, whichever thread asks first
 
     # -- what every handle reads of its point in time (`manifest`: the subclass's) ------------
@@ -52,6 +55,11 @@ class Handle:
 
         m = self.manifest
         return asdict(index_defaults(m.get("search", {}), m["components"], of_manifest(m))[0])
+
+    def query_side(self, kind: str):
+        """The kind's query side (components/query_side.py): `encode(query)`, `encode_many(queries)`;
+        a dense one's `dim` (the query model loads on first use)."""
+        return self._sides.get(self.manifest, kind)
 
     def default_mode(self) -> str:
         return self.search_defaults()["mode"]
@@ -203,10 +211,8 @@ class Handle:
             texts = [t for _, t, e in ready if e is None]
             reps = [{} for _ in texts]
             for n in kinds:
-                r = snap.encoder(n)
-                if hasattr(r, "encode_many"):
-                    for j, rep in enumerate(r.encode_many(texts)):
-                        reps[j][n] = rep
+                for j, rep in enumerate(snap.side(n).encode_many(texts)):
+                    reps[j][n] = rep
             together = None
             if texts and lone:
                 try:

@@ -117,7 +117,7 @@ class LocalShard:
         listed = sorted({d for rows in cands.lists.values() for d, _ in rows})
         self._check_listed(listed)
         ids = self.store.ids
-        return FirstStage(cands.lists, cands.timings, {d: ids[d] for d in listed}, cands.distributions)
+        return FirstStage(cands.lists, cands.timings, {d: ids[d] for d in listed}, cands.distributions, cands.bounds)
 
     def first_many(self, plan_first, reps: list[dict], filters: dict | None) -> list[FirstStage]:
         """first() of each query (`reps`: each one's representations): a lone first stage whose
@@ -185,29 +185,3 @@ def _read(column, docs: list) -> list:
     take = getattr(column, "take", None)
     return take(np.asarray(docs, dtype=np.int64)) if take is not None and len(docs) > 8 else [column[d] for d in docs]
 
-
-def query_side(manifest: dict, device: str | None = None, trust_remote_code: bool = False):
-    """`side(kind)`: the kind's reader over no document, for a coordinator that holds no shard:
-    what encodes the query (the models the manifest names, from their packages), bounds its
-    score and sums the shards' statistics. Nothing of an index is read."""
-    import threading
-    from pathlib import Path
-
-    from . import components as registry
-    from .components.states import ReadState
-    from .encode.runtime import for_queries
-    from .index.snapshot import Segments
-
-    nothing = Segments(Path("/nonexistent/ldr-query-side"), {"segments": [], "doc_count": 0})
-    opened: dict = {}
-    lock = threading.Lock()
-
-    def side(kind: str):
-        with lock:
-            if kind not in opened:
-                comp = manifest["components"][kind]
-                settings = registry.get(kind).encoder_settings(comp, trust_remote_code, device, "the coordinator")
-                opened[kind] = registry.get(kind).open(ReadState(nothing.root, kind, comp, nothing,
-                                                                 registry.lazy_encoder(kind, for_queries(settings))))
-            return opened[kind]
-    return side

@@ -53,7 +53,7 @@ class ShardedIndex(ClusterHandle):
                     continue
                 raise
             parts = [sh.as_shard() for sh in shards]
-            snap = Snapshot(cluster["generation"], shards[0].manifest, parts, parts[0].retriever)
+            snap = Snapshot(cluster["generation"], shards[0].manifest, parts, self._sides(shards[0].manifest))
             snap.cluster, snap.indexes = cluster, shards
             return snap
         raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")

@@ -46,6 +46,7 @@ class FirstStage:
     timings: dict                          # kind → seconds
     ids: dict                              # docno → id, of every listed document
     distributions: dict = field(default_factory=dict)   # kind → its scores over the shard, as sums
+    bounds: dict = field(default_factory=dict)          # kind → the highest score the query can reach
 
 
 @dataclass(frozen=True)

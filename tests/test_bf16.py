@@ -93,7 +93,7 @@ def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(
     assert comp["model"]["settings"]["backend"] == "bf16" and comp["model"]["backend"]["name"] == "bf16"
     # queries: the fp32 engine (ONNX), not bf16 and not torch
     assert runtime.for_queries(model_settings(comp, DenseSettings, False, None)).backend == runtime.EXACT
-    assert isinstance(fresh.retriever("dense").encoder, OnnxDenseEncoder)
+    assert isinstance(fresh.query_side("dense").encoder, OnnxDenseEncoder)
     child = search_in_child(tmp_path / "fresh", "termination of the agreement", mode="dense", absent=("torch",))
     # incremental = fresh: the add encodes on the recorded bf16 engine, rows of one length
     grown = ldr.Index.build(part, tmp_path / "grown", dense=dense, sparse=None)

@@ -82,7 +82,7 @@ def test_multi_vector_search_is_max_over_passages(tmp_path):
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     faiss.write_index(build_faiss(vecs, FaissSettings()), str(tmp_path / "faiss.index"))
     np.save(tmp_path / "owner.npy", owner)
-    s = DenseSearcher(tmp_path, {"faiss": FaissSettings().to_dict(), "multi_vector": True}, encoder=None)
+    s = DenseSearcher(tmp_path, {"faiss": FaissSettings().to_dict(), "multi_vector": True})
     q = rng.standard_normal(16).astype(np.float32)
     sims = vecs @ q
     best = {int(d): float(sims[owner == d].max()) for d in np.unique(owner)}
@@ -116,7 +116,7 @@ def test_every_faiss_type_serves_search_and_passage_rescoring(tmp_path, kind):
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     (tmp_path / "d").mkdir()
     entry = save_dense(tmp_path / "d", vecs, owner, FaissSettings(index=kind), root=tmp_path)
-    s = DenseSearcher(tmp_path / "d", {**entry, "dim": 16}, encoder=None)
+    s = DenseSearcher(tmp_path / "d", {**entry, "dim": 16})
     q = vecs[7]
     hits = s.search_vectors(q[None], 5)[0]
     assert len(hits) == 5 and hits[0] == (int(owner[7]), pytest.approx(1.0, abs=1e-5))

@@ -144,5 +144,5 @@ def test_an_hnsw_graph_is_read_ahead_in_one_pass_and_a_bad_file_is_left_to_the_o
     prefetch_graph(tmp_path / "faiss.index", 10**9, 16)        # more vectors than the file holds
     prefetch_graph(tmp_path / "missing.index", 600, 16)
     comp = {"faiss": fs.to_dict(), "vectors": 600, "dim": 16}
-    s = DenseSearcher(tmp_path, comp, encoder=None)
+    s = DenseSearcher(tmp_path, comp)
     assert s.search_vectors(vecs[[3, 77]], 1) == [[(3, pytest.approx(1.0, abs=1e-5))], [(77, pytest.approx(1.0, abs=1e-5))]]

@@ -93,7 +93,6 @@ def test_a_split_plan_answers_as_the_whole_one(idx):
     coordinator would return are the unsplit search's."""
     import pickle
 
-    from ldr.search import searcher
     from ldr.search.gather import ShardedSource, gather
 
     plan = idx.plan("gannets kittiwakes reef", k=5)
@@ -101,14 +100,14 @@ def test_a_split_plan_answers_as_the_whole_one(idx):
     assert first.rest == () and rest.first == () and first.stages + rest.stages == plan.stages
     first, rest = pickle.loads(pickle.dumps(first)), pickle.loads(pickle.dumps(rest))   # values that travel
     shard = idx.as_shard()
-    got = pickle.loads(pickle.dumps(shard.first(first, {}, None)))      # the shard's side: a value
+    reps = {k: idx.query_side(k).encode(first.query) for k in first.kinds}    # the query side's, once
+    got = pickle.loads(pickle.dumps(shard.first(first, reps, None)))    # the shard's side: a value
     assert set(got.lists) == {"bm25"} and set(got.ids) == {d for d, _ in got.lists["bm25"]}
     one = idx._snapshot()
     cands, ids = gather([got], one.map, plan.query, {s.kind: s.depth for s in first.first})
     finder = idx._run(one).finder(plan.settings.weights, plan.kinds)
     source = ShardedSource(plan.query, {}, [shard], one.map, ids, finder,
-                           lambda k: shard.retriever(k).encode(plan.query), None,
-                           lambda k, rep: searcher._bound(shard.retriever(k), rep))
+                           lambda k: idx.query_side(k).encode(plan.query), None)
     rows = rest.run_rest(cands, source).rows
     whole = idx.search("gannets kittiwakes reef", k=5)
     assert [(ids[d], s) for d, s, _ in rows] == [(h.id, h.score) for h in whole]

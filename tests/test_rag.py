@@ -488,7 +488,7 @@ def test_window_features_of_many_documents_are_each_documents_alone(hybrid):
     def feats(ix, groups):
         shard = ix.as_shard()
         finder = shard._finder(["dense"])
-        reps, terms = {"dense": ix.retriever("dense").encode(q)}, finder.term_list(q)
+        reps, terms = {"dense": ix.query_side("dense").encode(q)}, finder.term_list(q)
         out = {}
         for g in groups:
             out.update(shard.windows(g, ["dense"], reps, terms))

@@ -34,7 +34,7 @@ def test_an_index_encodes_a_repeated_query_once(tmp_path):
 
     docs = [{"id": f"d{i}", "text": f"topic {i} about budgets and remote controls"} for i in range(6)]
     idx = ldr.Index.build(docs, tmp_path / "idx", sparse=None, progress=False)
-    enc = idx.retriever("dense").encoder
+    enc = idx.query_side("dense").encoder
     calls = []
     real = enc.encode_queries
     enc.encode_queries = lambda qs: calls.append(list(qs)) or real(qs)

@@ -401,3 +401,37 @@ def test_facets_of_a_sharded_index_are_the_unsharded_ones(tmp_path):
     assert team["values"] == [["blue", 9], ["green", 9], ["red", 9], ["amber", 1]] and team["documents"] == 28
     year = next(f for f in got["fields"] if f["name"] == "year")
     assert (year["min"], year["max"], year["documents"]) == (1999, 2003, 28)
+
+
+def test_a_shard_reader_loads_no_model_and_answers_the_query_sides_encoding(unsharded):
+    """Issue 79: the query side holds the models, a shard reader only the files. A fresh process
+    opens the default index as a shard (as a Ray Serve replica does) and answers a default
+    search's shard calls from the encodings it is sent, importing no torch, transformers or ONNX
+    Runtime and loading no model; its first stages equal the ones the handle's own shard gives."""
+    import pickle
+
+    q = "when can the licence be terminated"
+    first, _ = unsharded.plan(q, k=5).split()
+    assert {"dense", "sparse", "bm25"} <= set(first.kinds)
+    reps = {k: unsharded.query_side(k).encode(q) for k in first.kinds}
+    terms = unsharded.as_shard()._finder(["dense"]).term_list(q)
+    code = ("import pickle, sys\n"
+            "import ldr\n"
+            "from ldr.components import ENCODERS\n"
+            "first, reps, terms = pickle.load(sys.stdin.buffer)\n"
+            "shard = ldr.Index(sys.argv[1]).as_shard()\n"
+            "shard.stats(first.query, ['bm25'], None)\n"
+            "got = shard.first(first, reps, None)\n"
+            "docs = sorted(got.ids)[:4]\n"
+            "shard.windows(docs, ['dense', 'sparse'], reps, terms)\n"
+            "shard.exact('sparse', reps['sparse'], docs, {})\n"
+            "shard.fetch(docs, text=True)\n"
+            "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'sentence_transformers') if m in sys.modules]\n"
+            "pickle.dump((got, heavy, len(ENCODERS.loaded())), sys.stdout.buffer)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(unsharded.path)], input=pickle.dumps((first, reps, terms)),
+                       capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    got, heavy, models = pickle.loads(r.stdout)
+    assert heavy == [] and models == 0
+    here = unsharded.as_shard().first(first, reps, None)
+    assert got.lists == here.lists and got.ids == here.ids and got.bounds == here.bounds and got.bounds

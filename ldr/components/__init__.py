@@ -16,6 +16,7 @@ from dataclasses import asdict
 
 from ..errors import ConfigError
 from .base import Component
+from .query_side import QuerySide, QuerySides  # noqa: F401  (a handle's query models, per kind)
 
 _REGISTRY: dict[str, Component] = {}
 

@@ -44,13 +44,13 @@ class DocumentEncoder(Protocol):
 
 @runtime_checkable
 class Retriever(Protocol):
-    """A first-stage retriever: the query is encoded once, then searched (the pipeline shares reps)."""
+    """A first-stage reader of a pinned generation: it scores the representation the kind's query
+    side made (components/query_side.py) and loads no model."""
 
-    def encode(self, query: str) -> Any: ...
     def search_rep(self, rep: Any, k: int) -> list[tuple[int, float]]: ...   # (docno, score), best first
-    def search(self, query: str, k: int) -> list[tuple[int, float]]: ...
-    # optional: `bound(query) -> float`, the highest score the query can reach (the calibrated
-    # relevance reads a score as a fraction of it: ldr/search/calibration.py)
+    # optional: `encode(text)`, for a kind whose query side passes the text (its terms, no model);
+    # `bound(rep) -> float`, the highest score the query can reach (the calibrated relevance reads
+    # a score as a fraction of it: ldr/search/calibration.py)
 
 
 class Part:
@@ -130,8 +130,15 @@ class Component:
 
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):
-        """The kind's retriever over every segment of a pinned generation."""
+        """The kind's reader over every segment of a pinned generation: its files, no model."""
         raise NotImplementedError
+
+    def query_side(self, comp: dict, encoder):
+        """The kind's query side (components/query_side.py): what turns a query into the
+        representation its readers score; `encoder()` loads the kind's query model (None: none).
+        By default the text itself, which the reader's own `encode` (if any) turns into its terms."""
+        from .query_side import Terms
+        return Terms(self.name)
 
     def collection_stats(self, comp: dict) -> bool:
         """Whether the kind scores with statistics of the whole collection that a search over

@@ -109,6 +109,10 @@ class BM25(Component):
                               key=comp.get("key", "uid"))
         return UidRetriever(inner, segments)
 
+    def query_side(self, comp: dict, encoder):
+        from .query_side import Terms
+        return Terms(self.name, self.collection_stats(comp))
+
     def model_name(self, comp: dict) -> str | None:
         """tantivy and native score alike (and say their highest score: `bound`); Lucene's scorer
         differs and says none, so what was fitted on the others' scores does not apply to it."""

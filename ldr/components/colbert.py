@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import recent_queries
+from .query_side import Encoded
 from .topk import top_k_dense
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, model_lines
@@ -24,14 +24,8 @@ from .colbert_store import ColbertPart, ColbertWriter, check_part
 class MultiColbert:
     """MaxSim over every segment; deleted (and filtered-out) documents never score."""
 
-    def __init__(self, parts: list, segments, encoder=None):
-        self.parts, self.segments, self.encoder = parts, segments, encoder
-
-    def encode(self, query: str) -> np.ndarray:
-        return recent_queries.encode_many(self.encoder, [query], lambda qs: [self.encoder.encode_query(q) for q in qs])[0]
-
-    def encode_many(self, queries: list[str]) -> list[np.ndarray]:
-        return [self.encode(q) for q in queries]
+    def __init__(self, parts: list, segments):
+        self.parts, self.segments = parts, segments
 
     def scores(self, q: np.ndarray) -> np.ndarray:
         out = np.zeros(self.segments.rows, dtype=np.float32)
@@ -46,9 +40,6 @@ class MultiColbert:
         scores[~mask] = -np.inf
         hits = top_k_dense(scores, k)
         return [(d, s) for d, s in hits if np.isfinite(s)]
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)
 
     def passage_scores(self, q: np.ndarray, docno: int):
         """(MaxSim of each of the document's windows alone, their character spans or None)."""
@@ -108,7 +99,10 @@ class Colbert(ModelComponent):
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):
         parts = [ColbertPart(p.folder, p.docs, state.comp["dim"]) if p else None for p in state.parts()]
-        return MultiColbert(parts, state.segments, state.encoder())
+        return MultiColbert(parts, state.segments)
+
+    def query_side(self, comp: dict, encoder):
+        return Encoded(self.name, encoder, "encode_query", batched=False)
 
     def passage_vectors(self, comp: dict) -> bool:
         return True     # each window's MaxSim, with its characters (segments that kept them)

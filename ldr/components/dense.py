@@ -10,7 +10,8 @@ from .. import npy
 from .topk import top_k
 from .states import MergeState, ReadState, SegmentPart, WriteState
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
-from . import compressed, exact_vectors, recent_queries
+from . import compressed, exact_vectors
+from .query_side import Encoded
 from .faiss_store import (DenseSearcher, DenseWriter, FaissSettings, compressed_kind, concrete, graph_to_grow,
                           grow_graph, load_vectors, one_thread, save_dense, write_dense)
 
@@ -18,20 +19,13 @@ from .faiss_store import (DenseSearcher, DenseWriter, FaissSettings, compressed_
 class MultiDense:
     """Dense retrieval over every segment's FAISS index; a document scores by its best passage."""
 
-    def __init__(self, parts: list, segments, encoder=None):
+    def __init__(self, parts: list, segments):
         """`parts`: one DenseSearcher per segment (None where a segment has no vectors)."""
-        self.parts, self.segments, self.encoder = parts, segments, encoder
+        self.parts, self.segments = parts, segments
 
     @property
     def dim(self):
         return next((p.index.d for p in self.parts if p is not None), None)
-
-    def encode(self, query: str) -> np.ndarray:
-        return self.encode_many([query])[0]
-
-    def encode_many(self, queries: list[str]) -> list[np.ndarray]:
-        return recent_queries.encode_many(self.encoder, queries, lambda qs: list(self.encoder.encode_queries(qs))) \
-            if queries else []
 
     def _segment_top(self, i: int, q: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
         part, offset = self.parts[i], self.segments.offsets[i]
@@ -71,9 +65,6 @@ class MultiDense:
 
     def search_rep(self, qvec: np.ndarray, k: int, allow=None) -> list[tuple[int, float]]:
         return self.search_vectors(qvec[None], k, allow)[0]
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)
 
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """The passage rescorer's dense feature: each document's best-passage cosine, exact."""
@@ -282,9 +273,12 @@ class Dense(ModelComponent):
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):
         # index files first: cheap checks before a model loads
-        parts = [DenseSearcher(p.folder, _part_settings(state.comp, p.entry), None, p.docs) if p else None
+        parts = [DenseSearcher(p.folder, _part_settings(state.comp, p.entry), p.docs) if p else None
                  for p in state.parts()]
-        return MultiDense(parts, state.segments, state.encoder())
+        return MultiDense(parts, state.segments)
+
+    def query_side(self, comp: dict, encoder):
+        return Encoded(self.name, encoder, "encode_queries", single_vector=True)
 
     def retyped(self, comp: dict, index_type: str) -> dict:
         """The kind's entry with another FAISS index type (checked); a codebook of another codec
@@ -301,7 +295,7 @@ class Dense(ModelComponent):
         if part is None:
             return ["has no dense vectors"]
         sub = _part_settings(comp, part.entry)
-        s = DenseSearcher(part.folder, sub, None, part.docs, full_check=True)
+        s = DenseSearcher(part.folder, sub, part.docs, full_check=True)
         out = []
         if part.entry.get("codebook"):          # codes against the exact vectors (which it checks too)
             try:

@@ -272,10 +272,9 @@ def one_thread():
 
 
 class DenseSearcher:
-    def __init__(self, path: Path, comp: dict, encoder, n_docs: int | None = None, full_check: bool = False):
+    def __init__(self, path: Path, comp: dict, n_docs: int | None = None, full_check: bool = False):
         import faiss
 
-        self.encoder = encoder
         fs = comp["faiss"]
         if comp.get("codebook"):
             self.index = compressed.CompressedIndex(path, comp.get("vectors", 0), comp.get("dim", 0),
@@ -341,14 +340,8 @@ class DenseSearcher:
             results.append([(int(uniq[i]), float(sc[first[i]])) for i in order])
         return results
 
-    def encode(self, query: str) -> np.ndarray:
-        return self.encoder.encode_queries([query])[0]
-
     def search_rep(self, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:
         return self.search_vectors(qvec[None], k)[0]
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)
 
     def _cosines(self, rows: np.ndarray, qvec: np.ndarray) -> np.ndarray:
         vecs = self.index.reconstruct_batch(rows.astype(np.int64)) if len(rows) else np.zeros((0, len(qvec)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import npy
-from . import recent_queries
+from .query_side import Encoded
 from .topk import top_k_dense
 from .states import MergeState, ReadState, SegmentPart, WriteState, part_entry
 from .base import EncodedPart, ModelComponent, backend_label, model_lines
@@ -44,22 +44,11 @@ class MultiSparseIndex:
 
 
 class MultiSparse:
-    def __init__(self, index: MultiSparseIndex, encoder=None):
-        self.index, self.encoder = index, encoder
-
-    def encode(self, query: str):
-        return self.encode_many([query])[0]
-
-    def encode_many(self, queries: list[str]) -> list:
-        if not queries:
-            return []
-        return recent_queries.encode_many(self.encoder, queries, self.encoder.query_terms)
+    def __init__(self, index: MultiSparseIndex):
+        self.index = index
 
     def search_rep(self, rep, k: int, allow=None) -> list[tuple[int, float]]:
         return self.index.top_k(rep[0], rep[1], k, allow)
-
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        return self.search_rep(self.encode(query), k)
 
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """The passage rescorer's sparse feature: Σ w_q·w_d over each document's full vector."""
@@ -113,7 +102,10 @@ class Sparse(ModelComponent):
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):
         parts = [SparseIndex(p.folder, p.docs) if p else None for p in state.parts()]
-        return MultiSparse(MultiSparseIndex(parts, state.segments), state.encoder())
+        return MultiSparse(MultiSparseIndex(parts, state.segments))
+
+    def query_side(self, comp: dict, encoder):
+        return Encoded(self.name, encoder, "query_terms")
 
     # -- verification and description ---------------------------------------------------------
     def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:

@@ -61,13 +61,13 @@ class WriteState:
 
 @dataclass(frozen=True)
 class ReadState:
-    """A pinned generation a kind opens its reader over."""
+    """A pinned generation a kind opens its reader over: files only (the model that encodes the
+    kind's queries belongs to its query side, components/query_side.py)."""
 
     root: Path
     kind: str
     comp: dict
     segments: Any                                # ldr/index/snapshot.Segments (offsets, deletions, docstore)
-    encoder: Callable[[], Any] | None = None
 
     def parts(self) -> list[SegmentPart | None]:
         """Each segment's part of the kind, in docno order (None where a segment has none)."""

@@ -24,14 +24,10 @@ from .source import document_records, open_source, passage_records, search_optio
 
 
 def _single_vector_retriever(index):
-    """The index's retriever that encodes a text as one vector (`dim`), or None."""
-    if not hasattr(index, "retriever"):
+    """The index's query side that encodes a text as one vector, or None."""
+    if not hasattr(index, "query_side"):
         return None
-    for name in getattr(index, "retriever_names", []):
-        r = index.retriever(name)
-        if hasattr(r, "dim") and hasattr(r, "encode_many"):
-            return r
-    return None
+    return next((s for s in map(index.query_side, index.retriever_names) if getattr(s, "single_vector", False)), None)
 
 
 def _relevance(hit) -> float:

@@ -75,7 +75,7 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
     plan = None if conds else searcher.compile_for(snap, texts[0], request, len(snap), False, run.device, spec)
     if plan is not None and not lone_ranking(plan):
         return None
-    if len(snap.shards) == 1 and snap.own_stats and not conds:
+    if len(snap.shards) == 1 and not conds:
         count, stats, missing = len(snap), [None] * len(texts), [[] for _ in texts]
     else:
         count, stats, missing = _statistics(snap, texts, conds, run)

@@ -95,6 +95,10 @@ def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: 
         parts_of = [c.distributions[kind] for _, c in answered if kind in c.distributions]
         if parts_of and len(parts_of) == len(answered):     # the whole index's, or none (a shard that did not say)
             out.distributions[kind] = add_distributions(parts_of)
+        # one value with the whole index's statistics (each shard's equal); a scorer with its own (tantivy): the highest
+        told = [c.bounds[kind] for _, c in answered if kind in c.bounds]
+        if told:
+            out.bounds[kind] = max(told)
     return out, ids
 
 
@@ -129,12 +133,11 @@ class ShardedSource:
     candidates as one index finds them."""
 
     def __init__(self, query: str, reps: dict, shards: list, map_: ShardMap, ids: dict, finder=None,
-                 encode=None, bind=None, bound=None):
+                 encode=None, bind=None):
         """`encode(kind)`: the query for a kind no first stage searched (a second stage's);
-        `bind(spec)`: the reranker a plan's RerankerSpec names, loaded where the plan runs;
-        `bound(kind, rep)`: the highest score a kind can give the query."""
+        `bind(spec)`: the reranker a plan's RerankerSpec names, loaded where the plan runs."""
         self.query, self.reps, self.shards, self.map, self.ids = query, reps, shards, map_, ids
-        self.finder, self.encode, self.bind, self._bound = finder, encode, bind, bound
+        self.finder, self.encode, self.bind = finder, encode, bind
         self.read: dict[int, str] = {}
         self.feats: dict[int, Any] = {}
         self.fetched: dict[int, Fetched] = {}   # what a fetch brought (no texts): the final fetch asks for no more
@@ -154,9 +157,6 @@ class ShardedSource:
 
     def tiebreak(self):
         return CandidateOrder(self.ids)
-
-    def score_bound(self, kind: str) -> float | None:
-        return self._bound(kind, self.rep(kind)) if self._bound is not None else None
 
     def _each(self, docnos, call) -> dict:
         """{global docno: value} from `call(shard, locals, s)` -> {local: value} on each shard holding

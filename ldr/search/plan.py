@@ -130,7 +130,8 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     relevance = _relevance(components, kinds, request.min_score, k) \
         if request.relevance or request.min_score is not None else ()
     asks = relevance[0].distributions if relevance else ()
-    first = tuple(Retrieve(n, depth, filtered, n in asks) for n in kinds)
+    bounds = relevance[0].names if relevance else ()
+    first = tuple(Retrieve(n, depth, filtered, n in asks, n in bounds) for n in kinds)
     later: list = []
     if windows:
         lexical = term_kind()

@@ -25,12 +25,13 @@ from .options import QueryOptions
 class Snapshot:
     """A point in time: the generation every answer names, the settings every shard shares (the
     first shard's manifest), the shards (gather.Shard: values only, each pinned to its
-    generation) and `encoder(kind)`: the kind's query side (encode, bound, the statistics' sum)."""
+    generation) and `side(kind)`: the kind's query side (components/query_side.py: it encodes the
+    query and sums the statistics; it holds the kind's model and reads no file). Built the same
+    way for one index, N local shards and N Ray Serve replicas."""
     generation: int
     manifest: dict
     shards: list
-    encoder: Callable
-    own_stats: bool = True     # encoder(kind) is shard 0's own reader: one shard scores with its statistics
+    side: Callable
     _about: list | None = field(default=None, repr=False)
     _map: ShardMap | None = field(default=None, repr=False)
 
@@ -86,9 +87,9 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     with collection statistics (BM25) gets every shard's summed (`stats`) when there are several."""
     out = dict(reps or {})
     for kind in kinds:
-        side = snap.encoder(kind)
+        side = snap.side(kind)
         rep = out[kind] if kind in out else side.encode(query)
-        if stats is not None and (len(snap.shards) > 1 or not snap.own_stats) and kind in stats[0]:
+        if stats is not None and kind in stats[0]:
             rep = side.with_collection_stats(rep, [st[kind] for st in stats])
         out[kind] = rep
     return out
@@ -107,8 +108,8 @@ class Run:
 
 def statistics(snap: Snapshot, query: str, conds: dict, run: Run) -> tuple[int, list | None, list]:
     """(documents passing the filters, each shard's statistics for the query or None when one
-    shard is all, the shards that did not answer)."""
-    if len(snap.shards) == 1 and snap.own_stats and not conds:
+    shard is all: it scores with its own, the shards that did not answer)."""
+    if len(snap.shards) == 1 and not conds:
         return len(snap), None, []
     got = run.each(lambda s: s.stats(query, snap.stat_kinds(), conds or None))
     missing = [i for i, g in enumerate(got) if g is None]
@@ -141,8 +142,7 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
     finder = run.finder(o.weights, plan.kinds) if windows else None
     source = ShardedSource(query, reps, snap.shards, snap.map, ids, finder,
                            lambda k: encode(snap, query, [k], stats=stats)[k],
-                           lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)),
-                           lambda k, rep: _bound(snap.encoder(k), rep))
+                           lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)))
     source.with_meta = request.with_meta
     cands = rest.run_rest(cands, source)
     hits = fetch(snap, source, cands, request, ids)
@@ -153,11 +153,6 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
     result.finder, result.generation, result.ids = finder, snap.generation, ids
     result.missing_shards = sorted(set(missing) | source.missing)
     return result
-
-
-def _bound(side, rep) -> float | None:
-    bound = getattr(side, "bound", None)
-    return bound(rep) if bound is not None else None
 
 
 def fetch(snap: Snapshot, source: ShardedSource, cands, request: QueryOptions, ids: dict) -> list:

@@ -25,9 +25,13 @@ class IndexSource:
         return self._retriever(kind)
 
     def rep(self, kind: str):
+        """The query as `kind` scores it: encoded on the kind's query side before the shard is asked
+        (a text, for a kind whose reader makes its own terms: made here)."""
         if kind not in self.reps:
-            self.reps[kind] = self.retriever(kind).encode(self.query)
-        return self.reps[kind]
+            raise KeyError(f"the query was not encoded for {kind!r}: a search encodes it once, on its query side")
+        rep = self.reps[kind]
+        own = getattr(self.retriever(kind), "encode", None) if isinstance(rep, str) else None
+        return own(rep) if own is not None else rep
 
     def search(self, kind: str, rep, depth: int) -> list:
         r = self.retriever(kind)
@@ -39,11 +43,12 @@ class IndexSource:
         get = getattr(self.retriever(kind), "score_distribution", None)
         return get(rep) if get is not None else None
 
-    def score_bound(self, kind: str) -> float | None:
-        """The highest score `kind` can give this query (BM25: every term saturated), None when it
-        has no such bound (a cosine is its own scale)."""
+    def score_bound(self, kind: str, rep) -> float | None:
+        """The highest score `kind` can give the query `rep` (BM25: every term saturated, with the
+        statistics `rep` scores with: this shard's own, or the whole index's), None when it has no
+        such bound (a cosine is its own scale)."""
         bound = getattr(self.retriever(kind), "bound", None)
-        return bound(self.query) if bound is not None else None
+        return bound(rep) if bound is not None else None
 
     def tiebreak(self):
         return self.store.id_order

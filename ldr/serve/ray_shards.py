@@ -23,7 +23,6 @@ import threading
 import time
 from pathlib import Path
 
-import json
 
 from .. import ray_session
 from ..errors import ConfigError, IndexFormatError
@@ -31,7 +30,6 @@ from ..handle import ClusterHandle
 from ..index.cluster import shard_of, shard_rel
 from ..values import ShardInfo
 from ..search.searcher import Snapshot
-from ..shard import query_side
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +213,6 @@ class RayShardedIndex(ClusterHandle):
         self.handles, self.timeout_s = handles, timeout_s
         self.device, self.trust_remote_code = device, trust_remote_code
         self._init_shared()
-        self._sides: dict = {}
         self._snap = self._open(self._cluster())
 
     def _cluster(self, wait_s: float | None = None) -> dict:
@@ -242,10 +239,8 @@ class RayShardedIndex(ClusterHandle):
         manifest = next((a.manifest for a in about if a.manifest is not None), None)
         if manifest is None:
             raise IndexFormatError(f"no shard of {self.path} answered at cluster generation {cluster['generation']}")
-        key = json.dumps(manifest["components"], sort_keys=True, default=str)
-        if key not in self._sides:       # the query side loads the models once per settings
-            self._sides = {key: query_side(manifest, self.device, self.trust_remote_code)}
-        snap = Snapshot(cluster["generation"], manifest, shards, self._sides[key], own_stats=False)
+        # the query sides load the models once per settings, here: the replicas load none
+        snap = Snapshot(cluster["generation"], manifest, shards, self._sides(manifest))
         snap.cluster = cluster
         return snap
 

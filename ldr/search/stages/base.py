@@ -28,7 +28,8 @@ class Candidates:
     `rows`: the current ranking with every stage's score of each row; `runs`: every score a
     ranking stage gave ({stage: {docno: score}}, what `ldr eval` writes); `features`: a
     reranker's named features per docno; `timings`: seconds per stage; `distributions`: a first
-    stage's scores of the query over every document of the index, as sums (n, sum, sumsq, max)."""
+    stage's scores of the query over every document of the index, as sums (n, sum, sumsq, max);
+    `bounds`: the highest score a first stage can give the query (BM25: every term saturated)."""
 
     query: str
     lists: dict[str, list] = field(default_factory=dict)
@@ -39,6 +40,7 @@ class Candidates:
     rescored: tuple | None = None   # the second stage's (head rows, tail rows, scores, features)
     timings: dict[str, float] = field(default_factory=dict)
     distributions: dict[str, dict] = field(default_factory=dict)   # kind → its scores over the index (sums)
+    bounds: dict[str, float] = field(default_factory=dict)   # kind → the highest score the query can reach
 
     @contextmanager
     def timed(self, name: str):
@@ -63,7 +65,7 @@ class QuerySource(Protocol):
     def prefetch(self, docnos) -> None: ...               # read these texts together
     def passages(self, docnos: list[int], n: int) -> dict: ...   # {docno: its n best Passages}
     def tiebreak(self) -> Any: ...                        # docno → the rank of its id (equal scores)
-    def score_bound(self, kind: str) -> float | None: ...  # the highest score a kind can give the query
+    def score_bound(self, kind: str, rep: Any) -> float | None: ...  # the highest score a kind can give `rep` (shards)
     def meta(self, docnos: list[int]) -> dict: ...        # {docno: its metadata dict}
     def reranker(self, spec: Any) -> Any: ...             # a plan's RerankerSpec bound where it runs
 

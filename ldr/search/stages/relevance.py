@@ -56,7 +56,7 @@ class Relevance:
             use_query = self.query_fit is not None and all(
                 dists.get(k, {}).get("n", 0) >= calibration.min_docs() for k in self.query_fit["reads"])
             long_query = calibration.exact() is not None and len(source.query.split()) >= calibration.exact()["min_words"]
-            bounds = {n: source.score_bound(n) for n in self.names}     # the first fit's, where it serves a row
+            bounds = {n: cands.bounds.get(n) for n in self.names}     # the first fit's, where it serves a row
             out, windows, at = [], {}, 0
             for d, sc, st in cands.rows:
                 if self.k is not None and len(out) >= self.k:

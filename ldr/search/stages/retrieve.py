@@ -15,6 +15,7 @@ class Retrieve:
     depth: int
     filtered: bool = False
     distribution: bool = False      # also the query's score distribution over the whole generation (relevance)
+    bound: bool = False             # also the highest score the query can reach, with the statistics it scored with
     side = "shard"
 
     @property
@@ -34,6 +35,8 @@ class Retrieve:
                 found = source.search(self.kind, rep, self.depth)
             if self.distribution and (got := source.distribution(self.kind, rep)) is not None:
                 cands.distributions[self.kind] = got
+            if self.bound and (got := source.score_bound(self.kind, rep)) is not None:
+                cands.bounds[self.kind] = got
         cands.lists[self.kind] = found
         cands.runs[self.kind] = dict(found)
         return cands
