@@ -1,8 +1,8 @@
 """What a shard replica holds in memory: a fresh process opens a sharded index's shard 0 as a Ray
 Serve replica does (ldr/serve/ray_shards.ShardReplica, here without Ray) and answers a default
 search's shard calls (statistics, first stages, window features, fetch) for queries whose
-encodings the coordinator (this process) sends. Prints its peak RSS, the heavy modules it
-imported and the models it loaded.
+encodings the coordinator (this process) sends. Prints its peak and final RSS, the time of
+its first query's calls and of all of them, the heavy modules it imported and the models it loaded.
 
     python bench/bench_replica_memory.py SHARDED_INDEX [--queries FILE.jsonl] [-n 20]
 """
@@ -15,12 +15,13 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, pickle, resource, sys
+import json, pickle, resource, sys, time
 from ldr.serve.ray_shards import ShardReplica
 from ldr.components import ENCODERS
 
 root, entry, asks = pickle.load(sys.stdin.buffer)
 replica = ShardReplica(root, 0)
+t0, first_s = time.perf_counter(), None
 for first, reps, terms in asks:
     replica.stats(entry, first.query, ["bm25"], None)
     got = replica.first(entry, first, reps, None)
@@ -28,8 +29,12 @@ for first, reps, terms in asks:
     kinds = [k for k in reps if k != "bm25"]
     replica.windows(entry, docs, kinds, reps, terms)
     replica.fetch(entry, docs[:5], text=True)
+    first_s = first_s or time.perf_counter() - t0
+rss = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) / 1024
 heavy = [m for m in ("torch", "transformers", "onnxruntime", "sentence_transformers") if m in sys.modules]
-print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "heavy": heavy,
+print(json.dumps({"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  "rss_mb": round(rss, 1), "first_query_s": round(first_s, 3),
+                  "queries_s": round(time.perf_counter() - t0, 3), "heavy": heavy,
                   "models": len(ENCODERS.loaded())}))
 """
 
@@ -56,7 +61,7 @@ def main() -> None:
     for q in queries:
         first, _ = ix.plan(q, k=10).split()
         reps = {k: encode(ix, k, q) for k in first.kinds}
-        terms = ix.shards[0]._finder(["dense"]).term_list(q)
+        terms = ix.shards[0].as_shard()._finder(["dense"]).term_list(q)
         asks.append((first, reps, terms))
     r = subprocess.run([sys.executable, "-c", CHILD], input=pickle.dumps((str(a.index), entry, asks)),
                        capture_output=True)

@@ -128,10 +128,12 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
         _placed_by_resource()
         same(QUERIES)
         assert sorted(p.name for p in (local / "shards").iterdir()) == ["shard-000", "shard-001"]
+        assert _shard_generations(idx) <= _leased(idx)     # its point in time is held where the writer commits
         doc = http.get("/documents/" + one.search(QUERIES[0], k=1)[0].id).json()
         assert doc["text"] and doc["generation"] == ldr.open(idx).generation
         _add_elsewhere(idx, one, tmp_path, http)
         same(QUERIES + ["harbour master tides"])      # the replicas caught up with the new files
+        assert _shard_generations(idx) <= _leased(idx)
         assert CliRunner().invoke(main, ["check", str(local / "shards" / "shard-000")]).exit_code == 0
         _kill_a_replica_under_clients(http)
         serve.delete("ldr-shard-0")                 # every replica of shard 0 gone
@@ -151,6 +153,18 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
             except Exception:
                 pass
     assert "Traceback" not in out and "shard 0 did not answer" in out, out
+
+
+def _shard_generations(idx) -> set:
+    from ldr.index.cluster import read_cluster
+    return {(i, s["generation"]) for i, s in enumerate(read_cluster(idx)["shards"])}
+
+
+def _leased(idx) -> set:
+    """(shard, generation) of every unexpired lease on the index's shards (index/leases.py)."""
+    from ldr.index import leases
+    return {(i, g) for i, d in enumerate(sorted((idx / "shards").iterdir()))
+            for g, _, expires in leases.leases(d) if expires > time.time()}
 
 
 def _placed_by_resource() -> None:

@@ -3,6 +3,7 @@ catches up by copying only the files a new commit adds, each verified against it
 before the manifest is written; the copy answers as the source; a damaged source file is never
 served from the copy."""
 import shutil
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -174,3 +175,32 @@ def test_a_copy_killed_before_its_first_commit_is_taken_up_and_a_damaged_kept_fi
     assert got["copied"] >= 1
     assert _answers(ldr.open(dst)) == _answers(ldr.open(src))
     assert CliRunner().invoke(main, ["check", str(dst)]).exit_code == 0
+
+
+def test_a_lease_keeps_a_generation_from_the_collector_until_released_or_expired(tmp_path):
+    """Issue 79: a holder on another machine (a Ray coordinator, through a replica) leases a
+    generation where the writer commits; the writer's collector keeps it while the lease holds, a
+    replica catches up to it after two newer commits, and it is collected once the lease is
+    released or has expired. A collected generation is never leased; a holder name is a name."""
+    from ldr.index import generations as gens, leases
+
+    src = tmp_path / "src"
+    ix = ldr.Index.build(DOCS, src, dense=None, sparse=None)
+    first = ix.generation
+    ix.close()
+    assert leases.take(src, first, "coordinator-a", ttl_s=60)
+    for n in range(2):
+        ldr.open(src).delete([f"d{n}"])
+    assert first in gens.generations(src) and leases.held(src, first)
+    got = catch_up(src, tmp_path / "copy", first)          # a late replica still finds it
+    assert got["generation"] == first and ldr.open(tmp_path / "copy").generation == first
+    leases.release(src, first, "coordinator-a")
+    ldr.open(src).delete(["d2"])                             # the next commit collects it
+    assert first not in gens.generations(src) and not leases.take(src, first, "coordinator-a")
+    second = gens.generations(src)[0]
+    assert leases.take(src, second, "coordinator-b", ttl_s=0.01)     # a holder that stopped renewing
+    time.sleep(0.05)
+    ldr.open(src).delete(["d3"])
+    assert second not in gens.generations(src) and leases.leases(src) == []
+    with pytest.raises(ValueError):
+        leases.take(src, gens.generations(src)[-1], "../../etc/x")

@@ -5,9 +5,10 @@ the directory: a generation either exists completely or not at all, so a writer 
 moment leaves the previous generation as the newest. Nothing a manifest lists is ever modified.
 
 Readers pin the generation they opened with a shared `flock` on `readers/gen-NNNNNN.lock`; the
-kernel drops it when the reader closes or its process dies. The garbage collector removes a
-generation (its manifest, then the files no kept generation lists) only when it can take that
-lock exclusively, i.e. when no reader holds it. The newest generation is always kept.
+kernel drops it when the reader closes or its process dies. A holder on another machine (a Ray
+coordinator) takes a lease instead (leases.py: a file with an expiry). The garbage collector
+removes a generation (its manifest, then the files no kept generation lists) only when it can
+take that lock exclusively and no unexpired lease names it. The newest generation is always kept.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 from ..errors import IndexFormatError
@@ -24,6 +26,7 @@ from ..errors import IndexFormatError
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^manifest-(\d{6,})\.json$")
+_LEASE = re.compile(r"^lease-(\d{6,})-([A-Za-z0-9_-]{1,64})\.json$")
 READERS = "readers"
 LEGACY = "manifest.json"            # format 2 and older: one generation, files at the top level
 
@@ -163,7 +166,8 @@ class Pin:
 
 
 def _with_exclusive(root: Path, gen: int, fn) -> bool:
-    """Run `fn` holding generation `gen`'s lock exclusively (no reader holds it); False if held."""
+    """Run `fn` holding generation `gen`'s lock exclusively (no reader holds it); False if held,
+    or if `fn` returns False (a lease holds it: leases.py)."""
     if fcntl is None:
         return False
     lock = Path(root) / READERS / f"gen-{gen:06d}.lock"
@@ -177,7 +181,8 @@ def _with_exclusive(root: Path, gen: int, fn) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False
-        fn()
+        if fn() is False:
+            return False
         os.unlink(lock)
         return True
     finally:
@@ -236,11 +241,19 @@ def collect(root: Path, manifests: dict[int, dict], owned_dirs=("segments", "bm2
     newest = max(manifests)
     kept = {newest}
     removed = []
+
+    def drop(gen: int) -> bool:
+        # under the exclusive lock a lease is either there (kept) or can no longer be taken
+        if leased(root, gen):
+            return False
+        manifest_path(root, gen).unlink(missing_ok=True)
+        return True
+
     for gen in sorted(manifests):
         if gen == newest:
             continue
         path = manifest_path(root, gen)
-        if _with_exclusive(root, gen, lambda p=path: p.unlink(missing_ok=True)):
+        if _with_exclusive(root, gen, lambda g=gen: drop(g)):
             removed.append(path.name)
         else:
             kept.add(gen)
@@ -277,6 +290,7 @@ def collect(root: Path, manifests: dict[int, dict], owned_dirs=("segments", "bm2
                 _remove(p)
                 removed.append(rel)
     _sweep_readers(root, set(manifests))
+    removed += _sweep_leases(root)
     return removed
 
 
@@ -303,3 +317,37 @@ def _sweep_readers(root: Path, gens: set[int]) -> None:
             continue
         if g not in present:
             _with_exclusive(root, g, lambda: None)
+
+
+def lease_files(root) -> list[tuple[int, str, float, Path]]:
+    """(generation, holder, expiry, file) of every lease of the index (leases.py writes them); a
+    file that cannot be read expires now, so it holds nothing."""
+    d = Path(root) / READERS
+    if d.is_symlink() or not d.is_dir():
+        return []
+    out = []
+    for p in d.iterdir():
+        m = _LEASE.match(p.name)
+        if m:
+            try:
+                expires = 0.0 if p.is_symlink() else float(json.loads(p.read_text(encoding="utf-8"))["expires"])
+            except (OSError, ValueError, KeyError, TypeError):
+                expires = 0.0
+            out.append((int(m.group(1)), m.group(2), expires, p))
+    return sorted(out)
+
+
+def leased(root, gen: int, now: float | None = None) -> bool:
+    """Whether an unexpired lease holds generation `gen`."""
+    now = time.time() if now is None else now
+    return any(g == gen and expires > now for g, _, expires, _ in lease_files(root))
+
+
+def _sweep_leases(root: Path) -> list[str]:
+    """Expired leases, and those of generations no longer there."""
+    now, present, gone = time.time(), set(generations(root)), []
+    for gen, _, expires, p in lease_files(root):
+        if expires <= now or gen not in present:
+            p.unlink(missing_ok=True)
+            gone.append(p.relative_to(root).as_posix())
+    return gone

@@ -28,6 +28,7 @@ from .. import ray_session
 from ..errors import ConfigError, IndexFormatError
 from ..handle import ClusterHandle
 from ..index.cluster import shard_of, shard_rel
+from . import ray_leases
 from ..values import ShardInfo
 from ..search.searcher import Snapshot
 
@@ -129,6 +130,29 @@ class ShardReplica:
     def fetch(self, entry: dict, docs: list, text: bool = False, meta: bool = False, cuts=None) -> dict:
         return self._at(entry).fetch(docs, text, meta, cuts)
 
+    def lease(self, entry: dict, holder: str, ttl_s: float) -> bool | None:
+        """Hold the entry's generation where the writer commits it (index/leases.py) for the
+        coordinator `holder`: kept there while it searches it, so a replica that catches up to it
+        later still finds it. False: that generation is gone; None: the source takes no lease
+        (object storage, or an index this node cannot write)."""
+        from ..index import leases
+        from ..index.remote import is_uri
+
+        if is_uri(self.source) or entry["generation"] is None:
+            return None
+        try:
+            return leases.take(self.source, entry["generation"], holder, ttl_s)
+        except OSError as e:
+            log.warning("shard %d: no lease on generation %d: %s", self.shard, entry["generation"], e)
+            return None
+
+    def release(self, entry: dict, holder: str) -> None:
+        from ..index import leases
+        from ..index.remote import is_uri
+
+        if not is_uri(self.source) and entry["generation"] is not None:
+            leases.release(self.source, entry["generation"], holder)
+
     def document(self, entry: dict, doc_id: str):
         """The document (None: not in this generation)."""
         try:
@@ -199,6 +223,12 @@ class RemoteShard:
     def fetch(self, docs, text=False, meta=False, cuts=None):
         return self._live("fetch", docs, text, meta, cuts)
 
+    def lease(self, holder: str, ttl_s: float):
+        return self._ask("lease", holder, ttl_s)
+
+    def release(self, holder: str) -> None:
+        self._ask("release", holder)
+
 
 class RayShardedIndex(ClusterHandle):
     """A sharded index searched on its shards' Serve deployments (`handles[i]`): the coordinator
@@ -213,6 +243,7 @@ class RayShardedIndex(ClusterHandle):
         self.handles, self.timeout_s = handles, timeout_s
         self.device, self.trust_remote_code = device, trust_remote_code
         self._init_shared()
+        self._leases = ray_leases.Leases()       # the points in time this coordinator holds
         self._snap = self._open(self._cluster())
 
     def _cluster(self, wait_s: float | None = None) -> dict:
@@ -233,8 +264,17 @@ class RayShardedIndex(ClusterHandle):
         raise IndexFormatError(f"no shard of {self.path} answers on Ray Serve: is the index where its replicas run?")
 
     def _open(self, cluster: dict) -> Snapshot:
-        """The cluster generation `cluster` names, every shard pinned to its generation: one point in time."""
-        shards = [RemoteShard(self.handles[i], i, s, self.timeout_s) for i, s in enumerate(cluster["shards"])]
+        """The cluster generation `cluster` names, every shard held at its generation (a lease at
+        the source, index/leases.py): one point in time. A generation collected before it could
+        be leased gives way to the newest."""
+        for _ in range(20):
+            shards = [RemoteShard(self.handles[i], i, s, self.timeout_s) for i, s in enumerate(cluster["shards"])]
+            if self._leases.take(cluster["generation"], shards, self._pool()):
+                return self._describe(cluster, shards)
+            cluster = self._cluster()
+        raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")
+
+    def _describe(self, cluster: dict, shards: list) -> Snapshot:
         about = list(self._pool().map(lambda sh: sh.describe(), shards))
         manifest = next((a.manifest for a in about if a.manifest is not None), None)
         if manifest is None:
@@ -251,7 +291,15 @@ class RayShardedIndex(ClusterHandle):
     def _open_cluster(self, cluster: dict) -> Snapshot:
         return self._open(cluster)
 
+    def refresh(self) -> bool:
+        """As a sharded index's, and the leases kept: the current point in time's renewed when due,
+        the ones before the previous released (a search still running on the previous one keeps it)."""
+        moved = super().refresh()
+        self._leases.keep(self._snap.generation, self._snap.shards, self._pool())
+        return moved
+
     def close(self) -> None:
+        self._leases.release_all(self._pool())
         self._close_pool()
 
     def document(self, doc_id: str):
