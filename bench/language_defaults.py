@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from qmsum_eval import judged, ndcg10, paired_row  # noqa: E402
-from stack_sweep import cross_validate  # noqa: E402
+from qmsum_eval import cross_validate, judged, ndcg10, paired_row  # noqa: E402
 
 from ldr.search.stages.windows import Windows  # noqa: E402
 

@@ -1,5 +1,6 @@
-"""What the qmsum-train sweeps share (rerank_sweep, colbert_sweep, leg_swap): the data folder, its
-qrels, `ldr eval` run files, nDCG@10 of a ranking and a table of paired t-tests."""
+"""What the qmsum-train sweeps and fitters share (bench/sweeps/, language_defaults.py): the data
+folder, its qrels, `ldr eval` run files, nDCG@10 of a ranking, a table of paired t-tests and
+cross-validation grouped by meeting."""
 from __future__ import annotations
 
 import json
@@ -62,3 +63,27 @@ def print_paired(res: dict, base_key: str, width: int = 36) -> None:
     """Mean nDCG@10 of each entry, its difference from `base_key` and a paired t-test."""
     for k, v in res.items():
         paired_row(k, v, res[base_key], width)
+
+
+def folds(groups: list, k: int = 5) -> list[np.ndarray]:
+    """Query positions per fold, by group (the query's relevant meeting): a meeting's queries
+    stay in one fold, so no setting is chosen on queries about the meetings it is tested on."""
+    names = sorted(set(groups))
+    order = np.random.default_rng(0).permutation(len(names))
+    fold_of = {names[g]: i % k for i, g in enumerate(order)}
+    return [np.flatnonzero([fold_of[g] == f for g in groups]) for f in range(k)]
+
+
+def cross_validate(scores: dict, groups: list, k: int = 5) -> tuple[np.ndarray, list]:
+    """scores {setting: per-query array}: per query the held-out score of the setting its fold's
+    complement liked best, and the picks."""
+    keys = list(scores)
+    mat = np.stack([scores[s] for s in keys])
+    n = mat.shape[1]
+    out, picks = np.zeros(n), []
+    for held in folds(groups, k):
+        train = np.setdiff1d(np.arange(n), held)
+        best = int(np.argmax(mat[:, train].mean(axis=1)))
+        out[held] = mat[best, held]
+        picks.append(keys[best])
+    return out, picks

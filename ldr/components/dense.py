@@ -213,7 +213,7 @@ class Dense(ModelComponent):
     name = "dense"
     encoder_module, settings_class, loader = "ldr.encode.dense", "DenseSettings", "load_dense"
     passage_features = True
-    default_weight = 0.25      # MiniLM MaxP beside BM25 1 (qmsum-train, bench/fusion_sweep.py)
+    default_weight = 0.25      # MiniLM MaxP beside BM25 1 (qmsum-train, bench/sweeps/fusion_sweep.py)
     config_field = "dense"
 
     def build_settings(self):

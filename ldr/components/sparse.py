@@ -60,7 +60,7 @@ class Sparse(ModelComponent):
     name = "sparse"
     encoder_module, settings_class, loader = "ldr.encode.sparse", "SparseSettings", "load_sparse"
     passage_features = True
-    default_weight = 0.25      # SPLADE-tiny beside BM25 1 (qmsum-train, bench/fusion_sweep.py)
+    default_weight = 0.25      # SPLADE-tiny beside BM25 1 (qmsum-train, bench/sweeps/fusion_sweep.py)
     config_field = "sparse"
     manifest_keys = {"model": dict, "vocab_size": int}
 

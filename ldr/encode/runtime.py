@@ -29,7 +29,7 @@ CPU_DEFAULT = "onnx"
 # int8 with every MatMul quantised lost passkeys (MiniLM dense Acc@1 at 256/512/1024: 78/68/78 vs
 # fp32's 86/76/82); keeping layer 0's or layer 1's three MatMuls in fp32 recovered most of it
 # (84/72/80, 84/78/80), layers 2-5 did not; layer 0 is the one measured at every length
-# (bench/int8_layers.py)
+# (bench/sweeps/int8_layers.py)
 FP32_LAYERS = (0,)
 # bf16 (PyTorch under CPU autocast) where the CPU multiplies bf16 in hardware: AMX tiles (MiniLM
 # 2.9x ONNX fp32) or AVX-512 BF16 dot products without AMX (1.5x ONNX fp32, SPLADE 1.14x); vectors

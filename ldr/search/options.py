@@ -164,7 +164,7 @@ class SearchOptions:
     passkey and needle (bench/README.md): min-max fusion with each kind's default weight (BM25 1,
     dense and sparse 0.25, colbert 0.5: `Component.default_weight`), the window stage over the
     fused top 50 at weight 0.4 (5-fold CV grouped by meeting, +3.1 nDCG@10 held out), no second
-    stage (after the window stage the cross-encoder did not add: bench/rerank_after_windows.py)
+    stage (after the window stage the cross-encoder did not add: bench/sweeps/rerank_after_windows.py)
     and, when one is asked for, its score mixed at 0.15. A language's profile
     (ldr/language_defaults.py) sits between these and the index's own settings."""
 
@@ -222,7 +222,7 @@ def gpu_second_stage(device: str | None, profile: dict | None) -> dict | None:
     """The second stage a search on this machine runs when nothing asks otherwise: on a CUDA
     device (`device`, or one present when None), the cross-encoder its language's profile measured
     as adding over the window stage ({"rerank_model", "rerank_depth", "rerank_windows",
-    "rerank_weight"}: bench/rerank_after_windows.py), when its package is installed; None on a CPU
+    "rerank_weight"}: bench/sweeps/rerank_after_windows.py), when its package is installed; None on a CPU
     (seconds a query there), for a language where none was measured to add, or without a profile."""
     from ..encode.models import packaged_path
 

@@ -1,7 +1,7 @@
 """Which legs, analyzer and weights, then how much cross-encoder: the whole default stack on
 qmsum-train, chosen by 5-fold cross-validation so the reported gain is on held-out queries.
 
-    python bench/stack_sweep.py --runs EVAL/runs --bm25 stem=EVAL/runs nostem=BM25_EVAL/runs \
+    python bench/sweeps/stack_sweep.py --runs EVAL/runs --bm25 stem=EVAL/runs nostem=BM25_EVAL/runs \
         [--colbert COLBERT.trec] [--index QMSUM_4LEG_INDEX --every 8 --depth 20 --windows 4]
 
 Stage 1 (every query): min-max fusion of the run files `ldr eval` wrote (dense and sparse from
@@ -14,6 +14,7 @@ and its z-normalised score is mixed with the fused one (ldr.search.pipeline.mix)
 document, how their scores combine and the weight chosen per fold again."""
 from __future__ import annotations
 
+import sys
 import argparse
 import itertools
 import time
@@ -21,31 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import DATA, load_run, ndcg10, paired_row, qrels as read_qrels, queries as read_queries, rank
-
-
-def folds(groups: list, k: int = 5) -> list[np.ndarray]:
-    """Query positions per fold, by group (the query's relevant meeting): a meeting's queries
-    stay in one fold, so no setting is chosen on queries about the meetings it is tested on."""
-    names = sorted(set(groups))
-    order = np.random.default_rng(0).permutation(len(names))
-    fold_of = {names[g]: i % k for i, g in enumerate(order)}
-    return [np.flatnonzero([fold_of[g] == f for g in groups]) for f in range(k)]
-
-
-def cross_validate(scores: dict, groups: list, k: int = 5) -> tuple[np.ndarray, list]:
-    """scores {setting: per-query array}: per query the held-out score of the setting its fold's
-    complement liked best, and the picks."""
-    keys = list(scores)
-    mat = np.stack([scores[s] for s in keys])
-    n = mat.shape[1]
-    out, picks = np.zeros(n), []
-    for held in folds(groups, k):
-        train = np.setdiff1d(np.arange(n), held)
-        best = int(np.argmax(mat[:, train].mean(axis=1)))
-        out[held] = mat[best, held]
-        picks.append(keys[best])
-    return out, picks
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
+from qmsum_eval import (DATA, cross_validate, folds, load_run, ndcg10, paired_row, qrels as read_qrels,  # noqa: F401
+                        queries as read_queries, rank)
 
 
 def report(name: str, v: np.ndarray, base: np.ndarray) -> None:

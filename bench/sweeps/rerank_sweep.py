@@ -2,19 +2,21 @@
 score (z-normalised over the candidates, ldr.search.pipeline.mix) at several weights, against
 the fused list, with paired tests. Chooses the default rerank_weight on this data only.
 
-    python bench/rerank_sweep.py --index CACHED_QMSUM_INDEX [--queries 150] [--depth 30] [--windows 2]
+    python bench/sweeps/rerank_sweep.py --index CACHED_QMSUM_INDEX [--queries 150] [--depth 30] [--windows 2]
 
 Cross-encoder scores are computed once per query (weight 1) and mixed offline for each weight.
 Writes bench/figures/rerank_sweep.png and prints a table."""
 from __future__ import annotations
 
+import sys
 import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import DATA, load_run, ndcg10, print_paired, queries as read_queries, qrels as read_qrels, rank
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
+from qmsum_eval import DATA, load_run, ndcg10, print_paired, queries as read_queries, qrels as read_qrels, rank  # noqa: E402
 
 
 def main() -> None:
@@ -84,7 +86,7 @@ def main() -> None:
     ax.set_title(f"qmsum-train, {len(chosen)} queries, top-{a.depth} reranked")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = Path(__file__).resolve().parent / "figures" / "rerank_sweep.png"
+    out = Path(__file__).resolve().parents[1] / "figures" / "rerank_sweep.png"
     fig.savefig(out, dpi=120)
     print(f"written {out}")
 

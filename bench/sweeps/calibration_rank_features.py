@@ -7,7 +7,7 @@ leave-one-dataset-out as fit_calibration does (logistic, each dataset weighted e
 klexikon-de-dev only scored, never fitted on). Prints, per feature set and held-out dataset:
 mean top-1 relevance minus top-1 accuracy / ECE / precision at 0.5 / right top-1 hits kept at 0.5.
 
-    python bench/calibration_rank_features.py collected.json
+    python bench/sweeps/calibration_rank_features.py collected.json
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/: fit_calibration
 import fit_calibration as fc  # noqa: E402
 
 NEVER_FITTED = "klexikon-de-dev"

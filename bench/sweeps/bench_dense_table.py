@@ -2,7 +2,7 @@
 table's rows (`meta["embeds"]`, a memory-mapped .npy beside it): load time, resident memory after
 loading and after queries, batch and query speed, and the largest difference of their outputs.
 
-    python bench/bench_dense_table.py OLD_EXPORT_FOLDER NEW_EXPORT_FOLDER [--text FILE]
+    python bench/sweeps/bench_dense_table.py OLD_EXPORT_FOLDER NEW_EXPORT_FOLDER [--text FILE]
 
 Each folder is measured in a fresh Python (memory is the process's), A B A B, and the figures are
 the medians. The folders are ldr exports (`$LDR_CACHE_DIR/onnx/dense-*`): an export made by the
@@ -60,7 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
-    ap.add_argument("--text", type=Path, default=Path(__file__).resolve().parents[1] / "corpora" / "sample"
+    ap.add_argument("--text", type=Path, default=Path(__file__).resolve().parents[2] / "corpora" / "sample"
                     / "product-meeting-transcript.txt")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()

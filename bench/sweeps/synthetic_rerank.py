@@ -1,7 +1,7 @@
 """The cross-encoder stage on the synthetic passkey and needle tasks: does interpolating it with
 the fused score keep (or restore) Acc@1 at every length?
 
-    python bench/synthetic_rerank.py --eval EVAL_OUT [--depth 20] [--windows 4] [--weight 0.15]
+    python bench/sweeps/synthetic_rerank.py --eval EVAL_OUT [--depth 20] [--windows 4] [--weight 0.15]
 
 EVAL_OUT is an `ldr eval --bench longembed --tasks passkey,needle` output folder: its cached
 indexes (EVAL_OUT/cache) are searched again with the cross-encoder (ms-marco-minilm-l12) over the

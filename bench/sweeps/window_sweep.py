@@ -1,7 +1,7 @@
 """The window stage's depth and weight, chosen by 5-fold cross-validation on qmsum-train (folds
 grouped by meeting), and what the choice does to passkey and needle.
 
-    python bench/window_sweep.py --index QMSUM_INDEX [--longembed LONGEMBED_EVAL_CACHE]
+    python bench/sweeps/window_sweep.py --index QMSUM_INDEX [--longembed LONGEMBED_EVAL_CACHE]
 
 --index: an index of qmsum-train built with today's defaults (the one `ldr eval --bench beir`
 caches under its out/cache). Each query is searched once per depth with window_weight=1, so
@@ -13,14 +13,16 @@ with the fused list (paired t-test). --longembed: a folder of `ldr eval --bench 
 cached indexes; Acc@1 of the fused list and of the stage per length at several settings."""
 from __future__ import annotations
 
+import sys
 import argparse
 import re
 from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import DATA, ndcg10, paired_row, qrels as read_qrels, queries as read_queries, rank
-from stack_sweep import cross_validate
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
+from qmsum_eval import DATA, ndcg10, paired_row, qrels as read_qrels, queries as read_queries, rank  # noqa: E402
+from stack_sweep import cross_validate  # noqa: E402
 
 from ldr.search.normalise import minmax
 

@@ -1,16 +1,18 @@
 """One leg of the default fusion swapped for another model's run (e.g. bge-small in place of
 MiniLM as the dense leg), on qmsum-train: nDCG@10 alone and fused, paired t-test.
 
-    python bench/leg_swap.py --runs EVAL/runs --swap dense=OTHER_EVAL/runs [--weights 0.25,0.5]
+    python bench/sweeps/leg_swap.py --runs EVAL/runs --swap dense=OTHER_EVAL/runs [--weights 0.25,0.5]
 
 Both run folders are `ldr eval --bench beir` outputs on the same data (depth 1000); the legs are
 fused with ldr.search.fusion.fuse exactly as a search does."""
 from __future__ import annotations
 
+import sys
 import argparse
 from pathlib import Path
 
-from qmsum_eval import DATA, load_run as load, ndcg10, print_paired, qrels as read_qrels, rank
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
+from qmsum_eval import DATA, load_run as load, ndcg10, print_paired, qrels as read_qrels, rank  # noqa: E402
 
 
 def main() -> None:

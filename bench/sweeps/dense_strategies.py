@@ -1,7 +1,7 @@
 """Quality of each long-document strategy: Acc@1 per length on synthetic passkey and nDCG@10 on a
 BEIR folder (qmsum-train), for one dense model. Writes JSON, a Markdown table and a PNG.
 
-    python bench/dense_strategies.py --strategies truncate,pcw,maxp,gp,rp,pi --lengths 256,...,8192
+    python bench/sweeps/dense_strategies.py --strategies truncate,pcw,maxp,gp,rp,pi --lengths 256,...,8192
 
 Documents go through ldr's DenseEncoder exactly as at index time; scoring is the same inner
 product / max-over-passages the FAISS component computes, done in numpy here so that one
@@ -20,7 +20,7 @@ from ldr.encode.dense import DenseEncoder, DenseSettings
 from ldr.eval.metrics import evaluate
 from ldr.eval.synthetic import passkey
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(encoder, corpus: dict[str, str], queries: dict[str, str], depth=100) -> dict[str, dict[str, float]]:

@@ -2,7 +2,7 @@
 what weight the colbert leg gets in the default min-max fusion. Chooses the colbert defaults on
 this data only.
 
-    python bench/colbert_sweep.py --runs EVAL_OUT/runs [--cache /tmp/colbert-vectors] [--every 1]
+    python bench/sweeps/colbert_sweep.py --runs EVAL_OUT/runs [--cache /tmp/colbert-vectors] [--every 1]
 
 Every meeting is encoded once with ldr's ColbertEncoder (colbert-small, no pooling, all 384
 dimensions; cached per document), then each variant is derived from those vectors exactly as
@@ -11,6 +11,7 @@ The bm25/dense/sparse legs are the run files `ldr eval --bench beir` wrote for t
 (depth 1000: every meeting), fused with ldr.search.fusion.fuse exactly as a search does."""
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 import time
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import DATA, load_run, ndcg10, print_paired, qrels as read_qrels, queries as read_queries, rank
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
+from qmsum_eval import DATA, load_run, ndcg10, print_paired, qrels as read_qrels, queries as read_queries, rank  # noqa: E402
 
 
 def main() -> None:

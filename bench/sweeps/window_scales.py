@@ -2,8 +2,8 @@
 windows of a fixed number of analysed terms at one or two scales, chosen by 5-fold CV on one
 dataset (folds grouped by relevant document) and checked as they are on others.
 
-    python bench/window_scales.py --index QMSUM_INDEX --data ../shared/data/qmsum-train
-    python bench/window_scales.py --index LEGAL_INDEX --data ../shared/data/legal-case-reports-dev \\
+    python bench/sweeps/window_scales.py --index QMSUM_INDEX --data ../shared/data/qmsum-train
+    python bench/sweeps/window_scales.py --index LEGAL_INDEX --data ../shared/data/legal-case-reports-dev \\
         --check 0.5:120:0.6,40:0.4
 
 --index: a default index of the dataset (`ldr index DATA/corpus.jsonl -o IDX`, or `ldr eval`'s
@@ -16,6 +16,7 @@ every setting of the grid is scored and the 5-fold CV pick is compared with toda
 warm p50 of today's setting against the index's default on N of the queries."""
 from __future__ import annotations
 
+import sys
 import argparse
 import itertools
 import time
@@ -23,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import judged, ndcg10, paired_row, rank
-from stack_sweep import cross_validate
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
+from qmsum_eval import judged, ndcg10, paired_row, rank  # noqa: E402
+from stack_sweep import cross_validate  # noqa: E402
 
 from ldr.search.normalise import minmax
 from ldr.search.window_scales import parse

@@ -3,17 +3,19 @@
 nDCG@10 paired (bench/qmsum_eval.py); also the share of queries whose top 10 ids are identical.
 
     cp -r IDX /tmp/rq && ldr merge -i /tmp/rq --faiss rabitq
-    python bench/compressed_quality.py --flat IDX --compressed /tmp/rq --data ../shared/data/qmsum-train
+    python bench/sweeps/compressed_quality.py --flat IDX --compressed /tmp/rq --data ../shared/data/qmsum-train
 """
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
-from qmsum_eval import judged, ndcg10
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
+from qmsum_eval import judged, ndcg10  # noqa: E402
 
 import ldr
 

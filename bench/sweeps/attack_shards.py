@@ -2,7 +2,7 @@
 exactly as the generation before the add or the one after, never a mix; `ldr check` passes once
 the next writer has run (it brings back a shard the killed add left ahead of the cluster).
 
-    python bench/attack_shards.py --trials 20 --work /tmp/ldr-attack-shards
+    python bench/sweeps/attack_shards.py --trials 20 --work /tmp/ldr-attack-shards
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import ldr  # noqa: E402

@@ -7,7 +7,7 @@ through ldr's own dense encoder (MaxP windows, its prompts and pooling). Reporte
 passkey Acc@1 of the dense leg alone at each length (50 queries, 100 documents), the minimum and
 mean cosine of its window vectors to fp32's, and its encoding speed against fp32 in the same run.
 
-    python bench/int8_layers.py [--model all-MiniLM-L6-v2] [--lengths 256,512,1024] \
+    python bench/sweeps/int8_layers.py [--model all-MiniLM-L6-v2] [--lengths 256,512,1024] \
         [--variants all,layers,types] [--keep "attention/output"]
 """
 from __future__ import annotations

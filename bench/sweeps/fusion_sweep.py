@@ -1,6 +1,6 @@
 """Choose fusion and rerank defaults from `ldr eval` outputs (per-stage TREC runs + rerank features).
 
-    python bench/fusion_sweep.py OUT_DIR [OUT_DIR ...]      # e.g. an eval of qmsum-train and of passkey
+    python bench/sweeps/fusion_sweep.py OUT_DIR [OUT_DIR ...]      # e.g. an eval of qmsum-train and of passkey
 
 For every method (rrf, minmax, zscore) and weight triple on a grid, fuse the bm25/dense/sparse
 runs and score them; likewise weight the passage rescorer's three features. Queries are split

@@ -3,7 +3,7 @@ index's searches, arguments and answers pickled and counted per call kind, with 
 cross-encoder; the top 10 ids and scores are printed to compare two versions of ldr.
 
     ldr reshard -i QMSUM_INDEX -o qmsum-4 --shards 4
-    PYTHONPATH=SRC python bench/bench_rerank_wire.py qmsum-4 --data ../shared/data/qmsum-train --out hits.json
+    PYTHONPATH=SRC python bench/sweeps/bench_rerank_wire.py qmsum-4 --data ../shared/data/qmsum-train --out hits.json
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/: bench_coordinator
 from bench_coordinator import Counting  # noqa: E402
 
 

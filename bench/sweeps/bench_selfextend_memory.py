@@ -4,7 +4,7 @@ Each length runs in a fresh process (peak RSS from the kernel), so the figure is
 working memory plus a small model. `--ldr-src DIR` measures another checkout (e.g. a `git worktree`
 of an older commit) in the same run for a before/after ratio.
 
-    python bench/bench_selfextend_memory.py [--lengths 4096,8192,16384] [--ldr-src DIR]
+    python bench/sweeps/bench_selfextend_memory.py [--lengths 4096,8192,16384] [--ldr-src DIR]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 weight, chosen by 5-fold cross-validation on qmsum-train (folds grouped by meeting), with its
 latency per query on this machine.
 
-    python bench/rerank_after_windows.py --index QMSUM_INDEX [--every 6] [--out FILE.json]
+    python bench/sweeps/rerank_after_windows.py --index QMSUM_INDEX [--every 6] [--out FILE.json]
 
 --index: the qmsum-train index `ldr eval --bench beir` caches. A sample of meetings (every
 `--every`-th, all their queries) keeps the CPU time bounded. Each query is searched once with
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
 from qmsum_eval import DATA, judged, ndcg10, paired_row  # noqa: E402
 from stack_sweep import cross_validate  # noqa: E402
 
@@ -127,7 +127,7 @@ def record(out: dict) -> None:
                                        "rerank_windows": b["windows"], "rerank_weight": b["weight"]} if adds else None
     table["en"]["second_stage_measured"] = {
         "on": f"qmsum-train, {out['queries']} queries of {out['meetings']} meetings",
-        "by": "bench/rerank_after_windows.py (5-fold CV grouped by meeting)",
+        "by": "bench/sweeps/rerank_after_windows.py (5-fold CV grouped by meeting)",
         "windows_ndcg10": round(100 * base, 2), "held_out_ndcg10": round(100 * held, 2), "p": round(out["cv"]["p"], 4),
         "best": b, "cpu_seconds_per_query": round(out["online"]["p50_s"], 2)}
     language_defaults.TABLE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")

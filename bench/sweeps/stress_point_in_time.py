@@ -2,7 +2,7 @@
 and the writer's threads switching as often as asked: how the rare "cannot be loaded: SystemError:
 AST constructor recursion depth mismatch" 500 was reproduced (bench/README.md, twelfth session).
 
-    python bench/stress_point_in_time.py [--seconds 150] [--switch 2e-5] [--runs 2] [--clients 3]
+    python bench/sweeps/stress_point_in_time.py [--seconds 150] [--switch 2e-5] [--runs 2] [--clients 3]
 
 Each run builds a 3-shard index in a temporary folder, starts `ldr serve` on it and a writer that
 adds and deletes one document per commit, and checks every answer against the generation it names.
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
+TESTS = Path(__file__).resolve().parents[2] / "tests"
 
 
 def run(folder: Path, seconds: float, clients: int) -> str:
