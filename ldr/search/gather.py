@@ -195,13 +195,26 @@ class ShardedSource:
             self.feats.update(self._each(want, lambda sh, locs, _: sh.windows(locs, kinds, reps, terms)))
         return self.feats
 
-    def best_windows(self, docnos: list[int], scales=()) -> dict:
+    def best_windows(self, docnos: list[int], scales=(), phrases: bool = False) -> dict:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
         each vector kind: its best window's similarity, each size of `scales`: its best window of
-        that many terms}} (PassageFinder.best_from); {} where no finder analyses this index's windows."""
+        that many terms}} (PassageFinder.best_from), and with `phrases` the BM25 of the query's
+        ordered term pairs in it (phrases.py); {} where no finder analyses this index's windows."""
         if self.finder is None:
             return {}
-        return self.finder.best_from(self._features(docnos), docnos, scales)
+        feats = self._features(docnos)
+        out = self.finder.best_from(feats, docnos, scales)
+        if phrases:
+            from ..components.analysis import first_terms
+            from .phrases import KEY, MIN_TERMS, pair_scores, query_pairs
+
+            sequence = first_terms(self.finder.terms(self.query))
+            if len(sequence) >= MIN_TERMS:
+                terms = self.finder.term_list(self.query)
+                pairs = query_pairs(sequence, terms)
+                for d, v in pair_scores(feats, docnos, pairs, len(terms), self.finder.k1, self.finder.b).items():
+                    out[d][KEY] = v
+        return out
 
     def passages(self, docnos: list[int], n: int) -> dict:
         """{docno: its n best passages}: windows ranked here, cut to sentences where the text is."""

@@ -53,6 +53,9 @@ class QueryOptions:
                                            "(windows of that many analysed terms, each half overlapping the next), "
                                            "e.g. 120:0.6,40:0.4, or 'passages' (the vector kinds' passages).",
                                      cli=("--window-scales",))
+    phrase_weight: float | None = _opt(None, "Share (0-1) of the phrase evidence in the window stage's score: the "
+                                             "query's neighbouring terms found side by side in a candidate, BM25 "
+                                             "among the candidates (0: off).", ge=0, le=1, cli=("--phrase-weight",))
     rerank: bool | str | None = _opt(None, "Second stage: passage (the passage rescorer), none, or a kind's exact "
                                            "scores (colbert); unset: the index's default.",
                                      cli=("--rerank",))
@@ -177,6 +180,7 @@ class SearchOptions:
     window_depth: int = 50
     window_vectors: float = 0.0    # the vector kinds' share of the window evidence (0: the best window's BM25)
     window_scales: str = "passages"   # the BM25 evidence's windows: the vector kinds' passages, or TERMS:SHARE,...
+    phrase_weight: float = 0.0     # the query's ordered term pairs' share of the window stage's score (0: off)
     rerank: str | None = None       # None | "passage" | a kind with exact scores (a cross-encoder: rerank_model)
     rerank_model: str | None = None
     rerank_depth: int = 100
@@ -197,7 +201,7 @@ class SearchOptions:
         from .window_scales import parse
         parse(self.window_scales)
         for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight", "window_vectors",
-                     "rerank_weight"):
+                     "rerank_weight", "phrase_weight"):
             if getattr(self, name) is None:
                 raise QueryError(f"{name} must be set (got None)")
 
@@ -303,7 +307,7 @@ def resolve(request: QueryOptions, recorded: dict, components: dict, device: str
             opts.weights[n] = float(w)
             sources[f"weights.{n}"] = "request"
     for name in ("fusion", "depth", "rerank_depth", "rrf_k", "rerank_weight", "rerank_windows", "window_weight",
-                 "window_depth", "window_vectors", "window_scales"):
+                 "window_depth", "window_vectors", "window_scales", "phrase_weight"):
         if getattr(r, name) is not None:
             take(name, getattr(r, name))
     # a cross-encoder: the request's; else, when nothing else reranks a hybrid search, the index's

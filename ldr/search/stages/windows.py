@@ -10,7 +10,11 @@ order under every rescored one. Its score is `scores["windows"]`, the evidence
 With `scales` ((S, share), ...) the BM25 evidence is taken from windows of S analysed terms (each
 half overlapping the next, BM25 among the candidates' windows of that size), each min-max
 normalised and mixed by its share, instead of from the vector kinds' passages: `scores["windows.tS"]`
-(window_scales.py; English's default: qmsum-train +0.9 nDCG@10 held out, +1.25 on all queries)."""
+(window_scales.py; English's default: qmsum-train +0.9 nDCG@10 held out, +1.25 on all queries).
+
+With `phrases` (u) the rescored rows end as (1 - u)·minmax(that score) + u·minmax(the BM25 of the
+query's ordered term pairs among the candidates): `scores["windows.phrases"]` (phrases.py;
+English's default 0.3: qmsum-train +1.40 held out over the window scales alone)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,6 +23,7 @@ import numpy as np
 
 from ...stages import Stage, detail
 from ..normalise import minmax
+from ..phrases import KEY as PHRASES
 from ..window_scales import scale_key
 from .base import Candidates, QuerySource
 
@@ -33,6 +38,7 @@ class Windows:
     term_kind: str = "bm25"                 # the lexical kind whose windows' BM25 is the evidence
     vector_weights: tuple = ()              # ((kind, its fusion weight), ...) of the searched vector kinds
     scales: tuple = ()                      # ((terms a window, its share), ...): the BM25 evidence's windows
+    phrases: float = 0.0                    # the share of the query's ordered term pairs (phrases.py) in the end
     side = "coordinator"
     name = Stage.WINDOWS.value
 
@@ -48,7 +54,8 @@ class Windows:
             by = "BM25"
         if self.scales and self.vectors < 1:
             by += " (windows of " + ", ".join(f"{n} terms x{w:g}" for n, w in self.scales) + ")"
-        return f"top {self.depth} rescored by their best window's {by}, weight {self.weight:g}"
+        ph = f", then phrases x{self.phrases:g}" if self.phrases > 0 else ""
+        return f"top {self.depth} rescored by their best window's {by}, weight {self.weight:g}{ph}"
 
     def evidence(self, best: dict, docnos: list[int]) -> tuple[np.ndarray, dict]:
         """(each row's window evidence in [0, 1], {score key: the raw best-window scores})."""
@@ -90,11 +97,16 @@ class Windows:
         with cands.timed(self.name):
             head, tail = cands.rows[:self.depth], cands.rows[self.depth:]
             docnos = [d for d, _, _ in head]
-            evidence, raw = self.evidence(source.best_windows(docnos, self.sizes()), docnos)
+            best = source.best_windows(docnos, self.sizes(), self.phrases > 0)
+            evidence, raw = self.evidence(best, docnos)
             w = self.weight
             first = np.asarray([sc for _, sc, _ in head], dtype=np.float64)
             lo, span = first.min(), first.max() - first.min()
             final = self.mix(first, evidence)
+            if self.phrases > 0 and any(PHRASES in best.get(d, {}) for d in docnos):   # a long enough query
+                pairs = np.asarray([best.get(d, {}).get(PHRASES, 0.0) for d in docnos], dtype=np.float64)
+                raw[detail(Stage.WINDOWS, PHRASES)] = pairs
+                final = (1 - self.phrases) * minmax(final) + self.phrases * minmax(pairs)
             out = []
             for i, (d, _, st) in enumerate(head):
                 st = dict(st, **{k: float(v[i]) for k, v in raw.items() if not np.isnan(v[i])})
