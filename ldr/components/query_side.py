@@ -33,10 +33,14 @@ class Encoded:
         a text becomes one vector (what LangChain's maximal marginal relevance compares)."""
         self.kind, self._load, self._method, self._batched = kind, load, method, batched
         self.single_vector = single_vector
+        self._encoder = None
 
     @property
     def encoder(self):
-        return self._load()
+        """The query model, loaded on first use and then held (as a reader held it before)."""
+        if self._encoder is None:
+            self._encoder = self._load()
+        return self._encoder
 
     @property
     def dim(self) -> int | None:
