@@ -106,3 +106,21 @@ def test_shard_values_are_dataclasses():
         for t in value_types(ret):
             assert dataclasses.is_dataclass(t), (name, t)
             assert t.__module__ != "ldr.values" or t.__dataclass_params__.frozen, (name, t)
+
+
+def test_the_bench_entry_point_lists_every_maintained_benchmark_and_only_those():
+    """bench/run.py names each maintained benchmark once, each exists, and every script beside it
+    is listed (a one-off sweep lives in bench/sweeps/; qmsum_eval.py is the sweeps' helpers)."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    listed = [script for group in run.GROUPS.values() for _, script, _ in group]
+    names = [name for group in run.GROUPS.values() for name, _, _ in group]
+    assert len(set(listed)) == len(listed) and len(set(names)) == len(names)
+    assert all((ROOT / "bench" / s).is_file() for s in listed)
+    beside = {p.name for p in (ROOT / "bench").glob("*.py")} - {"run.py", "qmsum_eval.py"}
+    assert beside == set(listed)
