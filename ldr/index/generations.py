@@ -26,7 +26,9 @@ from ..errors import IndexFormatError
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^manifest-(\d{6,})\.json$")
-_LEASE = re.compile(r"^lease-(\d{6,})-([A-Za-z0-9_-]{1,64})\.json$")
+HOLDER = r"[A-Za-z0-9_-]{1,64}"          # a lease holder's name (leases.py)
+LEASE = rf"lease-(\d{{6,}})-({HOLDER})\.json"    # a lease file in readers/
+_LEASE = re.compile(rf"^{LEASE}$")
 READERS = "readers"
 LEGACY = "manifest.json"            # format 2 and older: one generation, files at the top level
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from . import generations as gens
 
 TTL_S = 120.0       # a holder renews well before (a Ray coordinator: every TTL_S / 4)
-_HOLDER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_HOLDER = re.compile(rf"^{gens.HOLDER}$")
 
 
 def _checked(holder: str) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import components as registry
 from ..paths import inside
+from .generations import LEASE
 
 log = logging.getLogger(__name__)
 # lock files the backends leave in their folder: never linked into the next generation
@@ -31,7 +32,7 @@ def store_dirs() -> list[str]:
 # what ldr makes inside its own top-level folders (anything else there is not ldr's)
 _OWN_CHILDREN = {"segments": re.compile(r"^(seg-\d{6,}|ray-work-\d+-[0-9a-f]{8})$"),
                  "*store*": re.compile(r"^(gen-\d{6,}|work-\d+-[0-9a-f]{8})$"),
-                 "readers": re.compile(r"^(gen-\d{6,}\.lock|lease-\d{6,}-[A-Za-z0-9_-]{1,64}\.json(\.part)?)$")}
+                 "readers": re.compile(rf"^(gen-\d{{6,}}\.lock|{LEASE}(\.part)?)$")}
 
 
 def leftovers(root: Path) -> list[Path]:
