@@ -194,3 +194,48 @@ def test_train_refuses_a_folder_it_did_not_write(train_data, tmp_path):
     r = CliRunner().invoke(main, ["train", "dense", "--data", str(data), "--split", "nope", "-i", str(idx),
                                   "-o", str(tmp_path / "x"), "-q"])
     assert r.exit_code == 2 and "splits present" in r.output
+
+
+def test_pseudo_queries_come_from_their_document_and_the_search_ranks_it(train_data):
+    from ldr.train.pseudo import PseudoSettings, pseudo_examples, sentences
+    idx, *_ = train_data
+    index = ldr.Index(idx)
+    examples, counts = pseudo_examples(index, PseudoSettings(queries=24, window_words=30, top=3), progress=False)
+    assert counts["drawn"] == 24 and counts["kept"] == len(examples) > 0
+    assert counts["kept"] + counts.get("vague", 0) + counts.get("no negative", 0) == 24
+    assert {"summary", "keywords"} <= set(counts)
+    for ex in examples:
+        (doc,) = ex.positive_docs
+        text = " ".join(sentences(index.document(doc).text))
+        assert ex.positives[0] in text                    # the window, verbatim (markers and spacing cleaned)
+        assert doc not in ex.negative_docs and len(ex.negatives) == 1
+        assert ex.negatives[0] in " ".join(sentences(index.document(ex.negative_docs[0]).text))
+        # the teacher ranks the source document in its top 3 for the query
+        assert doc in [h.id for h in index.search(ex.query, k=3, passages=0)]
+
+
+def test_train_dense_from_the_corpus_alone(train_data, tiny, tmp_path):
+    idx, data, _, _ = train_data
+    out = tmp_path / "pseudo-model"
+    args = ["train", "dense", "-i", str(idx), "-o", str(out), "--epochs", "2", "--batch-size", "4", "--lr", "1e-3",
+            "--max-seq-length", "32", "--eval-steps", "4", "-q"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "--from-corpus" in r.output            # no labels and no --from-corpus
+    r = CliRunner().invoke(main, args + ["--from-corpus", "--data", str(data)])
+    assert r.exit_code == 2 and "drop --data" in r.output
+    from ldr.train.dense import DenseTrainSettings
+    from ldr.train.pseudo import PseudoSettings
+    from ldr.train.run import train
+    info = train("dense", None, out, index_path=str(idx), indexes=ldr.Index, base_model=tiny["dense"],
+                 progress=False, dev_fraction=0.25, pseudo=PseudoSettings(queries=40, window_words=30),
+                 settings=DenseTrainSettings(epochs=2, batch_size=4, learning_rate=1e-3, max_seq_length=32,
+                                             eval_steps=4))
+    card = json.loads((out / "ldr-train.json").read_text())
+    assert card["pseudo"]["drawn"] == 40 and card["train_queries"] + card["dev_queries"] == card["pseudo"]["kept"]
+    assert card["documents"] == 24 and "no query" in card["data"] and falls(info["loss_curve"])
+    assert "pseudo-queries drawn from the windows of 24 documents" in (out / "README.md").read_text()
+    one = tmp_path / "one"
+    ldr.Index.build([{"id": "a", "text": "only one document here " * 10}], one, sparse=None)
+    with pytest.raises(ldr.errors.ConfigError, match="at least two"):
+        train("dense", None, tmp_path / "m1", index_path=str(one), indexes=ldr.Index, progress=False,
+              pseudo=PseudoSettings(queries=8))

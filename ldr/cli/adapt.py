@@ -110,7 +110,7 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
 
 
 TRAIN_OPTIONS = [
-    click.option("--data", required=True, type=click.Path(exists=True, file_okay=False),
+    click.option("--data", default=None, type=click.Path(exists=True, file_okay=False),
                  help="A BEIR folder: queries.jsonl, qrels/SPLIT.tsv (and corpus.jsonl when no -i is given)."),
     click.option("--split", default="train", show_default=True, help="The qrels split to train on."),
     click.option("-o", "--output", "out", required=True, type=click.Path(), help="Model folder to write."),
@@ -143,15 +143,25 @@ def train_group():
     """Fine-tune ldr's models on your own qrels (sentence-transformers trainers)."""
 
 
-def _train(kind, settings, data, split, out, index_path, dev_fraction, device, quiet, base_model=None):
+def _train(kind, settings, data, split, out, index_path, dev_fraction, device, quiet, base_model=None, pseudo=None):
     from pathlib import Path
 
     from ..train.run import train
 
     from ..api import Index
 
-    info = train(kind, Path(data), Path(out), split=split, index_path=index_path, settings=settings, indexes=Index,
-                 base_model=base_model, dev_fraction=dev_fraction, device=device, progress=not quiet)
+    if pseudo is None and data is None:
+        raise click.UsageError("give --data (a BEIR folder with your queries and qrels), or --from-corpus -i IDX "
+                               "(dense only: pseudo-queries drawn from the index's documents)")
+    if pseudo is not None and data is not None:
+        raise click.UsageError("--from-corpus trains without queries: drop --data (or drop --from-corpus)")
+    info = train(kind, data and Path(data), Path(out), split=split, index_path=index_path, settings=settings,
+                 indexes=Index, base_model=base_model, dev_fraction=dev_fraction, device=device, progress=not quiet,
+                 pseudo=pseudo)
+    if pseudo is not None:
+        p = info["pseudo"]
+        click.echo(f"{p['drawn']} pseudo-queries drawn from {info['documents']} documents; {p['kept']} kept (the "
+                   f"search ranks their document in its top {p['top']}), {p.get('vague', 0)} too vague")
     d = info["dev"]
     click.echo(f"trained on {info['train_queries']} queries ({info['rows']} rows) in {info['seconds']:.0f}s "
                f"({info['steps']} steps, mean loss {info['train_loss']:.4f}); dev {d['metric']} on "
@@ -165,16 +175,28 @@ def _train(kind, settings, data, split, out, index_path, dev_fraction, device, q
               help="mnrl: multiple negatives ranking; opl: M2-BERT's orthogonal projection loss.")
 @click.option("--negatives", type=int, default=1, show_default=True, help="Hard negatives per query.")
 @click.option("--max-seq-length", type=int, default=None, help="Tokens per passage (default: the model's window).")
+@click.option("--from-corpus", is_flag=True,
+              help="No labels: learn the index's own documents (-i), from pseudo-queries drawn from them (summaries "
+                   "and keyword sets of windows) that the index's search ranks right, against the documents it "
+                   "ranks beside them.")
+@click.option("--queries", "pseudo_queries", type=click.IntRange(min=4), default=None,
+              help="--from-corpus: pseudo-queries to draw (default 1000).")
 def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, eval_steps,
-                    dev_fraction, seed, device, quiet, loss, negatives, max_seq_length):
+                    dev_fraction, seed, device, quiet, loss, negatives, max_seq_length, from_corpus, pseudo_queries):
     """Fine-tune the index's dense encoder: each query's relevant document's best passage (MaxP) as
-    the positive, the best passages of the index's top non-relevant documents as negatives."""
+    the positive, the best passages of the index's top non-relevant documents as negatives; or,
+    with --from-corpus, on pseudo-queries of the index's own documents (no labels)."""
     from ..train.dense import DenseTrainSettings
+    from ..train.pseudo import PseudoSettings
 
+    if pseudo_queries is not None and not from_corpus:
+        raise click.UsageError("--queries is for --from-corpus")
     s = DenseTrainSettings(loss=loss, epochs=epochs, batch_size=batch_size, negatives=negatives,
                            max_seq_length=max_seq_length, max_steps=max_steps, eval_steps=eval_steps, seed=seed,
                            **({"learning_rate": learning_rate} if learning_rate else {}))
-    _train("dense", s, data, split, out, index_path, dev_fraction, device, quiet)
+    pseudo = PseudoSettings(**({"queries": pseudo_queries} if pseudo_queries else {}), negatives=negatives,
+                            seed=seed) if from_corpus else None
+    _train("dense", s, data, split, out, index_path, dev_fraction, device, quiet, pseudo=pseudo)
 
 
 @train_group.command("reranker")

@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -90,9 +91,12 @@ def write_card(folder: Path, info: dict) -> None:
         f"- data: `{info['data']}` split `{info['split']}`: {info['train_queries']} training queries "
         f"({info['rows']} rows), {info['dev_queries']} dev queries held out for early stopping; "
         f"{info['skipped_queries']} queries skipped (no relevant document in the index)",
-        f"- examples: positives are each relevant document's best passage under the index's model (MaxP), "
-        f"negatives the best passages of the top non-relevant documents of ldr's search "
-        f"(index `{info['index']}`)",
+        (f"- examples: positives are each relevant document's best passage under the index's model (MaxP), "
+         f"negatives the best passages of the top non-relevant documents of ldr's search "
+         f"(index `{info['index']}`)") if "pseudo" not in info else
+        (f"- examples: pseudo-queries drawn from the windows of {info['documents']} documents (summaries and "
+         f"keyword sets; `ldr train dense --from-corpus`), kept where the index's search ranks their document "
+         f"in its top {info['pseudo']['top']}; negatives: the windows of the documents it ranks beside them"),
         "- settings: " + ", ".join(f"{k}={v}" for k, v in s.items()),
         f"- training: {info['steps']} steps in {info['seconds']:.0f} s on {info['device']}, final mean loss "
         f"{info['train_loss']:.4f}",
@@ -111,8 +115,10 @@ def write_card(folder: Path, info: dict) -> None:
 def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path: str | None = None,
           qids: list[str] | None = None, settings=None, base_model: str | None = None, dev_fraction: float = 0.1,
           depth: int = 30, device: str | None = None, progress: bool = True, mined: dict | None = None,
-          indexes=None) -> dict:
-    """Train a dense encoder (`kind="dense"`) or a reranker on the qrels of a BEIR folder; `qids`
+          indexes=None, pseudo=None) -> dict:
+    """Train a dense encoder (`kind="dense"`) or a reranker on the qrels of a BEIR folder, or
+    (`pseudo`: PseudoSettings, `data` None) a dense encoder on pseudo-queries drawn from the
+    corpus of the index at `index_path` (pseudo.py: no query, no judgement); `qids`
     restricts the queries (cross-validation); `indexes`: the Index class to open or build the
     index to mine from (ldr.Index). `mined` ({qid: Example} from `mine` on the same
     index, with at least as many negatives): examples already mined, used instead of mining those
@@ -123,12 +129,16 @@ def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path:
     from .dense import DenseTrainSettings, train_dense
     from .reranker import RerankerTrainSettings, train_reranker
 
-    data, out = Path(data), Path(out).absolute()
+    out = Path(out).absolute()
     check_output(out)
     try:
         import accelerate  # noqa: F401  (the transformers Trainer under sentence-transformers' trainers)
     except ImportError:
         raise ConfigError("training needs an optional part of ldr: pip install 'ldr[train]'") from None
+    if pseudo is not None:
+        return _train_from_corpus(out, index_path, pseudo, settings, base_model, dev_fraction, device, progress,
+                                  indexes)
+    data = Path(data)
     queries, qrels = load_queries(data), load_qrels(data, split)
     pool = sorted(q for q in (qids if qids is not None else qrels) if q in qrels and q in queries)
     train_q, dev_q = split_queries(pool, dev_fraction, seed=getattr(settings, "seed", 0))
@@ -159,21 +169,59 @@ def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path:
     if not train_ex or not dev_ex:
         raise ConfigError(f"nothing to train on: {len(train_ex)} training and {len(dev_ex)} dev queries have a "
                           "relevant document in the index")
+    fn = train_dense if kind == "dense" else train_reranker
+    return _write(out, lambda tmp: fn(base, train_ex, dev_ex, tmp, settings, device=device, progress=progress), {
+        "data": str(data.resolve()), "split": split, "index": index_name, "train_queries": len(train_ex),
+        "dev_queries": len(dev_ex), "skipped_queries": skipped + dev_skipped, "mining_seconds": round(mined_s, 1),
+        "device": device or "cpu", "dev_qids": sorted(dev_q)})
+
+
+def _write(out: Path, fit, extra: dict) -> dict:
+    """Train into a fresh folder beside `out` (`fit(folder)` returns the card's figures), write the
+    card, then put the folder in place of `out`: a training that fails leaves `out` as it was."""
     out.parent.mkdir(parents=True, exist_ok=True)
     for p in sweep_stale(out):
         log.info("removed %s, left by a training that was stopped", p)
     tmp_out = Path(tempfile.mkdtemp(prefix=f".{out.name}.part-{os.getpid()}-", dir=out.parent))
     try:
-        fn = train_dense if kind == "dense" else train_reranker
-        info = fn(base, train_ex, dev_ex, tmp_out, settings, device=device, progress=progress)
-        info.update({"data": str(data.resolve()), "split": split, "index": index_name,
-                     "train_queries": len(train_ex), "dev_queries": len(dev_ex),
-                     "skipped_queries": skipped + dev_skipped, "mining_seconds": round(mined_s, 1),
-                     "device": device or "cpu", "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                     "dev_qids": sorted(dev_q)})
+        info = fit(tmp_out)
+        info.update({**extra, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
         write_card(tmp_out, info)
         publish(tmp_out, out)
     except BaseException:
         shutil.rmtree(tmp_out, ignore_errors=True)
         raise
     return info
+
+
+def _train_from_corpus(out: Path, index_path, pseudo, settings, base_model, dev_fraction, device, progress,
+                       indexes) -> dict:
+    """`ldr train dense --from-corpus`: the index's dense model fine-tuned on pseudo-queries of its
+    own documents (pseudo.py), early-stopped on a held-out share of them."""
+    from ..encode.models import resolve
+    from .dense import DenseTrainSettings, train_dense
+    from .pseudo import pseudo_examples
+
+    if not index_path:
+        raise ConfigError("--from-corpus trains on an index's own documents: give the index with -i")
+    settings = settings or DenseTrainSettings()
+    t0 = time.perf_counter()
+    with indexes(index_path) as index:
+        if "dense" not in index.components:
+            raise ConfigError(f"{index.path} has no dense component to start from")
+        base = base_model or resolve(index.components["dense"]["model"]["settings"]["model"])[0]
+        examples, counts = pseudo_examples(index, pseudo, progress=progress)
+        index_name, docs = str(index.path), len(index)
+    by_id = {ex.qid: ex for ex in examples}
+    if len(by_id) < 4:
+        raise ConfigError(f"only {len(by_id)} pseudo-queries survived the round trip through the search "
+                          f"({counts}); the corpus is too small or too uniform to learn from")
+    train_q, dev_q = split_queries(list(by_id), dev_fraction, seed=settings.seed)
+    train_ex, dev_ex = [by_id[q] for q in train_q], [by_id[q] for q in dev_q]
+    drawn_s = time.perf_counter() - t0
+    return _write(out, lambda tmp: train_dense(base, train_ex, dev_ex, tmp, settings, device=device,
+                                               progress=progress), {
+        "data": f"the documents of {index_name} (no query, no judgement)", "split": "pseudo-queries",
+        "index": index_name, "documents": docs, "pseudo": {**asdict(pseudo), **counts},
+        "train_queries": len(train_ex), "dev_queries": len(dev_ex), "skipped_queries": counts.get("vague", 0),
+        "mining_seconds": round(drawn_s, 1), "device": device or "cpu"})
