@@ -30,8 +30,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("ldr.search",),                 # the query side: options, the plan and its stages, fusion
     ("ldr.rerank",),                 # second stages (cross-encoder, passage rescorer) behind the rerank stage's protocol
     ("ldr.eval", "ldr.train"),       # measuring and training, given an Index
-    ("ldr.api", "ldr.sharded", "ldr.handle", "ldr.shard"),   # the composition root a RAG application imports
-    # (handle: what both share; shard: a pinned generation answering a search in values)
+    ("ldr.api", "ldr.sharded", "ldr.handle", "ldr.shard", "ldr.shard_sets"),   # the composition root a RAG application imports
+    # (api.Index: the one handle; handle: its search half; shard_sets: where its shards come from;
+    # shard: a pinned generation answering a search in values)
     ("ldr.serve", "ldr.integrations"),
     ("ldr.cli",),
     ("ldr",),                        # the package root re-exports the API
@@ -242,7 +243,7 @@ COORDINATOR = ("ldr.search.stages", "ldr.search.fusion", "ldr.search.normalise",
 
 def kind_reaches(graph: dict[str, set[str]], outside: tuple[str, ...] = ("ldr.search", "ldr.cli", "ldr.serve",
                                                                            "ldr.api", "ldr.sharded", "ldr.handle",
-                                                                           "ldr.shard", "ldr.rerank", "ldr.eval", "ldr.integrations")
+                                                                           "ldr.shard", "ldr.shard_sets", "ldr.rerank", "ldr.eval", "ldr.integrations")
                  ) -> list[tuple[str, str]]:
     """Imports of one kind's module (components.bm25, components.bm25_store.*, ...) by the layers
     above storage: they reach a kind through the registry's protocol, never by its path."""

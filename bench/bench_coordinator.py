@@ -1,6 +1,6 @@
 """What a coordinator holds (issue 55): a sharded index of N synthetic documents in S shards,
 opened (1) in this process as `ldr.open` does (every shard local) and (2) as `ldr serve --ray`'s
-coordinator (RayShardedIndex over one Serve replica per shard on a local Ray cluster), each in a
+coordinator (ray_shards.open_on_ray over one Serve replica per shard on a local Ray cluster), each in a
 fresh process: its RSS before and after the open and after Q searches, the open's seconds, the
 median search latency. Also the bytes a query's values take on the wire (each Shard call's
 arguments and answer, pickled) and the fan-out's cost against the unsharded index of the same
@@ -59,11 +59,11 @@ if mode == "local":
 else:
     import logging, ray
     ray.init(num_cpus=4, logging_level=logging.WARNING, log_to_driver=False)
-    from ldr.serve.ray_shards import RayShardedIndex, deploy
+    from ldr.serve.ray_shards import deploy, open_on_ray
     handles = deploy(path, None, 1)
     before = rss_mb()          # Ray's driver and Serve's handles, before the index
     t = time.perf_counter()
-    ix = RayShardedIndex(path, handles)
+    ix = open_on_ray(path, handles)
 opened = time.perf_counter() - t
 after_open = rss_mb()
 qs = queries(n_q)

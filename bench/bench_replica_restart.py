@@ -1,5 +1,5 @@
 """A killed replica answering again (issue 55): a sharded index of N synthetic documents served by
-one Serve application per shard on a local Ray cluster (RayShardedIndex, as `ldr serve --ray`'s
+one Serve application per shard on a local Ray cluster (ray_shards.open_on_ray, as `ldr serve --ray`'s
 coordinator), one replica of shard 0 killed (ray.kill: the process gone, as a crashed node's);
 measured: with 1 replica, the seconds until a search answers whole again (what Serve's restart of
 the replica, its open of the shard and the coordinator's retries cost), and the searches that
@@ -31,10 +31,10 @@ def trial(path: Path, replicas: int, qs: list[str]) -> dict:
     import ray
     from ray import serve
 
-    from ldr.serve.ray_shards import RayShardedIndex, deploy
+    from ldr.serve.ray_shards import deploy, open_on_ray
 
     handles = deploy(str(path), None, replicas)
-    ix = RayShardedIndex(path, handles)
+    ix = open_on_ray(path, handles)
     want = {q: [(h.id, round(h.score, 5)) for h in ix.search(q, k=10)] for q in qs}
     before = replicas_of(ray, 0)
     ray.kill(ray.get_actor(before[0], namespace="serve"), no_restart=True)

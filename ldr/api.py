@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Iterable
 
 from .corpus import Doc, IngestReport, corpus_docs
-from .errors import ConfigError, IndexFormatError, LdrError
+from .errors import ConfigError
 from .handle import Handle
 from .shard import LocalShard
 from .index.build import BuildConfig, build_index, create_index
-from .index.view import View, holds_index, newest, open_view
+from .index.view import holds_index
 from .index.ray_build import RayOptions, ray_options
 from .search.hits import Hit, SearchResult, origin  # noqa: F401  (ldr.api.Hit)
-from .search.searcher import Snapshot
 from . import components as registry
 from .search.options import search_signature
 
@@ -30,89 +29,154 @@ log = logging.getLogger(__name__)
 
 
 class Index(Handle):
-    """An opened index, pinned to one generation (consistent across every component) until
-    `refresh()`. Components and models are loaded lazily on first use; one Index can be searched
-    from many threads."""
+    """An opened index, pinned to one point in time (consistent across every component and
+    shard) until `refresh()`: one index directory, a sharded index's directory (each shard pinned
+    to the generation the cluster commit names), or a sharded index searched on Ray Serve
+    (serve/ray_shards.py `open_on_ray`). Search, refresh, info, documents and writes are written
+    once over the shard set (shard_sets.py). Components and models are loaded lazily on first
+    use; one Index can be searched from many threads."""
 
     def __init__(self, path: str | os.PathLike, verify: bool = False, device: str | None = None,
-                 trust_remote_code: bool = False, generation: int | None = None):
+                 trust_remote_code: bool = False, generation: int | None = None, *, shards=None):
         """Open an index at its newest generation (or `generation`). Always checked: the manifest's
         own checksum and shape, that every path stays inside the directory, every file's size,
         and the SHA-256 of files under 1 MB; `verify=True` hashes every file (as `ldr check` does,
         without its array checks). `trust_remote_code=True` lets models that ship their own code
-        run: an index's manifest alone never grants that."""
-        self.path = Path(path)
-        self.device = device
-        self.trust_remote_code = trust_remote_code
-        self.verify = verify
+        run: an index's manifest alone never grants that. `shards`: the shard set to search
+        (default: the directory's own, one index or a sharded one)."""
+        from .index.cluster import is_cluster
+        from .shard_sets import LocalShards, OneIndex
+
+        self.device, self.trust_remote_code, self.verify = device, trust_remote_code, verify
+        if shards is None:
+            shards = (LocalShards if is_cluster(path) else OneIndex)(Path(path), verify, device)
+        self._set, self.path = shards, shards.path
         self._init_shared()
-        self._view = self._open_view(generation)
+        self._snap = self._set.open(generation, self)
 
-    def _open_view(self, generation: int | None = None) -> View:
-        return open_view(self.path, generation, full=self.verify)
-
-    # -- generations ------------------------------------------------------------------------
+    # -- the point in time ------------------------------------------------------------------
     @property
     def manifest(self) -> dict:
-        return self._view.manifest
-
-    @property
-    def docstore(self):
-        return self._view.segments
+        """The generation's manifest (a sharded index: the first shard's; every shard is built
+        with the same settings)."""
+        return self._snap.manifest
 
     @property
     def generation(self) -> int:
-        """The generation this handle reads (0: a format 2 index)."""
-        return self._view.generation
+        """The generation this handle reads (a sharded index: the cluster's; 0: a format 2 index)."""
+        return self._snap.generation
+
+    @property
+    def sharded(self) -> bool:
+        return self._set.sharded
+
+    def __len__(self) -> int:
+        return len(self._snap)
 
     def refresh(self) -> bool:
         """Move to the newest committed generation; True when it changed. Searches already running
-        finish on the generation they started with."""
-        if newest(self.path) in (None, self.generation):
-            return False
-        view = self._open_view()
-        with self._load_lock:
-            self._view = view
-        self._retain(view.segments)
-        return True
-
-    def _retain(self, segments) -> None:
-        """The caches by uid (analysed windows, recent texts) keep only the documents this
-        generation holds: their memory follows the live index, not its history."""
-        import numpy as np
-
-        def alive(uids):
-            docnos = segments.docnos_of_uids(uids)
-            if not len(segments.live):        # every document deleted: nothing is alive
-                return np.zeros(len(docnos), dtype=bool)
-            return (docnos >= 0) & segments.live[np.maximum(docnos, 0)]
-        for cache in [self._texts, *list(self._window_terms.values())]:
-            cache.retain(alive)
+        finish on the point in time they took (pinned until the last of them lets go of it)."""
+        new = self._set.newer(self._snap, self)
+        old = None
+        if new is not None:
+            with self._load_lock:
+                old, self._snap = self._snap, new
+        self._set.moved(old, self._snap, self)
+        return new is not None
 
     def close(self) -> None:
-        """Release this handle's generation (the garbage collector may then remove its files)."""
-        self._view.close()
+        """Release this handle's point in time (the garbage collector may then remove its files)."""
+        self._set.close(self._snap, self)
         self._close_pool()
 
-    def as_shard(self) -> LocalShard:
-        """This handle's generation as one shard of a search (a sharded index's, a replica's)."""
-        return LocalShard(self, self._view)
+    # -- what one point in time holds ---------------------------------------------------------
+    def document(self, doc_id: str) -> Doc:
+        return self._set.document(self._snap, doc_id)
 
-    def _snapshot(self, view: View | None = None) -> Snapshot:
-        """This handle's generation as the point in time of one search: a 1-shard cluster."""
-        view = view or self._view
-        return Snapshot(view.generation, view.manifest, [LocalShard(self, view)], self._sides(view.manifest))
+    def live_ids(self) -> list[str]:
+        """The id of every document of this point in time."""
+        return self._set.live_ids(self._snap)
+
+    def ids_where(self, filters: dict) -> list[str]:
+        """The ids of the documents that pass `filters` (ldr's filter dict): what a framework's
+        delete by a metadata value (LlamaIndex's `delete_ref_doc`) removes."""
+        import numpy as np
+
+        snap = self._snap
+        if not snap.views:
+            raise ConfigError("the documents of an index served on Ray are read where its replicas are")
+        conds = snap.conditions(filters) or None
+        out = []
+        for shard, view in zip(snap.shards, snap.views):
+            segments, mask = view.segments, shard.mask(conds)
+            out += segments.live_ids() if mask is None else \
+                [segments.ids[d] for d in np.flatnonzero(mask & segments.live).tolist()]
+        return out
+
+    def info(self) -> dict:
+        """What `ldr info` shows: counts, sizes, segments, each component described by its kind
+        (a sharded index: summed, with each shard's generation and documents)."""
+        from .language_defaults import of_manifest
+
+        return {**self._set.info(self._snap), "search": self.search_defaults(),
+                "search_recorded": dict(self.manifest.get("search", {})),
+                "search_profile": of_manifest(self.manifest), "relevance": relevance_fit(self.manifest)}
+
+    # -- a sharded index's parts, one index's files ---------------------------------------------
+    @property
+    def cluster(self) -> dict | None:
+        """A sharded index's cluster commit (None: one index)."""
+        return self._snap.cluster
+
+    @property
+    def map(self):
+        """Global document numbers over the shards (offsets)."""
+        return self._snap.map
+
+    @property
+    def shards(self) -> list["Index"]:
+        """Each shard as an Index pinned to the generation the cluster names ([self]: one index)."""
+        if not self.sharded:
+            return [self]
+        if not self._snap.views:
+            raise ConfigError("the shards of an index served on Ray are opened where its replicas are")
+        return [Index(self.path / s["path"], device=self.device, trust_remote_code=self.trust_remote_code,
+                      generation=s["generation"]) for s in self._snap.cluster["shards"]]
+
+    def _one(self):
+        if self.sharded:
+            raise ConfigError(f"{self.path} is a sharded index: this reads one index's files (index.shards[i])")
+        return self._snap.views[0]
+
+    @property
+    def docstore(self):
+        return self._one().segments
+
+    def retriever(self, name: str, view=None):
+        """The loaded first-stage reader `name` (bm25 | dense | sparse | colbert) of this generation:
+        its files, no model (`query_side(name)` encodes queries for it)."""
+        return self._set.files.retriever(view or self._one(), name)
+
+    def as_shard(self) -> LocalShard:
+        """This handle's generation as one shard of a search (a replica's)."""
+        self._one()
+        return self._snap.shards[0]
+
+    def filter_mask(self, filters):
+        """The filters' mask over this handle's document numbers (None: no filter)."""
+        return self.as_shard().mask(self._snap.conditions(filters) or None)
 
     # -- building and writing ----------------------------------------------------------------
     @classmethod
     def build(cls, corpus: str | os.PathLike | Iterable, path: str | os.PathLike, *,
               config: BuildConfig | None = None, report: IngestReport | None = None,
               progress: bool = False, wait: bool | float = False, ray: "RayOptions | bool | None" = None,
-              overwrite: bool = False, **options) -> "Index":
+              overwrite: bool = False, shards: int | None = None, **options) -> "Index":
         """Build an index from a corpus path or an iterable of Docs/dicts, then open it. `path` must
         not hold an index, unless `overwrite=True`: then a new generation holds only this corpus
         (as `ldr index --overwrite`; `index.add(...)` adds to one instead). `ray`: encode on a Ray
-        cluster (True: a local one; RayOptions(address=...) for a running cluster).
+        cluster (True: a local one; RayOptions(address=...) for a running cluster). `shards=N`: a
+        sharded index of N shards (routed by id; with `ray`, the shards build in parallel).
 
         `options` are BuildConfig fields (bm25="lucene", dense=None, sparse=None, language="de",
         k1=..., b=..., search={...}). The ingestion report is available as `index.report`.
@@ -120,6 +184,8 @@ class Index(Handle):
         if config is not None and options:
             raise ConfigError("give either config= or keyword options, not both")
         config = config or BuildConfig(**options)
+        if shards is not None:
+            return build_sharded(cls, corpus, path, shards, config, report, progress, wait, ray)
         if not isinstance(corpus, (str, os.PathLike)) and not overwrite:
             it = iter(corpus)
             first = next(it, _NONE)
@@ -151,77 +217,41 @@ class Index(Handle):
         index.report = IngestReport()
         return index
 
-    def _writer(self, wait):
-        from .index.writer import IndexWriter
-        return IndexWriter(self.path, wait=wait, trust_remote_code=self.trust_remote_code, device=self.device)
+    def reshard(self, out: str | os.PathLike, shards: int, *, wait: bool | float = False) -> "Index":
+        """A new sharded index of `shards` shards at `out` (a new or empty folder) with this
+        index's documents, their encodings copied (nothing re-encoded); this one is left as it is."""
+        return reshard(self, out, shards, wait=wait)
 
-    # -- reading --------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._view.segments)
 
-    def document(self, doc_id: str) -> Doc:
-        store = self._view.segments
-        if doc_id not in store:
-            raise KeyError(doc_id)
-        return store.doc(store.row(doc_id))
+def build_sharded(cls, corpus, path, shards: int, config, report: IngestReport | None = None,
+                  progress: bool = False, wait: bool | float = False, ray=None) -> Index:
+    """Build a sharded index of `shards` shards (Index.build(..., shards=N)); `ray` (True or
+    RayOptions): the shards build in parallel on a Ray cluster."""
+    from .index.cluster import is_cluster
+    from .index.cluster_writer import ClusterWriter
+    from .index.target import cleared_if_first_build_fails
 
-    def retriever(self, name: str, view: View | None = None):
-        """The loaded first-stage reader `name` (bm25 | dense | sparse | colbert) of this generation:
-        its files, no model (`query_side(name)` encodes queries for it)."""
-        view = view or self._view
-        if name in view.retrievers:
-            return view.retrievers[name]
-        with self._load_lock:
-            if name not in view.retrievers:
-                view.retrievers[name] = self._load_retriever(name, view)
-        return view.retrievers[name]
+    report = report if report is not None else IngestReport()
+    with cleared_if_first_build_fails(Path(path), is_cluster), \
+            ClusterWriter(path, wait=wait, create=True, threads=config.threads) as w:
+        w.build(corpus_docs(corpus, report, config.max_doc_mb, Path(path), config.doc_timeout), config, shards, report,
+                progress, ray_options(ray))
+    index = cls(path)
+    index.report = report
+    return index
 
-    def _load_retriever(self, name: str, view: View):
-        comp = view.manifest["components"].get(name)
-        if comp is None:
-            have = ", ".join(registry.in_order(view.manifest["components"])) or "none"
-            raise ConfigError(f"this index has no {name!r} component (it has: {have})")
-        try:
-            from .components.states import ReadState
 
-            return registry.get(name).open(ReadState(self.path, name, comp, view.segments))
-        except LdrError:
-            raise
-        except BaseException as e:  # a damaged file surfaces as whatever its reader raises (tantivy: a panic)
-            if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
-                raise
-            where = comp.get("path") or "its segment parts"
-            raise IndexFormatError(
-                f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
-                f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
-
-    def live_ids(self) -> list[str]:
-        """The id of every document of this generation."""
-        return self.docstore.live_ids()
-
-    def ids_where(self, filters: dict) -> list[str]:
-        """The ids of this generation's documents that pass `filters` (ldr's filter dict): what a
-        framework's delete by a metadata value (LlamaIndex's `delete_ref_doc`) removes."""
-        import numpy as np
-
-        mask = self.filter_mask(filters)
-        segments = self._view.segments
-        if mask is None:
-            return self.live_ids()
-        return [segments.ids[d] for d in np.flatnonzero(mask & segments.live).tolist()]
-
-    def filter_mask(self, filters):
-        """The filters' mask over this handle's document numbers (None: no filter)."""
-        return LocalShard(self, self._view).mask(self._snapshot().conditions(filters) or None)
-
-    def info(self) -> dict:
-        """What `ldr info` shows: counts, sizes, segments, each component described by its kind."""
-        from .index.manifest import describe
-        from .language_defaults import of_manifest
-
-        return {"path": str(self.path), **describe(self.manifest), "search": self.search_defaults(),
-                "search_recorded": dict(self.manifest.get("search", {})),
-                "search_profile": of_manifest(self.manifest), "relevance": relevance_fit(self.manifest)}
+def reshard(index: Index, out: str | os.PathLike, shards: int, *, wait: bool | float = False) -> Index:
+    """A new sharded index of `shards` shards at `out` (a new or empty folder) with the documents
+    of `index`, sharded or not, their encodings copied (nothing re-encoded); `index` is left as it
+    is. `ldr.reshard(ldr.open("idx"), "idx4", 4)`; `ldr reshard -i idx -o idx4 --shards 4`."""
+    if index.sharded:
+        with index._writer(wait) as w:
+            w.reshard(Path(out).absolute(), shards)
+    else:
+        from .index.cluster_writer import reshard_index
+        reshard_index(index.path, out, shards, wait=wait)
+    return Index(out, device=index.device, trust_remote_code=index.trust_remote_code)
 
 
 def relevance_fit(manifest: dict) -> dict | None:
@@ -246,6 +276,6 @@ Handle.search.__signature__ = search_signature()   # help() and editors list eve
 
 def open(path: str | os.PathLike, verify: bool = False, device: str | None = None,  # noqa: A001
          trust_remote_code: bool = False, generation: int | None = None) -> Index:
-    """Open an index directory at its newest generation (cheap checks; `verify=True` also hashes
-    every file). See Index."""
+    """Open an index directory, one index or a sharded one, at its newest generation (cheap
+    checks; `verify=True` also hashes every file). See Index."""
     return Index(path, verify=verify, device=device, trust_remote_code=trust_remote_code, generation=generation)

@@ -22,18 +22,23 @@ from .search.stages.rerank import RerankerSpec
 
 
 class Handle:
-    """The shared half of Index and ShardedIndex. A subclass gives `_snapshot()` (the point in
-    time a search reads), `_writer(wait)`, `refresh()`, `path`, `device`, `trust_remote_code`."""
+    """api.Index's search half: `_snap` (the point in time a search reads, swapped whole by
+    `refresh()`), `_set` (the shard set: its writer), `path`, `device`, `trust_remote_code`."""
 
     def _init_shared(self) -> None:
         self._rerankers: dict = {}
-        self._window_terms: dict = {}   # analysed passage windows by uid, per analyzer (search/passages.py)
+        # the coordinator's analysis of the query against windows (each shard keeps its own windows)
+        self._window_terms: dict = {}
         from .components import QuerySides
-        from .shard import RecentTexts
-        self._texts = RecentTexts()     # the texts of the latest searches' candidates, by uid
         # each kind's query side: the query models, held by the handle for every shard it searches
         self._sides = QuerySides(self.device, self.trust_remote_code, str(getattr(self, "path", "the index")))
         self._load_lock = threading.RLock()   # models load once, whichever thread asks first
+
+    def _snapshot(self):
+        return self._snap
+
+    def _writer(self, wait):
+        return self._set.writer(wait, self)
 
     # -- what every handle reads of its point in time (`manifest`: the subclass's) ------------
     @property
@@ -291,34 +296,3 @@ class Handle:
             result = w.set_search_defaults(search, record or {})
         self.refresh()
         return result
-
-
-class ClusterHandle(Handle):
-    """A handle whose point in time is a swapped whole Snapshot (`self._snap`): a sharded index
-    opened here, or searched on Ray Serve."""
-
-    def _snapshot(self):
-        return self._snap
-
-    @property
-    def manifest(self) -> dict:
-        """The first shard's (every shard is built with the same settings)."""
-        return self._snap.manifest
-
-    @property
-    def generation(self) -> int:
-        return self._snap.generation
-
-    def __len__(self) -> int:
-        return len(self._snap)
-
-    def refresh(self) -> bool:
-        """Move to the newest cluster generation. Searches already running finish on the snapshot
-        they took (its shards stay pinned until the last of them lets go of it)."""
-        cluster = self._newest_cluster()
-        if cluster["generation"] == self.generation:
-            return False
-        snap = self._open_cluster(cluster)
-        with self._load_lock:
-            self._snap = snap
-        return True

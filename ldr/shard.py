@@ -55,19 +55,73 @@ class RecentTexts:
         return out
 
 
-class LocalShard:
-    """`index` loads the generation's retrievers (once, shared by every search of it) and keeps
-    its analysed windows; `view` is the generation."""
+class ShardFiles:
+    """What the searches of one index directory share across its generations: each generation's
+    retrievers loaded once (its files, no model), the texts read for recent searches and the
+    analysed windows, by uid (a uid's text never changes)."""
 
-    def __init__(self, index, view):
-        self.index, self.view = index, view
+    def __init__(self, path, device: str | None = None):
+        import threading
+
+        self.path, self.device = path, device
+        self.texts = RecentTexts()
+        self.window_terms: dict = {}      # analysed passage windows by uid, per analyzer (search/passages.py)
+        self.lock = threading.RLock()     # a reader loads once, whichever thread asks first
+
+    def retriever(self, view, name: str):
+        """The loaded first-stage reader `name` of the generation `view`."""
+        if name in view.retrievers:
+            return view.retrievers[name]
+        with self.lock:
+            if name not in view.retrievers:
+                view.retrievers[name] = self._load(view, name)
+        return view.retrievers[name]
+
+    def _load(self, view, name: str):
+        from . import components as registry
+        from .components.states import ReadState
+        from .errors import ConfigError, LdrError
+
+        comp = view.manifest["components"].get(name)
+        if comp is None:
+            have = ", ".join(registry.in_order(view.manifest["components"])) or "none"
+            raise ConfigError(f"this index has no {name!r} component (it has: {have})")
+        try:
+            return registry.get(name).open(ReadState(self.path, name, comp, view.segments))
+        except LdrError:
+            raise
+        except BaseException as e:  # a damaged file surfaces as whatever its reader raises (tantivy: a panic)
+            if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+                raise
+            where = comp.get("path") or "its segment parts"
+            raise IndexFormatError(
+                f"the {name} component of {self.path} ({where}) cannot be loaded: {type(e).__name__}: "
+                f"{str(e)[:300]}. Run `ldr check {self.path}`; rebuild the index with `ldr index`") from None
+
+    def retain(self, segments) -> None:
+        """The caches by uid keep only the documents the generation `segments` holds: their memory
+        follows the live index, not its history."""
+        def alive(uids):
+            docnos = segments.docnos_of_uids(uids)
+            if not len(segments.live):        # every document deleted: nothing is alive
+                return np.zeros(len(docnos), dtype=bool)
+            return (docnos >= 0) & segments.live[np.maximum(docnos, 0)]
+        for cache in [self.texts, *list(self.window_terms.values())]:
+            cache.retain(alive)
+
+
+class LocalShard:
+    """One generation (`view`) of an index directory (`files`: what its searches share)."""
+
+    def __init__(self, files: ShardFiles, view):
+        self.files, self.view = files, view
 
     @property
     def store(self):
         return self.view.segments
 
     def retriever(self, kind: str):
-        return self.index.retriever(kind, self.view)
+        return self.files.retriever(self.view, kind)
 
     def mask(self, filters: dict | None):
         """The filters' mask over this generation's docnos (None: no filter); the coordinator
@@ -141,6 +195,12 @@ class LocalShard:
         return [FirstStage({stage.kind: rows}, {stage.kind: share}, dict(zip(ds, map(names.__getitem__, ds))))
                 for rows, ds in zip(lists, docs)]
 
+    def document(self, doc_id: str):
+        """The document `doc_id` of this generation (KeyError: not in it)."""
+        if doc_id not in self.store:
+            raise KeyError(doc_id)
+        return self.store.doc(self.store.row(doc_id))
+
     def _check_listed(self, listed: list) -> None:
         """A retriever's document numbers are this generation's (a damaged component's are not)."""
         if listed and not 0 <= listed[0] <= listed[-1] < self.store.rows:
@@ -152,15 +212,15 @@ class LocalShard:
     def _finder(self, kinds=()):
         from .search.passages import finder_for
 
-        return finder_for(self.view.manifest["components"], None, kinds, self.index._window_terms,
-                          self.index._load_lock, self.retriever)
+        return finder_for(self.view.manifest["components"], None, kinds, self.files.window_terms,
+                          self.files.lock, self.retriever)
 
     def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict:
         """{docno: WindowFeatures} of `docs` for the query (`terms`, `reps` of the vector `kinds`)."""
         finder = self._finder(kinds)
         keys = {d: int(self.store.uids[d]) for d in docs}
         known = finder.cache.lengths        # documents analysed before: their text is not read
-        texts = self.index._texts.read(self.store, [d for d in docs if keys[d] not in known])
+        texts = self.files.texts.read(self.store, [d for d in docs if keys[d] not in known])
         return finder.features(reps, docs, lambda d: texts[d] if d in texts else self.store.text(d), keys, terms)
 
     def exact(self, kind: str, rep, docs: list, first: dict) -> list:
@@ -169,7 +229,7 @@ class LocalShard:
     def fetch(self, docs: list, text: bool = False, meta: bool = False, cuts: dict | None = None) -> dict:
         """{docno: Fetched}: id and title, and what is asked: the text, the metadata, the passages
         (`cuts` {docno: (its windows best first, n, query terms)})."""
-        texts = self.index._texts.read(self.store, docs) if text or cuts else {}
+        texts = self.files.texts.read(self.store, docs) if text or cuts else {}
         metas = self.store.doc_metas(docs) if meta else {}
         finder = self._finder() if cuts else None
         out = {}

@@ -56,7 +56,7 @@ def test_a_sharded_index_answers_as_one_index_through_writes(unsharded, tmp_path
     # default index, which copies its encodings (a build of each encoded the corpus again: ~9 s apiece)
     sharded = ShardedIndex.build(_docs(), tmp_path / "idx", shards=n) if n == 4 else \
         ldr.sharded.reshard(unsharded, tmp_path / "idx", n)
-    assert isinstance(ldr.open(tmp_path / "idx"), ShardedIndex) and len(sharded) == len(unsharded)
+    assert ldr.open(tmp_path / "idx").sharded and not unsharded.sharded and len(sharded) == len(unsharded)
     assert len(sharded.cluster["shards"]) == n
     _same(unsharded, sharded, "built")
     if n != 4:
@@ -291,7 +291,7 @@ def test_an_unsharded_index_reshards_without_re_encoding_and_never_over_an_index
     r = CliRunner().invoke(main, ["reshard", "-i", str(unsharded.path), "-o", str(tmp_path / "s4"), "--shards", "4"])
     assert r.exit_code == 0 and "1 -> 4 shards" in r.output, r.output
     four = ldr.open(tmp_path / "s4")
-    assert isinstance(four, ShardedIndex) and len(four) == len(unsharded)
+    assert four.sharded and len(four) == len(unsharded)
     _same(unsharded, four, "resharded 1 -> 4")
     other = ldr.Index.build(_extra(), tmp_path / "other", dense=None, sparse=None)
     r = CliRunner().invoke(main, ["reshard", "-i", str(tmp_path / "s4"), "-o", str(other.path), "--shards", "2"])

@@ -168,10 +168,11 @@ def test_the_window_caches_follow_the_live_index_under_churn(tmp_path, monkeypat
         idx.add([{"id": "churn", "text": f"bridge {words}"}])
         assert idx.search("bridge bearing", k=5)
         idx.delete(["churn"])
-        (cache,) = idx._window_terms.values()
-        live = set(idx._view.segments.uids[idx._view.segments.live].tolist())
+        files = idx._set.files              # the shard's caches (shard.ShardFiles)
+        (cache,) = files.window_terms.values()
+        live = set(idx.docstore.uids[idx.docstore.live].tolist())
         assert {k[0] for k in cache._docs} <= live and set(cache.lengths) <= live
-        assert set(idx._texts._by_uid) <= live
+        assert set(files.texts._by_uid) <= live
         sizes.append(len(cache.vocab))
     assert max(sizes) <= 1500 + 700 and min(sizes) < 700        # started afresh; never past the floor and one document
 

@@ -95,12 +95,12 @@ def _ray_opener(index_path, address, replicas, device, local=None):
     from ..errors import BackendUnavailable
 
     try:
-        from ..serve.ray_shards import RayShardedIndex, deploy
+        from ..serve.ray_shards import deploy, open_on_ray
     except ImportError as e:
         raise BackendUnavailable(f"--ray needs the Ray extra: pip install 'ldr[ray]' ({e.name} is missing)") from None
     handles = deploy(index_path, None if address == "local" else address, replicas, device, local=local)
     click.echo(f"{len(handles)} shards deployed on Ray Serve, {replicas} replica(s) each", err=True)
-    return lambda: RayShardedIndex(index_path, handles, device=device)
+    return lambda: open_on_ray(index_path, handles, device=device)
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -127,7 +127,7 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     click.echo(f"written to {out_dir}/ (metrics.json, report.md, runs/, plots) in {metrics['seconds']:.0f}s")
 
 def _open_index(path: str):
-    from ..sharded import open as open_index
+    from ..api import open as open_index
     return open_index(path)
 
 

@@ -74,10 +74,10 @@ def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_work
 
 
 def _index_sharded(corpus, out, shards, options, report, quiet, wait, ray) -> None:
-    from ..sharded import ShardedIndex
+    from ..api import Index
 
-    index = ShardedIndex.build(corpus, out, shards=shards, config=build_config(**options), report=report,
-                               progress=not quiet, wait=wait, ray=ray)
+    index = Index.build(corpus, out, shards=shards, config=build_config(**options), report=report,
+                        progress=not quiet, wait=wait, ray=ray)
     click.echo(report.summary())
     for line in report.details():
         click.echo(line, err=True)
@@ -161,10 +161,11 @@ def _state(w) -> str:
 def reshard_cmd(index_path, out, shards, wait):
     """Copy an index (sharded or not) into a new sharded one of SHARDS shards: every document moves
     to the shard its id routes to, with its vectors and postings as they are (nothing re-encoded)."""
-    from ..sharded import open as open_index, reshard
+    from ..api import open as open_index
+    from ..sharded import reshard
 
     source = open_index(index_path)
-    before = len(source.shards) if hasattr(source, "shards") else 1
+    before = len(source.cluster["shards"]) if source.sharded else 1
     new = reshard(source, out, shards, wait=wait)
     sizes = ", ".join(str(s["live"]) for s in new.cluster["shards"])
     click.echo(f"resharded {before} -> {shards} shards: {len(new)} documents in {out} ({sizes})")

@@ -32,6 +32,8 @@ class Snapshot:
     manifest: dict
     shards: list
     side: Callable
+    cluster: dict | None = field(default=None, repr=False)   # a sharded index's cluster commit
+    views: list = field(default_factory=list, repr=False)     # the pinned generations read here (none on Ray)
     _about: list | None = field(default=None, repr=False)
     _map: ShardMap | None = field(default=None, repr=False)
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from .. import ray_session
 from ..errors import ConfigError, IndexFormatError
-from ..handle import ClusterHandle
 from ..index.cluster import shard_of, shard_rel
 from . import ray_leases
 from ..values import ShardInfo
@@ -156,7 +155,7 @@ class ShardReplica:
     def document(self, entry: dict, doc_id: str):
         """The document (None: not in this generation)."""
         try:
-            return self._at(entry).index.document(doc_id)
+            return self._at(entry).document(doc_id)
         except KeyError:
             return None
 
@@ -230,21 +229,19 @@ class RemoteShard:
         self._ask("release", holder)
 
 
-class RayShardedIndex(ClusterHandle):
-    """A sharded index searched on its shards' Serve deployments (`handles[i]`): the coordinator
-    learns the cluster's newest commit, each shard's size and fields and the index's settings
-    from the replicas, and reads no file of the index (it may run where the index is not)."""
+class RayShards:
+    """A sharded index's shards as their Serve deployments (`handles[i]`), a shard set of the one
+    handle (shard_sets.py): the coordinator learns the cluster's newest commit, each shard's size
+    and fields and the index's settings from the replicas, holds each point in time as a lease at
+    the source (index/leases.py), and reads no file of the index (it may run where the index is not)."""
+    sharded = True
 
-    def __init__(self, path, handles: list, device: str | None = None, trust_remote_code: bool = False,
-                 timeout_s: float = TIMEOUT_S):
+    def __init__(self, path, handles: list, timeout_s: float = TIMEOUT_S):
         from ..index.remote import is_uri
 
         self.path = path if is_uri(path) else Path(path)     # a URI: the replicas copy from object storage
         self.handles, self.timeout_s = handles, timeout_s
-        self.device, self.trust_remote_code = device, trust_remote_code
-        self._init_shared()
         self._leases = ray_leases.Leases()       # the points in time this coordinator holds
-        self._snap = self._open(self._cluster())
 
     def _cluster(self, wait_s: float | None = None) -> dict:
         """The newest cluster commit, from the first shard whose replicas answer within `wait_s` in
@@ -263,62 +260,59 @@ class RayShardedIndex(ClusterHandle):
                 r.cancel()
         raise IndexFormatError(f"no shard of {self.path} answers on Ray Serve: is the index where its replicas run?")
 
-    def _open(self, cluster: dict) -> Snapshot:
-        """The cluster generation `cluster` names, every shard held at its generation (a lease at
-        the source, index/leases.py): one point in time. A generation collected before it could
-        be leased gives way to the newest."""
+    def open(self, generation: int | None, handle, cluster: dict | None = None) -> Snapshot:
+        """The cluster generation `cluster` names (default: the newest), every shard held at its
+        generation (a lease at the source): one point in time. A generation collected before it
+        could be leased gives way to the newest."""
+        if generation is not None:
+            raise ConfigError("an index served on Ray opens at its newest generation")
+        cluster = cluster or self._cluster()
         for _ in range(20):
             shards = [RemoteShard(self.handles[i], i, s, self.timeout_s) for i, s in enumerate(cluster["shards"])]
-            if self._leases.take(cluster["generation"], shards, self._pool()):
-                return self._describe(cluster, shards)
+            if self._leases.take(cluster["generation"], shards, handle._pool()):
+                return self._describe(cluster, shards, handle)
             cluster = self._cluster()
         raise IndexFormatError(f"{self.path} changed too quickly to be opened; try again")
 
-    def _describe(self, cluster: dict, shards: list) -> Snapshot:
-        about = list(self._pool().map(lambda sh: sh.describe(), shards))
+    def _describe(self, cluster: dict, shards: list, handle) -> Snapshot:
+        about = list(handle._pool().map(lambda sh: sh.describe(), shards))
         manifest = next((a.manifest for a in about if a.manifest is not None), None)
         if manifest is None:
             raise IndexFormatError(f"no shard of {self.path} answered at cluster generation {cluster['generation']}")
         # the query sides load the models once per settings, here: the replicas load none
-        snap = Snapshot(cluster["generation"], manifest, shards, self._sides(manifest))
-        snap.cluster = cluster
-        return snap
+        return Snapshot(cluster["generation"], manifest, shards, handle._sides(manifest), cluster=cluster)
 
-    def _newest_cluster(self) -> dict:
+    def newer(self, snap: Snapshot, handle) -> Snapshot | None:
         # the server asks every few seconds: a shard gone must not hold a refresh (or a shutdown) 30 s
-        return self._cluster(REFRESH_WAIT_S)
+        cluster = self._cluster(REFRESH_WAIT_S)
+        return None if cluster["generation"] == snap.generation else self.open(None, handle, cluster)
 
-    def _open_cluster(self, cluster: dict) -> Snapshot:
-        return self._open(cluster)
+    def moved(self, old: Snapshot | None, snap: Snapshot, handle) -> None:
+        """The leases kept: the current point in time's renewed when due, the ones before the
+        previous released (a search still running on the previous one keeps it)."""
+        self._leases.keep(snap.generation, snap.shards, handle._pool())
 
-    def refresh(self) -> bool:
-        """As a sharded index's, and the leases kept: the current point in time's renewed when due,
-        the ones before the previous released (a search still running on the previous one keeps it)."""
-        moved = super().refresh()
-        self._leases.keep(self._snap.generation, self._snap.shards, self._pool())
-        return moved
+    def close(self, snap: Snapshot, handle) -> None:
+        self._leases.release_all(handle._pool())
 
-    def close(self) -> None:
-        self._leases.release_all(self._pool())
-        self._close_pool()
-
-    def document(self, doc_id: str):
-        snap = self._snap
+    def document(self, snap: Snapshot, doc_id: str):
         shard = snap.shards[shard_of(str(doc_id), len(snap.shards))]
         doc = shard._live("document", doc_id)
         if doc is None:
             raise KeyError(doc_id)
         return doc
 
-    def info(self) -> dict:
-        snap = self._snap
+    def live_ids(self, snap: Snapshot) -> list[str]:
+        raise ConfigError("the ids of an index served on Ray are read where its replicas are (`ldr export`)")
+
+    def info(self, snap: Snapshot) -> dict:
         return {"path": str(self.path), "generation": snap.generation, "documents": len(snap),
-                "components": snap.manifest["components"], "search": snap.manifest.get("search", {}),
+                "components": snap.manifest["components"],
                 "shards": [{"path": s["path"], "generation": s["generation"], "documents": s["live"],
                             "answering": not sh.describe().missing}
                            for s, sh in zip(snap.cluster["shards"], snap.shards)]}
 
-    def _writer(self, wait):
+    def writer(self, wait, handle):
         from ..index.cluster import is_cluster
         from ..index.cluster_writer import ClusterWriter
 
@@ -326,6 +320,15 @@ class RayShardedIndex(ClusterHandle):
             raise ConfigError(f"this server cannot see {self.path} (its shards answer on Ray Serve): write with "
                               "`ldr add CORPUS -i IDX` where the index is; the replicas follow each commit")
         return ClusterWriter(self.path, wait=wait)
+
+
+def open_on_ray(path, handles: list, device: str | None = None, trust_remote_code: bool = False,
+                timeout_s: float = TIMEOUT_S):
+    """The sharded index at `path` searched on its shards' Serve deployments (`deploy`): an
+    api.Index over RayShards."""
+    from ..api import Index
+    return Index(path, device=device, trust_remote_code=trust_remote_code,
+                 shards=RayShards(path, handles, timeout_s))
 
 
 def _shard_count(root: str) -> int:
