@@ -264,11 +264,15 @@ def relevance_fit(manifest: dict) -> dict | None:
     fit, query_fit = calibration.fit_for(comps, kinds), calibration.query_fit_for(comps, kinds)
     first = fit and {"reads": sorted(fit["weights"]), "models": fit["models"], "fitted_on": fit.get("data"),
                      "out_of_fold": fit.get("oof"), "held_out": fit.get("held_out"), "exact": calibration.exact()}
+    own = manifest.get("search", {}).get("relevance_fit")       # `ldr tune --relevance`
+    own = own and {k: own.get(k) for k in ("data", "split", "queries", "hits", "estimate", "kinds", "ece", "min_score",
+                                           "precision", "confidence", "at")}
     if query_fit is None:
-        return first or None
+        return dict(first, own_fit=own) if first else None
     return {"reads": list(query_fit["weights"]), "models": calibration.models(comps, list(query_fit["reads"])),
             "fitted_on": query_fit["data"], "held_out": query_fit["held_out"], "exact": calibration.exact(),
-            "query_fit": query_fit["name"], "min_docs": calibration.min_docs(), "smaller_indexes": first}
+            "query_fit": query_fit["name"], "min_docs": calibration.min_docs(), "smaller_indexes": first,
+            "own_fit": own}
 
 
 Handle.search.__signature__ = search_signature()   # help() and editors list every option

@@ -203,7 +203,7 @@ def test_pseudo_queries_come_from_their_document_and_the_search_ranks_it(train_d
     examples, counts = pseudo_examples(index, PseudoSettings(queries=24, window_words=30, top=3), progress=False)
     assert counts["drawn"] == 24 and counts["kept"] == len(examples) > 0
     assert counts["kept"] + counts.get("vague", 0) + counts.get("no negative", 0) == 24
-    assert {"summary", "keywords"} <= set(counts)
+    assert {"summaries", "keyword sets"} <= set(counts)
     for ex in examples:
         (doc,) = ex.positive_docs
         text = " ".join(sentences(index.document(doc).text))

@@ -31,8 +31,16 @@ from .app import main
 @click.option("--wait", is_flag=True, help="Wait for another writer of the index to finish instead of failing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@click.option("--relevance", is_flag=True,
+              help="Fit the index's relevance (P(relevant), what --min-score cuts on) on these judgements instead of "
+                   "the ranking: the shipped estimate recalibrated, checked by cross-validation, with the min_score "
+                   "that keeps --precision at --confidence on them.")
+@click.option("--precision", type=click.FloatRange(0.05, 0.99), default=0.8, show_default=True,
+              help="--relevance: the precision the reported min_score keeps.")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.9, show_default=True,
+              help="--relevance: with this confidence (a lower bound on the precision of the kept hits).")
 def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, rerank_weights, rerank_only, max_queries,
-             seed, dry_run, wait, as_json, quiet):
+             seed, dry_run, wait, as_json, quiet, relevance, precision, confidence):
     """Choose the index's search defaults (fusion, weights, reranking) on your qrels and commit them.
 
     Settings are chosen on one random half of the queries and scored on the other (and the
@@ -71,6 +79,10 @@ def tune_cmd(index_path, data, split, metric, rerank_depths, rerank_model, reran
     known = set(index.live_ids())
     if not any(d in known for docs in qrels.values() for d in docs):
         raise ConfigError(f"no document of {qrels_file} is in {index_path}: tune on qrels over this index's ids")
+    if relevance:
+        from .relevance import tune_relevance
+        return tune_relevance(index, Path(data), split, qrels, max_queries, seed, precision, confidence, dry_run, wait,
+                              as_json, quiet)
     report = tune(index, load_queries(Path(data)), qrels,
                   TuneOptions(metric=metric, seed=seed, rerank_depths=depths, rerank_model=rerank_model,
                               rerank_weights=shares, rerank_only=rerank_only, max_queries=max_queries,

@@ -192,6 +192,14 @@ def info_cmd(index_path, as_json, fields):
                        f"(held out elsewhere: bench/README.md){floor}; `--min-score` cuts on it")
     else:
         click.echo("relevance   none fitted for these models (hits carry no relevance; --min-score is refused)")
+    own = (rel or {}).get("own_fit")
+    if own:
+        cut = own["min_score"]
+        keeps = (f"; min_score {cut['threshold']:.2f} keeps precision {own['precision']:g} at {cut['confidence']:.0%} "
+                 "confidence there" if cut else "; no min_score reached the asked precision there")
+        click.echo(f"{'':<11} recalibrated by `ldr tune --relevance` on {own['queries']} judged queries of "
+                   f"{own['data']} at {own['at']} (a {'+'.join(own['kinds'])} search's {own['estimate']} estimate): "
+                   f"ECE {own['ece']['shipped']:.3f} shipped, {own['ece']['cross_validated']:.3f} cross-validated{keeps}")
     t = info["search_recorded"].get("tuned")
     if t:
         click.echo(f"{'':<11} tuned by `ldr tune` on {t['data']} ({t['split']}, {t['queries']} queries) at "

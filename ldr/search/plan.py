@@ -127,7 +127,9 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     # a lexical kind weighted 0 in the fusion adds no window evidence either
     windows = opts.window_weight > 0 and term_kind is not None and opts.weights.get(term_kind(), 1.0) != 0
     depth = max(opts.depth, k, opts.rerank_depth if second is not None else 0)
-    relevance = _relevance(components, kinds, request.min_score, k) \
+    own = recorded.get("relevance_fit")        # `ldr tune --relevance`: fitted on these kinds' estimate
+    relevance = _relevance(components, kinds, request.min_score, k,
+                           own if own and own.get("kinds") == list(kinds) else None) \
         if request.relevance or request.min_score is not None else ()
     asks = relevance[0].distributions if relevance else ()
     bounds = relevance[0].names if relevance else ()
@@ -149,8 +151,9 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
     return Plan(query, k, opts, sources, first, rest)
 
 
-def _relevance(components: dict, kinds: list[str], min_score: float | None, k: int) -> tuple:
-    """The relevance stage, where a calibration was fitted for these kinds (search/calibration.py)."""
+def _relevance(components: dict, kinds: list[str], min_score: float | None, k: int, own: dict | None = None) -> tuple:
+    """The relevance stage, where a calibration was fitted for these kinds (search/calibration.py);
+    `own`: the index's recalibration on its user's labels (eval/relevance_fit.py)."""
     fit = calibration.fit_for(components, kinds)
     query_fit = calibration.query_fit_for(components, kinds)
     if fit is None and query_fit is None:
@@ -161,7 +164,7 @@ def _relevance(components: dict, kinds: list[str], min_score: float | None, k: i
                              "without it, index with --bm25 native (the default) or add a dense or sparse leg, or "
                              "fit one (bench/fit_own_calibration.py)")
         return ()
-    return (Relevance(tuple(fit["weights"]) if fit else (), fit, min_score, query_fit, k),)
+    return (Relevance(tuple(fit["weights"]) if fit else (), fit, min_score, query_fit, k, own),)
 
 
 _ORDER = (Stage.FUSED.value, Stage.WINDOWS.value, Stage.RERANKED.value)

@@ -188,10 +188,10 @@ def pseudo_examples(index, settings: PseudoSettings, progress: bool = True) -> t
             q, taken = summary_query(w, idf, s.query_words)
             cloze = rng.random() < 0.5 and len(taken) < len(w.sentences)
             pos = " ".join(x for j, x in enumerate(w.sentences) if not (cloze and j in taken))
-            shapes.append("summary")
+            shapes.append("summaries")
         else:
             q, pos = keyword_query(w, idf, s.keywords, terms), w.text
-            shapes.append("keywords")
+            shapes.append("keyword sets")
         queries.append(q)
         positives.append(pos)
     examples, counts = [], Counter(drawn=len(drawn))

@@ -23,11 +23,12 @@ class Relevance:
     min_score: float | None = None
     query_fit: dict | None = None     # the query fit, where this index gives what it reads
     k: int | None = None              # the hits the search returns: no later row needs an estimate
+    own: dict | None = None           # the index's recalibration on its user's labels (`ldr tune --relevance`)
     side = "coordinator"
     name = Stage.RELEVANCE.value
 
     def __hash__(self):
-        return hash((self.names, self.min_score, self.k))
+        return hash((self.names, self.min_score, self.k, (self.own or {}).get("at")))
 
     def needs(self) -> int:
         return 0
@@ -46,7 +47,9 @@ class Relevance:
         if self.query_fit:
             first = f"{' and '.join(self.query_fit['weights'])} (the query's scores over the index)"
             how = first + (f"; below {calibration.min_docs()} documents, {how}" if how else "")
-        return f"calibrated P(relevant) from {how}{floor}{cut}"
+        own = (f"; recalibrated on {self.own['queries']} judged queries of {self.own.get('data', 'the user')}"
+               f" ({self.own['estimate']} estimate)" if self.own else "")
+        return f"calibrated P(relevant) from {how}{floor}{own}{cut}"
 
     def run(self, cands: Candidates, source: QuerySource) -> Candidates:
         if not cands.rows:
@@ -68,7 +71,7 @@ class Relevance:
                     windows.update(source.best_windows(ahead))
                 at += 1
                 cover = windows.get(d, {}).get(calibration.COVER)
-                p, x = self._estimate({**cands.first_stage(d), **st}, dists, cover, bounds, use_query)
+                p, x, used = self._estimate({**cands.first_stage(d), **st}, dists, cover, bounds, use_query)
                 if p is None:       # no estimate applies to this index (too few documents for the query fit)
                     if self.min_score is not None:
                         raise QueryError(f"min_score needs a calibrated relevance, and this index's is fitted for "
@@ -76,8 +79,13 @@ class Relevance:
                     out.append((d, sc, st))
                     continue
                 p = max(p, calibration.exact()["p"]) if calibration.is_exact(source.query, cover) else p
+                shipped = p
+                if self.own is not None and self.own["estimate"] == used:
+                    p = own_relevance(self.own, p, x, cover)
                 if self.min_score is None or p >= self.min_score:
                     extra = {detail(Stage.RELEVANCE, n): v for n, v in x.items()}
+                    if shipped != p:
+                        extra[detail(Stage.RELEVANCE, "shipped")] = shipped
                     if cover is not None:
                         extra[detail(Stage.RELEVANCE, calibration.COVER)] = cover
                     out.append((d, sc, dict(st, **extra, **{self.name: p})))
@@ -85,12 +93,25 @@ class Relevance:
         return cands
 
     def _estimate(self, scores: dict, dists: dict, cover, bounds: dict, use_query: bool):
-        """(P(relevant), its features) by the query fit where it applies (its cover known), else the first fit."""
+        """(P(relevant), its features, "query" or "first") by the query fit where it applies (its
+        cover known), else the first fit."""
         if use_query and cover is not None:
             x = calibration.query_features(self.query_fit, scores, dists, cover)
             if x is not None:
-                return calibration.relevance(x, self.query_fit), x
+                return calibration.relevance(x, self.query_fit), x, "query"
         if self.fit is None:
-            return None, {}
+            return None, {}, None
         x = calibration.features(scores, bounds, self.names)
-        return calibration.relevance(x, self.fit), x
+        return calibration.relevance(x, self.fit), x, "first"
+
+
+def own_relevance(own: dict, p: float, x: dict, cover: float | None = None) -> float:
+    """The shipped estimate `p` recalibrated on the index's labels: sigmoid(a·logit(p) + b + Σ w·x)
+    over its features `x` (and the window `cover`; eval/relevance_fit.py)."""
+    import math
+
+    q = min(max(p, 1e-4), 1 - 1e-4)
+    x = dict(x, **({calibration.COVER: cover} if cover is not None else {}))
+    z = own["a"] * math.log(q / (1 - q)) + own["b"] + sum(w * float(x.get(n, 0.0)) for n, w in own.get("weights", {}).items())
+    z = max(min(z, 30.0), -30.0)
+    return 1 / (1 + math.exp(-z))

@@ -1,0 +1,89 @@
+"""Label-free adaptation of the dense leg (issue 77), as a user runs it, on a BEIR folder:
+
+    ldr index DATA/corpus.jsonl -o BASE                       # the default index (or --index BASE)
+    ldr train dense --from-corpus -i BASE -o MODEL            # pseudo-queries of BASE's documents only
+    ldr index DATA/corpus.jsonl -o ADAPTED --dense MODEL      # the default build with the adapted model
+
+then the dense leg and the default search of both indexes scored on DATA's queries and qrels
+(nDCG@10, paired t-test). The training sees the documents' text only: no query, no judgement.
+Prints a table row and writes JSON: the figures, the pseudo-queries kept, the time of each step
+and the training's time per 100 documents.
+
+    python bench/bench_adapt_from_corpus.py --data ../shared/data/qmsum-train --work /tmp/adapt [--index BASE]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def run(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    return time.perf_counter() - t
+
+
+def scores(index_path: str, data: Path, mode: str) -> dict[str, float]:
+    import ldr
+    from ldr.eval.beir import load_qrels, load_queries
+    from ldr.eval.metrics import evaluate_per_query
+
+    split = Path(glob.glob(str(data / "qrels" / "*.tsv"))[0]).stem
+    queries, qrels = load_queries(data), load_qrels(data, split)
+    qids = sorted(q for q in qrels if q in queries)
+    opts = {} if mode == "default" else {"mode": mode}
+    with ldr.open(index_path) as index:
+        got = {q: ({} if isinstance(r, Exception) else {h.id: h.score for h in r})
+               for q, r in index.search_many({q: queries[q] for q in qids}, k=10, passages=0, with_meta=False,
+                                             **opts)}
+    per = evaluate_per_query({q: qrels[q] for q in qids}, got, ("ndcg@10",))
+    return {q: 100 * per[q]["ndcg@10"] for q in qids}
+
+
+def main() -> None:
+    from scipy import stats
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, type=Path)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--index", default=None, help="the default index of DATA's corpus, built before")
+    ap.add_argument("--queries", type=int, default=None, help="pseudo-queries (default: ldr's)")
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    corpus = str(a.data / "corpus.jsonl")
+    ldr_cli = [sys.executable, "-m", "ldr.cli"]
+    took = {}
+    base = a.index or str(a.work / "base")
+    if not a.index:
+        took["base index"] = run(ldr_cli + ["index", corpus, "-o", base, "-q"])
+    model = a.work / "model"
+    took["train --from-corpus"] = run(ldr_cli + ["train", "dense", "--from-corpus", "-i", base, "-o", str(model), "-q"]
+                                      + (["--queries", str(a.queries)] if a.queries else []))
+    card = json.loads((model / "ldr-train.json").read_text())
+    adapted = str(a.work / "adapted")
+    took["adapted index"] = run(ldr_cli + ["index", corpus, "-o", adapted, "--dense", str(model), "-q"])
+    out = {"data": str(a.data), "documents": card["documents"], "pseudo": card["pseudo"], "dev": card["dev"],
+           "seconds": {k: round(v, 1) for k, v in took.items()},
+           "train_s_per_100_docs": round(100 * took["train --from-corpus"] / card["documents"], 1)}
+    for mode in ("dense", "default"):
+        before, after = scores(base, a.data, mode), scores(adapted, a.data, mode)
+        q = sorted(before)
+        x, y = np.array([before[i] for i in q]), np.array([after[i] for i in q])
+        out[mode] = {"before": round(x.mean(), 2), "after": round(y.mean(), 2), "p": float(stats.ttest_rel(y, x).pvalue),
+                     "better": int((y > x).sum()), "worse": int((y < x).sum())}
+        print(f"{a.data.name} {mode}: {x.mean():.2f} -> {y.mean():.2f} (p {out[mode]['p']:.2g}; "
+              f"{out[mode]['better']} better, {out[mode]['worse']} worse)", flush=True)
+    print(f"training {took['train --from-corpus']:.0f} s for {card['documents']} documents "
+          f"({out['train_s_per_100_docs']:.0f} s per 100); re-indexing {took['adapted index']:.0f} s")
+    (a.work / "adapt.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
