@@ -225,6 +225,31 @@ def main() -> None:
     for line in priv:
         print("  ", line)
     print("largest modules:", ", ".join(f"{p} ({n})" for n, p in largest(mods)))
+    owners = handles(mods)
+    print(f"index handles (classes with their own refresh, or deriving from the handle): {len(owners)}: "
+          + ", ".join(f"{m}.{c}" for m, c in owners))
+    sizes = {m: len(mods[m].read_text().splitlines()) for m in HANDLE_MODULES if m in mods}
+    print(f"the handle and its shards: {sum(sizes.values())} lines ("
+          + ", ".join(f"{m} {n}" for m, n in sizes.items()) + ")")
+
+
+# the modules an opened index is made of (the handle, where its shards come from, a shard)
+HANDLE_MODULES = ("ldr.api", "ldr.handle", "ldr.sharded", "ldr.shard_sets", "ldr.shard", "ldr.serve.ray_shards")
+
+
+def handles(mods: dict) -> list[tuple[str, str]]:
+    """The classes that implement an index handle's lifecycle: a `refresh` of their own, or the
+    handle's search half (handle.Handle) as a base (issue 79: one)."""
+    import ast
+
+    found = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+                if "refresh" in methods or any(getattr(b, "id", None) in ("Handle", "ClusterHandle") for b in node.bases):
+                    found.append((name, node.name))
+    return found
 
 
 if __name__ == "__main__":
