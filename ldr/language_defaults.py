@@ -6,7 +6,8 @@ An index's language (detected or given at build, `settings.build.language` in it
 the profile: English (and `none`, no language) gets "en", chosen on qmsum-train; German "de",
 chosen on klexikon-de-dev; a language gets a profile only from data in it, and one without keeps
 ldr's language-neutral defaults. A profile applies only to an index whose models
-are the ones it was measured with (a user's own model gets ldr's defaults). The settings follow
+are the ones it was measured with, or ones `ldr train` fine-tuned from them (a user's own model gets
+ldr's defaults). The settings follow
 the release, like ldr's own defaults; the manifest records which profile an index was built under
 (`settings.build.search_profile`), and its `search` entry (`ldr tune`, `Index.set_search_defaults`) overrides it."""
 from __future__ import annotations
@@ -36,8 +37,12 @@ def family(code: str | None) -> str | None:
 
 
 def _model(comp: dict) -> str | None:
+    """The model a kind's profile is measured against: the one `ldr train` fine-tuned it from, if any."""
     model = comp.get("model")
-    return str(model["name"]) if isinstance(model, dict) and model.get("name") else None
+    if not isinstance(model, dict):
+        return None
+    name = model.get("trained_from") or model.get("name")
+    return str(name) if name else None
 
 
 def profile(language: dict | str | None, components: dict, fam: str | None = None) -> dict | None:

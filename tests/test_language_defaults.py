@@ -44,6 +44,21 @@ def test_a_language_gets_a_profile_only_from_data_in_it():
     # a model the profile was not measured with: ldr's defaults, not another model's weights
     assert language_defaults.profile("de", {"bm25": {}, "dense": {"model": {"name": "bge-small"}}}) is None
     assert language_defaults.profile("de", {"bm25": {}})["family"] == "de"       # BM25 alone has no model
+    # a model `ldr train` fine-tuned from the measured one keeps the profile (its card names the base)
+    tuned = {"bm25": {}, "dense": {"model": {"name": "/models/own", "trained_from": "e5-small-multilingual"}}}
+    assert language_defaults.profile("de", tuned)["family"] == "de"
+
+
+def test_a_model_ldr_trained_names_what_it_was_trained_from(tmp_path):
+    import json
+
+    from ldr.encode.models import trained_from
+    (tmp_path / "m").mkdir()
+    assert trained_from(str(tmp_path / "m")) is None and trained_from(None) is None
+    (tmp_path / "m" / "ldr-train.json").write_text(json.dumps({"base_name": "all-MiniLM-L6-v2"}))
+    assert trained_from(str(tmp_path / "m")) == "all-MiniLM-L6-v2"
+    (tmp_path / "m" / "ldr-train.json").write_text("{not json")
+    assert trained_from(str(tmp_path / "m")) is None                  # a damaged card: no lineage, no error
 
 
 def test_a_german_index_searches_with_the_german_defaults(german, tmp_path):

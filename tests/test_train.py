@@ -233,6 +233,7 @@ def test_train_dense_from_the_corpus_alone(train_data, tiny, tmp_path):
     card = json.loads((out / "ldr-train.json").read_text())
     assert card["pseudo"]["drawn"] == 40 and card["train_queries"] + card["dev_queries"] == card["pseudo"]["kept"]
     assert card["documents"] == 24 and "no query" in card["data"] and falls(info["loss_curve"])
+    assert card["base_name"] == tiny["dense"]
     assert "pseudo-queries drawn from the windows of 24 documents" in (out / "README.md").read_text()
     one = tmp_path / "one"
     ldr.Index.build([{"id": "a", "text": "only one document here " * 10}], one, sparse=None)

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import ConfigError
 from .batching import SerialEncoder, fixed_shapes, pad
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
-from .models import DEFAULT_DENSE, loading, model_revision, pick_device, resolve
+from .models import DEFAULT_DENSE, loading, model_revision, pick_device, resolve, trained_from
 from .dense_core import _DenseCore
 from ..schema import setting
 from .runtime import BACKENDS, TABLE, bf16_context, choose, with_fallback
@@ -153,6 +153,7 @@ class DenseEncoder(_DenseCore):
     # -- info recorded in the manifest --------------------------------------------------------
     def describe(self) -> dict:
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
+                "trained_from": trained_from(self.settings.model),
                 "architecture": type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
                 "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.after],
@@ -223,6 +224,7 @@ class OnnxDenseEncoder(_DenseCore):
     def describe(self) -> dict:
         m = self.model.meta
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
+                "trained_from": trained_from(self.settings.model),
                 "architecture": m["architecture"], "positions": self.kind, "trained_length": self.trained,
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
                 "doc_prefix": self.doc_prefix, "pooling": m["pooling"], "extension": None,

@@ -156,6 +156,24 @@ def pick_device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+TRAIN_CARD = "ldr-train.json"      # what `ldr train` writes beside the weights it trained
+
+
+def trained_from(model: str | None) -> str | None:
+    """The model a folder `ldr train` wrote was fine-tuned from (its card's `base_name`), or None
+    (a language's measured search defaults apply to a model ldr fine-tuned from a measured one)."""
+    import json
+
+    card = Path(model) / TRAIN_CARD if model else None
+    try:
+        if card is None or not card.is_file() or card.stat().st_size > 1 << 20:
+            return None
+        name = json.loads(card.read_text(encoding="utf-8")).get("base_name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
 def model_revision(path: str) -> str | None:
     """A content hash of the weights, so an index can tell if its model changed."""
     import hashlib

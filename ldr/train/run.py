@@ -15,10 +15,10 @@ from pathlib import Path
 
 from .._version import __version__
 from ..errors import ConfigError
+from ..encode.models import TRAIN_CARD as CARD
 from .mining import mine, split_queries
 
 log = logging.getLogger(__name__)
-CARD = "ldr-train.json"
 
 
 def check_output(out: Path) -> None:
@@ -151,10 +151,12 @@ def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path:
                 raise ConfigError(f"{index.path} has no dense component to start from")
             settings = settings or DenseTrainSettings()
             base = base_model or resolve(index.components["dense"]["model"]["settings"]["model"])[0]
+            base_name = base_model or _name(index.components["dense"])
             n_neg = settings.negatives
         else:
             settings = settings or RerankerTrainSettings()
             base = base_model or resolve("all-MiniLM-L6-v2")[0]
+            base_name = base_model or "all-MiniLM-L6-v2"
             n_neg = settings.negatives
         def examples(qs, negatives):
             if mined is None:
@@ -173,7 +175,7 @@ def train(kind: str, data: Path, out: Path, *, split: str = "train", index_path:
     return _write(out, lambda tmp: fn(base, train_ex, dev_ex, tmp, settings, device=device, progress=progress), {
         "data": str(data.resolve()), "split": split, "index": index_name, "train_queries": len(train_ex),
         "dev_queries": len(dev_ex), "skipped_queries": skipped + dev_skipped, "mining_seconds": round(mined_s, 1),
-        "device": device or "cpu", "dev_qids": sorted(dev_q)})
+        "device": device or "cpu", "dev_qids": sorted(dev_q), "base_name": base_name})
 
 
 def _write(out: Path, fit, extra: dict) -> dict:
@@ -210,6 +212,7 @@ def _train_from_corpus(out: Path, index_path, pseudo, settings, base_model, dev_
         if "dense" not in index.components:
             raise ConfigError(f"{index.path} has no dense component to start from")
         base = base_model or resolve(index.components["dense"]["model"]["settings"]["model"])[0]
+        base_name = base_model or _name(index.components["dense"])
         examples, counts = pseudo_examples(index, pseudo, progress=progress)
         index_name, docs = str(index.path), len(index)
     by_id = {ex.qid: ex for ex in examples}
@@ -224,4 +227,11 @@ def _train_from_corpus(out: Path, index_path, pseudo, settings, base_model, dev_
         "data": f"the documents of {index_name} (no query, no judgement)", "split": "pseudo-queries",
         "index": index_name, "documents": docs, "pseudo": {**asdict(pseudo), **counts},
         "train_queries": len(train_ex), "dev_queries": len(dev_ex), "skipped_queries": counts.get("vague", 0),
-        "mining_seconds": round(drawn_s, 1), "device": device or "cpu"})
+        "mining_seconds": round(drawn_s, 1), "device": device or "cpu", "base_name": base_name})
+
+
+def _name(comp: dict) -> str:
+    """The name of the model a component's model descends from (what its language's defaults were
+    measured with, encode/models.trained_from)."""
+    model = comp["model"]
+    return model.get("trained_from") or model["name"]
