@@ -84,6 +84,9 @@ def test_train_dense_lowers_the_loss_and_changes_the_ranking(train_data, tmp_pat
                                                                        backend="torch"),
                           sparse=None, bm25=None)
     assert new.components["dense"]["model"]["name"] == str(out)
+    # fine-tuned from the packaged model: the search defaults its language measured for that model
+    assert new.components["dense"]["model"]["trained_from"] == "all-MiniLM-L6-v2"
+    assert new.manifest["settings"]["build"]["search_profile"] == base.manifest["settings"]["build"]["search_profile"]
     changed = 0
     for q in list(queries.values())[:8]:
         a = [(h.id, round(h.score, 4)) for h in base.search(q, k=5, mode="dense")]

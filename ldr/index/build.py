@@ -126,9 +126,11 @@ class BuildConfig:
         analyzer = lang if lang in LANGUAGES else "none"
         info = {"code": lang, "detected": False, **(info or {}), "analyzer": analyzer,
                 "models": {"dense": dense and dense.model, "sparse": sparse and sparse.model}}
+        from ..encode.models import trained_from
         from ..language_defaults import record
 
-        models = {k: {"model": {"name": v}} for k, v in info["models"].items() if v}
+        # a model `ldr train` fine-tuned keeps the profile of the model it started from
+        models = {k: {"model": {"name": v, "trained_from": trained_from(v)}} for k, v in info["models"].items() if v}
         return dataclasses.replace(self, language=analyzer, dense=dense, sparse=sparse, language_info=info,
                                    search_profile=record(info, models))
 
