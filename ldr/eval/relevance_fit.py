@@ -53,14 +53,24 @@ def logistic(X: np.ndarray, y: np.ndarray, iters: int = 60) -> np.ndarray:
     prior = np.zeros(X.shape[1])
     prior[0] = 1.0
     ridge = np.diag([RIDGE, RIDGE] + [FEATURE_RIDGE] * (X.shape[1] - 2))
+
+    def loss(w: np.ndarray) -> float:
+        z = Z @ w
+        return float(np.sum(np.logaddexp(0, z) - y * z) + 0.5 * (w - prior) @ ridge @ (w - prior))
+
     w = prior.copy()
     for _ in range(iters):
         q = 1 / (1 + np.exp(-np.clip(Z @ w, -30, 30)))
         grad = Z.T @ (q - y) + ridge @ (w - prior)
         hess = (Z * (q * (1 - q))[:, None]).T @ Z + ridge
         step = np.linalg.solve(hess, grad)
-        w = w - step
-        if np.abs(step).max() < 1e-9:
+        # Newton's full step overshoots where the hits nearly separate (a draw of 80 man-bundles
+        # queries went to weights of 1,600 and an ECE of 0.81): halve it until the loss falls
+        t, before = 1.0, loss(w)
+        while t > 1e-6 and loss(w - t * step) > before:
+            t /= 2
+        w = w - t * step
+        if np.abs(t * step).max() < 1e-9:
             break
     return w / scale
 
