@@ -46,6 +46,8 @@ def test_every_hit_explains_its_rank(hybrid):
     assert hits[0].scores["reranked"] == hits[0].score
     assert {"fused", "reranked", "reranked.dense", "reranked.bm25"} <= set(hits[0].scores)
     assert set(hits.timings_ms) >= {"bm25", "dense", "fused", "reranked"} and hits.reranker
+    # the query encoders' time is a search's too (issue 80: most of it on long queries)
+    assert {"encode.bm25", "encode.dense"} <= set(plain.timings_ms) and plain.took_ms >= sum(plain.timings_ms.values())
     minmax = hybrid.search(QUERY, k=3, fusion="minmax", weights={"bm25": 1.0, "dense": 0.0}, rerank=False)
     assert minmax[0].id == "R1-lexical"
     with pytest.raises(ConfigError, match="no 'sparse' component"):

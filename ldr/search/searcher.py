@@ -84,13 +84,19 @@ def compile_for(snap: Snapshot, query: str, request: QueryOptions, n_docs: int, 
                         term_kind=lambda: term_kind(components), profile=of_manifest(snap.manifest))
 
 
-def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: list | None = None) -> dict:
+def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: list | None = None,
+           spent: dict | None = None) -> dict:
     """The query encoded once per kind (`reps`: already encoded, a batch's); a kind that scores
-    with collection statistics (BM25) gets every shard's summed (`stats`) when there are several."""
+    with collection statistics (BM25) gets every shard's summed (`stats`) when there are several.
+    `spent`: each kind's encoding time in seconds is added there (`encode.<kind>`), so that a
+    search's timings show where most of a query goes (its query encoders)."""
     out = dict(reps or {})
     for kind in kinds:
         side = snap.side(kind)
+        t = time.perf_counter()
         rep = out[kind] if kind in out else side.encode(query)
+        if spent is not None and kind not in (reps or {}):
+            spent[f"encode.{kind}"] = time.perf_counter() - t
         if stats is not None and kind in stats[0]:
             rep = side.with_collection_stats(rep, [st[kind] for st in stats])
         out[kind] = rep
@@ -131,7 +137,8 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
         (empty := SearchResult([], query, {}, None, None, plan)).generation = snap.generation
         empty.missing_shards = missing
         return empty
-    reps = encode(snap, query, plan.kinds, reps, stats)
+    spent: dict = {}
+    reps = encode(snap, query, plan.kinds, reps, stats, spent)
     first, rest = plan.split()
     gone = {id(snap.shards[i]) for i in missing}
     parts = run.each(lambda s: None if id(s) in gone else s.first(first, reps, conds or None))
@@ -149,7 +156,7 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
     cands = rest.run_rest(cands, source)
     hits = fetch(snap, source, cands, request, ids)
     second = plan.stage("reranked")
-    result = SearchResult(hits, query, {n: round(1e3 * t, 2) for n, t in cands.timings.items()},
+    result = SearchResult(hits, query, {n: round(1e3 * t, 2) for n, t in {**spent, **cands.timings}.items()},
                           second.reranker.name if second else None, cands, plan,
                           round(1e3 * (time.perf_counter() - t0), 2) if t0 is not None else None)
     result.finder, result.generation, result.ids = finder, snap.generation, ids
