@@ -22,9 +22,10 @@ class Stage(str, Enum):
 
 
 HYBRID = "hybrid"   # the mode that runs every retriever of an index, fused
+ENCODE = "encode"   # a search's timings: `encode.<kind>`, the time its query took to encode for a kind
 
-# a retriever kind named like a stage or the hybrid mode would overwrite its scores
-RESERVED = frozenset({s.value for s in Stage} | {HYBRID})
+# a retriever kind named like a stage, the hybrid mode or a timing would overwrite its scores
+RESERVED = frozenset({s.value for s in Stage} | {HYBRID, ENCODE})
 
 
 def detail(stage: Stage, what: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from .gather import Exact, ShardMap, ShardedSource, gather
 from .hits import SearchResult, origin, to_hits
 from .options import QueryOptions
+from ..stages import ENCODE
 
 
 @dataclass
@@ -96,7 +97,7 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
         t = time.perf_counter()
         rep = out[kind] if kind in out else side.encode(query)
         if spent is not None and kind not in (reps or {}):
-            spent[f"encode.{kind}"] = time.perf_counter() - t
+            spent[f"{ENCODE}.{kind}"] = time.perf_counter() - t
         if stats is not None and kind in stats[0]:
             rep = side.with_collection_stats(rep, [st[kind] for st in stats])
         out[kind] = rep
