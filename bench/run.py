@@ -43,6 +43,8 @@ GROUPS: dict[str, list[tuple[str, str, str]]] = {
         ("train_cv", "bench_train_cv.py", "cross-validated `ldr tune` / `ldr train` on a BEIR folder"),
         ("relevance_labels", "bench_relevance_labels.py",
          "`ldr tune --relevance` on 10/20/40/80 judged queries: held-out ECE, precision at its min_score"),
+        ("relevance_small", "bench_relevance_small.py",
+         "the shipped relevance on random sub-corpora of 1-40 documents: answered and unanswered queries"),
         ("adapt_from_corpus", "bench_adapt_from_corpus.py",
          "`ldr train dense --from-corpus` (no labels): dense leg and default search before and after"),
         ("sharded", "bench_sharded.py", "a resharded default index: same top 10 in every mode, nDCG@10, time a query"),
