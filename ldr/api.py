@@ -120,7 +120,7 @@ class Index(Handle):
 
         return {**self._set.info(self._snap), "search": self.search_defaults(),
                 "search_recorded": dict(self.manifest.get("search", {})),
-                "search_profile": of_manifest(self.manifest), "relevance": relevance_fit(self.manifest)}
+                "search_profile": of_manifest(self.manifest), "relevance": relevance_fit(self.manifest, len(self))}
 
     # -- a sharded index's parts, one index's files ---------------------------------------------
     @property
@@ -254,9 +254,11 @@ def reshard(index: Index, out: str | os.PathLike, shards: int, *, wait: bool | f
     return Index(out, device=index.device, trust_remote_code=index.trust_remote_code)
 
 
-def relevance_fit(manifest: dict) -> dict | None:
+def relevance_fit(manifest: dict, documents: int | None = None) -> dict | None:
     """Which calibrated-relevance fit a default search of this index uses, and on what data it was
-    fitted and checked (search/calibration.py); None where none applies (no --min-score)."""
+    fitted and checked (search/calibration.py); None where none applies (no --min-score).
+    `documents`: the index's count; under the query fit's minimum, `small_index` says what the
+    estimate does there, as measured on sub-corpora (bench/bench_relevance_small.py)."""
     from .search import calibration
 
     comps = manifest["components"]
@@ -272,7 +274,17 @@ def relevance_fit(manifest: dict) -> dict | None:
     return {"reads": list(query_fit["weights"]), "models": calibration.models(comps, list(query_fit["reads"])),
             "fitted_on": query_fit["data"], "held_out": query_fit["held_out"], "exact": calibration.exact(),
             "query_fit": query_fit["name"], "min_docs": calibration.min_docs(), "smaller_indexes": first,
-            "own_fit": own}
+            "own_fit": own, "small_index": small_index(documents)}
+
+
+def small_index(documents: int | None) -> dict | None:
+    """Under the query fit's minimum of documents: the first estimate applies, and how it fared on
+    random sub-corpora of that size, the queries they answer and those they do not (issue 78)."""
+    from .search import calibration
+
+    if documents is None or documents >= calibration.min_docs():
+        return None
+    return {"documents": documents, "estimate": "first", "measured": calibration.table().get("small_indexes")}
 
 
 Handle.search.__signature__ = search_signature()   # help() and editors list every option

@@ -149,6 +149,25 @@ def test_ldr_info_names_the_relevance_fit(hybrid):
     assert f"below {info['min_docs']} documents from bm25, dense, sparse, fitted on qmsum-train" in out
 
 
+def test_ldr_info_warns_that_a_small_index_s_relevance_under_states(hybrid):
+    """Issue 78: under the query fit's minimum the first estimate applies, and it under-states right
+    answers there (measured on sub-corpora, calibration.json `small_indexes`); `ldr info` and
+    `info()` say so with the figures, an index of min_docs documents or more does not."""
+    from ldr.api import relevance_fit
+
+    _, one = hybrid
+    rel = one.info()["relevance"]
+    small = rel["small_index"]
+    assert small["documents"] == 1 and small["estimate"] == "first"
+    sets = small["measured"]["sets"]
+    assert {"qmsum-train", "legal-case-reports-dev"} <= set(sets)
+    assert all(r["answered"]["mean_top1_relevance"] < r["answered"]["top1_accuracy"] for r in sets.values())
+    out = CliRunner().invoke(main, ["info", str(one.path)]).output
+    assert "WARNING: 1 document, under 50: the first estimate applies, and it under-states right answers" in out
+    assert "ldr tune --relevance" in out
+    assert relevance_fit(one.manifest, rel["min_docs"])["small_index"] is None
+
+
 def _many_docs(n: int = 64) -> list[dict]:
     """`n` short documents of made-up prose (enough for the query fit: calibration.min_docs())."""
     from faker import Faker
