@@ -194,7 +194,7 @@ def info_cmd(index_path, as_json, fields):
         click.echo("relevance   none fitted for these models (hits carry no relevance; --min-score is refused)")
     small = (rel or {}).get("small_index")
     if small and not (rel or {}).get("own_fit"):
-        _small_index(small, rel["min_docs"])
+        _small_index(small)
     own = (rel or {}).get("own_fit")
     if own:
         cut = own["min_score"]
@@ -286,20 +286,8 @@ def _echo_fields(facets: dict, as_json: bool) -> None:
         click.echo(f"{f['name']:<16} {f['documents']} docs, {'/'.join(f['types'])}{rng}: {values}{more}")
 
 
-def _small_index(small: dict, min_docs: int) -> None:
+def _small_index(small: dict) -> None:
     """What the relevance of an index under the query fit's minimum does, as measured (issue 78)."""
-    m = list(((small.get("measured") or {}).get("sets") or {}).values())
-    n = f"{small['documents']} document{'' if small['documents'] == 1 else 's'}"
-    if not m:
-        click.echo(f"{'':<11} WARNING: {n}, under {min_docs}: the first estimate applies")
-        return
+    from ..search.calibration import small_index_note
 
-    def span(side: str, what: str, fmt: str) -> str:
-        v = [r[side][what] for r in m]
-        return f"{min(v):{fmt}}-{max(v):{fmt}}"
-    click.echo(f"{'':<11} WARNING: {n}, under {min_docs}: the first estimate applies, and it under-states right "
-               f"answers: on {small['measured']['size']}-document sub-corpora of {len(m)} datasets the top hit was "
-               f"right {span('answered', 'top1_accuracy', '.0%')} of the time at a mean relevance of "
-               f"{span('answered', 'mean_top1_relevance', '.2f')}, and {span('unanswered', 'mean_top1_relevance', '.2f')} "
-               "where the corpus held no answer (bench/README.md). Cut low, or fit it on ~40 judged queries: "
-               "`ldr tune --relevance`")
+    click.echo(f"{'':<11} WARNING: {small_index_note(small['documents'])}")

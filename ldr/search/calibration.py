@@ -79,6 +79,26 @@ def min_docs() -> int:
     return int(table().get("min_docs", 0))
 
 
+def small_index_note(documents: int) -> str:
+    """What the relevance of an index under `min_docs()` documents does, as measured on random
+    sub-corpora (table()["small_indexes"], bench/bench_relevance_small.py; issue 78)."""
+    n = f"{documents} document{'' if documents == 1 else 's'}"
+    small = table().get("small_indexes") or {}
+    m = list((small.get("sets") or {}).values())
+    if not m:
+        return f"{n}, under {min_docs()}: the first estimate applies"
+
+    def span(side: str, what: str, fmt: str) -> str:
+        v = [r[side][what] for r in m]
+        return f"{min(v):{fmt}}-{max(v):{fmt}}"
+    return (f"{n}, under {min_docs()}: the first estimate applies, and it under-states right answers: on "
+            f"{small['size']}-document sub-corpora of {len(m)} datasets the top hit was right "
+            f"{span('answered', 'top1_accuracy', '.0%')} of the time at a mean relevance of "
+            f"{span('answered', 'mean_top1_relevance', '.2f')}, and {span('unanswered', 'mean_top1_relevance', '.2f')} "
+            "where the corpus held no answer (bench/README.md). Cut low, or fit it on ~40 judged queries: "
+            "`ldr tune --relevance`")
+
+
 def query_features(fit: dict, scores: dict, distributions: dict, cover: float) -> dict | None:
     """The query fit's features of one document: `scores` its first stages' ({kind: score}, 0
     where a kind did not list it), `distributions` the query's over the whole index per kind;
