@@ -62,9 +62,10 @@ def collect(name, idx, data, seeds, unanswered):
     queries, qrels = judged(Path(data))
     rows = []
     try:
-        for size, seed, sub, qids in sub_corpora(idx, queries, qrels, SIZES, seeds, unanswered):
-            if size == SIZES[-1] and (seed or unanswered):
-                continue                          # the whole index once
+        # the sub-corpora, then the whole index once (it answers every query: no unanswered draw)
+        draws = [sub_corpora(idx, queries, qrels, SIZES[:-1], seeds, unanswered)]
+        draws += [] if unanswered else [sub_corpora(idx, queries, qrels, SIZES[-1:], 1)]
+        for size, seed, sub, qids in (d for g in draws for d in g):
             docs = len(sub)
             for q in qids:
                 exact = calibration.is_exact(queries[q], 1.0)

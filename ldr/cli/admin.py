@@ -194,7 +194,9 @@ def info_cmd(index_path, as_json, fields):
         click.echo("relevance   none fitted for these models (hits carry no relevance; --min-score is refused)")
     small = (rel or {}).get("small_index")
     if small and not (rel or {}).get("own_fit"):
-        _small_index(small)
+        from ..search.calibration import small_index_note
+
+        click.echo(f"{'':<11} WARNING: {small_index_note(small['documents'])}")
     own = (rel or {}).get("own_fit")
     if own:
         cut = own["min_score"]
@@ -284,10 +286,3 @@ def _echo_fields(facets: dict, as_json: bool) -> None:
         values = ", ".join(f"{v} ({n})" for v, n in f["values"])
         more = f", ... {f['distinct']}{'+' if f['truncated'] else ''} values" if f["distinct"] > len(f["values"]) else ""
         click.echo(f"{f['name']:<16} {f['documents']} docs, {'/'.join(f['types'])}{rng}: {values}{more}")
-
-
-def _small_index(small: dict) -> None:
-    """What the relevance of an index under the query fit's minimum does, as measured (issue 78)."""
-    from ..search.calibration import small_index_note
-
-    click.echo(f"{'':<11} WARNING: {small_index_note(small['documents'])}")
