@@ -15,7 +15,7 @@ from ldr.search.options import QueryOptions, names, spec
 # a valid value other than the default for every field (rerank_model is a model: checked apart)
 VALUES = {"k": 3, "mode": "bm25", "fusion": "rrf", "weights": {"bm25": 1.0}, "rrf_k": 10, "depth": 50,
           "rerank": False, "rerank_model": "some/cross-encoder", "rerank_depth": 5, "rerank_weight": 0.5,
-          "rerank_windows": 2, "window_weight": 0.25, "window_depth": 7, "window_vectors": 0.5, "window_scales": "60:1", "phrase_weight": 0.2, "filters": {"topic": "birds"}, "passages": 2, "min_score": 0.001,
+          "rerank_windows": 2, "window_weight": 0.25, "window_depth": 7, "window_vectors": 0.5, "window_scales": "60:1", "phrase_weight": 0.2, "aspect_weight": 0.3, "filters": {"topic": "birds"}, "passages": 2, "min_score": 0.001,
           "with_text": True, "with_meta": False, "stages": {}, "relevance": False}
 DOCS = [{"id": f"d{i}", "text": f"herons and cranes {i} wade in the marsh", "topic": "birds" if i % 2 else "marsh"}
         for i in range(6)]

@@ -195,25 +195,37 @@ class ShardedSource:
             self.feats.update(self._each(want, lambda sh, locs, _: sh.windows(locs, kinds, reps, terms)))
         return self.feats
 
-    def best_windows(self, docnos: list[int], scales=(), phrases: bool = False) -> dict:
+    def best_windows(self, docnos: list[int], scales=(), phrases: bool = False, aspects: bool = False) -> dict:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
         each vector kind: its best window's similarity, each size of `scales`: its best window of
-        that many terms}} (PassageFinder.best_from), and with `phrases` the BM25 of the query's
-        ordered term pairs in it (phrases.py); {} where no finder analyses this index's windows."""
+        that many terms}} (PassageFinder.best_from), with `phrases` the BM25 of the query's
+        ordered term pairs in it (phrases.py) and with `aspects` the sum of each of the query's
+        sentences' best window (aspects.py); {} where no finder analyses this index's windows."""
         if self.finder is None:
             return {}
         feats = self._features(docnos)
-        out = self.finder.best_from(feats, docnos, scales)
-        if phrases:
+        memo: dict = {}            # windows placed for a scale, read again by the aspects
+        out = self.finder.best_from(feats, docnos, scales, memo)
+        if phrases or aspects:
             from ..components.analysis import first_terms
+
+            terms = self.finder.term_list(self.query)
+            k1, b = self.finder.k1, self.finder.b
+        if phrases:
             from .phrases import KEY, MIN_TERMS, pair_scores, query_pairs
 
             sequence = first_terms(self.finder.terms(self.query))
             if len(sequence) >= MIN_TERMS:
-                terms = self.finder.term_list(self.query)
                 pairs = query_pairs(sequence, terms)
-                for d, v in pair_scores(feats, docnos, pairs, len(terms), self.finder.k1, self.finder.b).items():
+                for d, v in pair_scores(feats, docnos, pairs, len(terms), k1, b).items():
                     out[d][KEY] = v
+        if aspects:
+            from . import aspects as asp
+
+            parts = asp.split(self.query, lambda s: first_terms(self.finder.terms(s)))
+            if parts:
+                for d, v in asp.aspect_scores(feats, docnos, parts, terms, k1, b, memo).items():
+                    out[d][asp.KEY] = v
         return out
 
     def passages(self, docnos: list[int], n: int) -> dict:

@@ -56,6 +56,10 @@ class QueryOptions:
     phrase_weight: float | None = _opt(None, "Share (0-1) of the phrase evidence in the window stage's score: the "
                                              "query's neighbouring terms found side by side in a candidate, BM25 "
                                              "among the candidates (0: off).", ge=0, le=1, cli=("--phrase-weight",))
+    aspect_weight: float | None = _opt(None, "Share (0-1) of the aspect evidence in the window stage's score, after "
+                                             "the phrases: each sentence of a query of several finds its own best "
+                                             "window of 40 terms, summed (0: off).", ge=0, le=1,
+                                       cli=("--aspect-weight",))
     rerank: bool | str | None = _opt(None, "Second stage: passage (the passage rescorer), none, or a kind's exact "
                                            "scores (colbert); unset: the index's default.",
                                      cli=("--rerank",))
@@ -181,6 +185,7 @@ class SearchOptions:
     window_vectors: float = 0.0    # the vector kinds' share of the window evidence (0: the best window's BM25)
     window_scales: str = "passages"   # the BM25 evidence's windows: the vector kinds' passages, or TERMS:SHARE,...
     phrase_weight: float = 0.0     # the query's ordered term pairs' share of the window stage's score (0: off)
+    aspect_weight: float = 0.0     # the query's sentences' best windows' share, after the phrases (0: off)
     rerank: str | None = None       # None | "passage" | a kind with exact scores (a cross-encoder: rerank_model)
     rerank_model: str | None = None
     rerank_depth: int = 100
@@ -201,7 +206,7 @@ class SearchOptions:
         from .window_scales import parse
         parse(self.window_scales)
         for name in ("depth", "rerank_depth", "rrf_k", "window_depth", "window_weight", "window_vectors",
-                     "rerank_weight", "phrase_weight"):
+                     "rerank_weight", "phrase_weight", "aspect_weight"):
             if getattr(self, name) is None:
                 raise QueryError(f"{name} must be set (got None)")
 
@@ -307,7 +312,7 @@ def resolve(request: QueryOptions, recorded: dict, components: dict, device: str
             opts.weights[n] = float(w)
             sources[f"weights.{n}"] = "request"
     for name in ("fusion", "depth", "rerank_depth", "rrf_k", "rerank_weight", "rerank_windows", "window_weight",
-                 "window_depth", "window_vectors", "window_scales", "phrase_weight"):
+                 "window_depth", "window_vectors", "window_scales", "phrase_weight", "aspect_weight"):
         if getattr(r, name) is not None:
             take(name, getattr(r, name))
     # a cross-encoder: the request's; else, when nothing else reranks a hybrid search, the index's

@@ -200,7 +200,7 @@ class PassageFinder:
         tf = np.concatenate([f.tf for _, f in got]).astype(np.float64)
         return owner, spans, vec, self._bm25(lengths, tf)
 
-    def best_from(self, feats: dict, docnos: list[int], scales=()) -> dict[int, dict[str, float]]:
+    def best_from(self, feats: dict, docnos: list[int], scales=(), memo: dict | None = None) -> dict[int, dict[str, float]]:
         """{docno: {the lexical kind: the BM25 of its best window among these documents' windows,
         each vector kind: its best window's similarity (nan: none), COVER: the largest share of
         the query's terms two neighbouring windows hold, scale_key(S) for each size S of `scales`:
@@ -210,7 +210,7 @@ class PassageFinder:
         out = {d: {self.term_kind: 0.0, **{k: float("nan") for k in self.vectors}, COVER: 0.0} for d in docnos}
         n_cols = max((f.tf.shape[1] for f in feats.values()), default=0)
         for size in scales:
-            for d, v in best_at(feats, docnos, size, n_cols, self.k1, self.b).items():
+            for d, v in best_at(feats, docnos, size, n_cols, self.k1, self.b, memo).items():
                 out[d][scale_key(size)] = v
         for d in docnos:
             f = feats.get(d)

@@ -84,7 +84,8 @@ class Plan:
         if self.rest:
             lines.append("then (the coordinator, over the shards' candidates):" if self.shards > 1 else "then:")
             why = {Stage.FUSED.value: ["fusion", "rrf_k"] + [f"weights.{k}" for k in self.kinds],
-                   Stage.WINDOWS.value: ["window_depth", "window_weight", "window_vectors", "window_scales", "phrase_weight"],
+                   Stage.WINDOWS.value: ["window_depth", "window_weight", "window_vectors", "window_scales",
+                                              "phrase_weight", "aspect_weight"],
                    Stage.RERANKED.value: ["rerank", "rerank_model", "rerank_depth", "rerank_weight"],
                    Stage.RELEVANCE.value: ["min_score"], Stage.PASSAGES.value: ["passages"]}
             for s in self.rest:
@@ -139,7 +140,7 @@ def compile_plan(query: str, request: QueryOptions, recorded: dict, components: 
         lexical = term_kind()
         later.append(Windows(opts.window_depth, opts.window_weight, opts.window_vectors, lexical,
                              tuple((n, opts.weights[n]) for n in kinds if n != lexical), parse_scales(opts.window_scales),
-                             opts.phrase_weight))
+                             opts.phrase_weight, opts.aspect_weight))
     if second is not None:
         later.append(Rerank(second, opts.rerank_depth, opts.rerank_weight, opts.rerank_windows))
     for name, values in (request.stages or {}).items():

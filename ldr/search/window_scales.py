@@ -80,14 +80,14 @@ def _windows(n_terms: int, pos: np.ndarray, cols: np.ndarray, size: int, n_cols:
     return tf.astype(np.float64), lengths
 
 
-def best_at(feats: dict, docnos: list[int], size: int, n_cols: int, k1: float, b: float) -> dict[int, float]:
-    """{docno: the BM25 of its best window of `size` terms among these documents' windows of that
-    size}. Every document's windows are placed at once (as `_placed` places one document's) and
-    scored over the non-zero counts only: most windows hold few of the query's terms."""
-    got = [(d, feats[d]) for d in docnos if d in feats and feats[d].n_terms]
-    out = {d: 0.0 for d in docnos}
-    if not got or not n_cols:
-        return out
+def _cells(got: list, size: int, n_cols: int, k1: float, b: float, memo: dict | None = None):
+    """Every window of size `size` of these documents placed at once (as `_placed` places one
+    document's), as the non-zero (window, column) cells: (each cell's window, column and BM25
+    term score, the first window of each document, the number of windows). Most windows hold few
+    of the query's terms, so memory follows the occurrences. `memo`, one query's over one set of
+    candidates, keeps them for the next reader of the same size (a scale and the aspects)."""
+    if memo is not None and (size, n_cols) in memo:
+        return memo[size, n_cols]
     step = max(1, size // 2)
     n_terms = np.array([f.n_terms for _, f in got], dtype=np.int64)
     m = np.where(n_terms <= size, 1, -(-(n_terms - size) // step) + 1)       # windows per document
@@ -116,10 +116,46 @@ def best_at(feats: dict, docnos: list[int], size: int, n_cols: int, k1: float, b
     df = np.bincount(col, minlength=n_cols)
     idf = np.log1p((at - df + 0.5) / (df + 0.5))
     norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1.0))
-    scores = np.bincount(win, weights=idf[col] * tf / (tf + norm[win]), minlength=at)
-    best = np.maximum.reduceat(scores, starts)
+    out = win, col, idf[col] * tf / (tf + norm[win]), starts, at
+    if memo is not None:
+        memo[size, n_cols] = out
+    return out
+
+
+def best_at(feats: dict, docnos: list[int], size: int, n_cols: int, k1: float, b: float,
+            memo: dict | None = None) -> dict[int, float]:
+    """{docno: the BM25 of its best window of `size` terms among these documents' windows of that
+    size}, scored over the non-zero counts only (`memo`: as `_cells` keeps them)."""
+    got = [(d, feats[d]) for d in docnos if d in feats and feats[d].n_terms]
+    out = {d: 0.0 for d in docnos}
+    if not got or not n_cols:
+        return out
+    win, _, value, starts, at = _cells(got, size, n_cols, k1, b, memo)
+    best = np.maximum.reduceat(np.bincount(win, weights=value, minlength=at), starts)
     for (d, _), v in zip(got, best.tolist()):
         out[d] = v
+    return out
+
+
+def best_per_group(feats: dict, docnos: list[int], size: int, groups: list[np.ndarray], n_cols: int,
+                   k1: float, b: float, memo: dict | None = None) -> dict[int, np.ndarray]:
+    """{docno: for each group of columns, the BM25 of the group's terms in its best window of
+    `size` terms for that group}: `best_at` for each group's terms alone (df and lengths are the
+    windows', whichever terms are counted), from one placing of the windows."""
+    got = [(d, feats[d]) for d in docnos if d in feats and feats[d].n_terms]
+    out = {d: np.zeros(len(groups)) for d in docnos}
+    if not got or not n_cols or not groups:
+        return out
+    win, col, value, starts, at = _cells(got, size, n_cols, k1, b, memo)
+    member = np.zeros((n_cols, len(groups)), dtype=bool)          # a column may be in several groups
+    for g, cs in enumerate(groups):
+        member[np.asarray(cs, dtype=np.int64), g] = True
+    cell, group = np.nonzero(member[col])
+    g = len(groups)
+    scores = np.bincount(win[cell] * g + group, weights=value[cell], minlength=at * g).reshape(at, g)
+    best = np.maximum.reduceat(scores, starts, axis=0)
+    for i, (d, _) in enumerate(got):
+        out[d] = best[i]
     return out
 
 

@@ -14,7 +14,11 @@ normalised and mixed by its share, instead of from the vector kinds' passages: `
 
 With `phrases` (u) the rescored rows end as (1 - u)·minmax(that score) + u·minmax(the BM25 of the
 query's ordered term pairs among the candidates): `scores["windows.phrases"]` (phrases.py;
-English's default 0.3: qmsum-train +1.40 held out over the window scales alone)."""
+English's default 0.3: qmsum-train +1.40 held out over the window scales alone).
+
+With `aspects` (a) they then end as (1 - a)·minmax(that score) + a·minmax(the sum over the query's
+sentences of each one's best window among the candidates): `scores["windows.aspects"]` (aspects.py;
+English's default 0.4: qmsum-train +0.72 held out over the phrases)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ import numpy as np
 
 from ...stages import Stage, detail
 from ..normalise import minmax
+from ..aspects import KEY as ASPECTS
 from ..phrases import KEY as PHRASES
 from ..window_scales import scale_key
 from .base import Candidates, QuerySource
@@ -39,6 +44,7 @@ class Windows:
     vector_weights: tuple = ()              # ((kind, its fusion weight), ...) of the searched vector kinds
     scales: tuple = ()                      # ((terms a window, its share), ...): the BM25 evidence's windows
     phrases: float = 0.0                    # the share of the query's ordered term pairs (phrases.py) in the end
+    aspects: float = 0.0                    # the share of the query's sentences' best windows (aspects.py) after it
     side = "coordinator"
     name = Stage.WINDOWS.value
 
@@ -55,6 +61,7 @@ class Windows:
         if self.scales and self.vectors < 1:
             by += " (windows of " + ", ".join(f"{n} terms x{w:g}" for n, w in self.scales) + ")"
         ph = f", then phrases x{self.phrases:g}" if self.phrases > 0 else ""
+        ph += f", then aspects x{self.aspects:g}" if self.aspects > 0 else ""
         return f"top {self.depth} rescored by their best window's {by}, weight {self.weight:g}{ph}"
 
     def evidence(self, best: dict, docnos: list[int]) -> tuple[np.ndarray, dict]:
@@ -97,7 +104,7 @@ class Windows:
         with cands.timed(self.name):
             head, tail = cands.rows[:self.depth], cands.rows[self.depth:]
             docnos = [d for d, _, _ in head]
-            best = source.best_windows(docnos, self.sizes(), self.phrases > 0)
+            best = source.best_windows(docnos, self.sizes(), self.phrases > 0, self.aspects > 0)
             evidence, raw = self.evidence(best, docnos)
             w = self.weight
             first = np.asarray([sc for _, sc, _ in head], dtype=np.float64)
@@ -107,6 +114,10 @@ class Windows:
                 pairs = np.asarray([best.get(d, {}).get(PHRASES, 0.0) for d in docnos], dtype=np.float64)
                 raw[detail(Stage.WINDOWS, PHRASES)] = pairs
                 final = (1 - self.phrases) * minmax(final) + self.phrases * minmax(pairs)
+            if self.aspects > 0 and any(ASPECTS in best.get(d, {}) for d in docnos):   # two sentences or more
+                parts = np.asarray([best.get(d, {}).get(ASPECTS, 0.0) for d in docnos], dtype=np.float64)
+                raw[detail(Stage.WINDOWS, ASPECTS)] = parts
+                final = (1 - self.aspects) * minmax(final) + self.aspects * minmax(parts)
             out = []
             for i, (d, _, st) in enumerate(head):
                 st = dict(st, **{k: float(v[i]) for k, v in raw.items() if not np.isnan(v[i])})
