@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ldr
 from ldr.search import aspects
@@ -44,6 +45,16 @@ def test_sentences_are_merged_until_each_holds_enough_terms():
         [["Dr"] + list("abcdef"), list("ghijklm") + ["n"]]
     assert aspects.split("one sentence of many many terms but only one", analyse) == []
     assert aspects.split("a b c. d e f.", analyse) == []           # together, one aspect
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab c.;!?\n\u00e9"), max_size=300))
+def test_any_text_splits_into_none_or_aspects_of_enough_terms_holding_every_term_in_order(text):
+    analyse = lambda t: re.findall(r"\w+", t)
+    parts = aspects.split(text, analyse)
+    assert parts == [] or (len(parts) >= 2 and all(len(p) >= aspects.MIN_TERMS for p in parts))
+    if parts:
+        assert [t for p in parts for t in p] == analyse(text)
 
 
 def test_each_aspect_s_best_window_is_counted_as_by_hand():
