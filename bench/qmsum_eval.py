@@ -87,3 +87,36 @@ def cross_validate(scores: dict, groups: list, k: int = 5) -> tuple[np.ndarray, 
         out[held] = mat[best, held]
         picks.append(keys[best])
     return out, picks
+
+
+def minmax(x: np.ndarray) -> np.ndarray:
+    """As the search stages normalise (a constant column: all 1)."""
+    lo, hi = x.min(), x.max()
+    return (x - lo) / (hi - lo) if hi > lo else np.ones_like(x)
+
+
+def last_mix_rows(idx, queries: dict, option: str, key: str, depth: int = 50, each=None) -> dict:
+    """For the window stage's last mixes (phrases, aspects): {query id: (ids, the score before the
+    mix, the evidence's raw value `scores[key]` of each, whether the query gets the evidence)},
+    each query searched with `option` 0 (the score before) and 1 (the raw evidence). `each(q)`
+    runs after each query (the sweep's own search, progress)."""
+    rows = {}
+    for i, q in enumerate(sorted(queries)):
+        opts = {"k": depth, "relevance": False, "passages": 0}
+        before = idx.search(queries[q], **{option: 0}, **opts)
+        raw = {h.id: h.scores.get(key) for h in idx.search(queries[q], **{option: 1}, **opts)}
+        ids = [h.id for h in before]
+        rows[q] = (ids, np.array([h.score for h in before]), np.array([raw.get(d) or 0.0 for d in ids]),
+                   any(v is not None for v in raw.values()))
+        if each is not None:
+            each(q)
+        if i % 200 == 0:
+            print(f"{i} of {len(queries)} queries", flush=True)
+    return rows
+
+
+def last_mix(row: tuple, u: float) -> list[str]:
+    """A `last_mix_rows` row ranked as the stage mixes its evidence at weight u."""
+    ids, before, raw, gets = row
+    final = (1 - u) * minmax(before) + u * minmax(raw) if u and gets else before
+    return [ids[j] for j in np.lexsort((np.arange(len(ids)), -final))]

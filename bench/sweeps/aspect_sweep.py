@@ -18,14 +18,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
-from qmsum_eval import cross_validate, judged, ndcg10  # noqa: E402
+from qmsum_eval import cross_validate, judged, last_mix, last_mix_rows, ndcg10  # noqa: E402
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
-
-
-def minmax(x: np.ndarray) -> np.ndarray:
-    lo, hi = x.min(), x.max()
-    return (x - lo) / (hi - lo) if hi > lo else np.ones_like(x)
 
 
 def main() -> None:
@@ -41,17 +36,10 @@ def main() -> None:
     idx = ldr.open(a.index)
     qrels, queries = judged(a.data)
     qids = sorted(queries)
-    rows, default = {}, []
-    for i, q in enumerate(qids):
-        opts = {"k": a.depth, "relevance": False, "passages": 0}
-        before = idx.search(queries[q], aspect_weight=0, **opts)
-        parts = {h.id: h.scores.get("windows.aspects") for h in idx.search(queries[q], aspect_weight=1, **opts)}
-        ids = [h.id for h in before]
-        rows[q] = (ids, np.array([h.score for h in before]), np.array([parts.get(d) or 0.0 for d in ids]),
-                   any(v is not None for v in parts.values()))
-        default.append(ndcg10([h.id for h in idx.search(queries[q], **opts)][:10], qrels[q]))
-        if i % 200 == 0:
-            print(f"{i} of {len(qids)} queries", flush=True)
+    default = []
+    rows = last_mix_rows(idx, queries, "aspect_weight", "windows.aspects", a.depth, each=lambda q: default.append(
+        ndcg10([h.id for h in idx.search(queries[q], k=a.depth, relevance=False, passages=0)][:10], qrels[q])))
+    run = lambda q, u: last_mix(rows[q], u)
 
     # its cost: the default search (k 10, as a user asks) with and without the aspects, each query's
     # candidates already analysed, the order alternated query by query
@@ -61,11 +49,6 @@ def main() -> None:
             t = time.perf_counter()
             idx.search(queries[q], k=10, **({} if u is None else {"aspect_weight": u}))
             took[u].append(time.perf_counter() - t)
-
-    def run(q: str, u: float) -> list[str]:
-        ids, before, parts, several = rows[q]
-        final = (1 - u) * minmax(before) + u * minmax(parts) if u and several else before
-        return [ids[j] for j in np.lexsort((np.arange(len(ids)), -final))]
 
     scores = {u: np.array([ndcg10(run(q, u), qrels[q]) for q in qids]) for u in WEIGHTS}
     print(f"{sum(r[3] for r in rows.values())} of {len(qids)} queries hold two aspects or more")

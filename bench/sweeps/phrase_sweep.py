@@ -17,14 +17,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # bench/: the helpers the sweeps share
-from qmsum_eval import cross_validate, judged, ndcg10  # noqa: E402
+from qmsum_eval import cross_validate, judged, last_mix, last_mix_rows, ndcg10  # noqa: E402
 
 WEIGHTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
-
-
-def minmax(x: np.ndarray) -> np.ndarray:
-    lo, hi = x.min(), x.max()
-    return (x - lo) / (hi - lo) if hi > lo else np.ones_like(x)
 
 
 def main() -> None:
@@ -39,22 +34,10 @@ def main() -> None:
     idx = ldr.open(a.index)
     qrels, queries = judged(a.data)
     qids = sorted(queries)
-    rows, default = {}, []
-    for i, q in enumerate(qids):
-        opts = {"k": a.depth, "relevance": False, "passages": 0}
-        before = idx.search(queries[q], phrase_weight=0, **opts)
-        pairs = {h.id: h.scores.get("windows.phrases") for h in idx.search(queries[q], phrase_weight=1, **opts)}
-        ids = [h.id for h in before]
-        rows[q] = (ids, np.array([h.score for h in before]), np.array([pairs.get(d) or 0.0 for d in ids]),
-                   any(v is not None for v in pairs.values()))
-        default.append(ndcg10([h.id for h in idx.search(queries[q], k=10, relevance=False, passages=0)], qrels[q]))
-        if i % 200 == 0:
-            print(f"{i} of {len(qids)} queries", flush=True)
-
-    def run(q: str, u: float) -> list[str]:
-        ids, before, pairs, long_enough = rows[q]
-        final = (1 - u) * minmax(before) + u * minmax(pairs) if u and long_enough else before
-        return [ids[j] for j in np.lexsort((np.arange(len(ids)), -final))]
+    default = []
+    rows = last_mix_rows(idx, queries, "phrase_weight", "windows.phrases", a.depth, each=lambda q: default.append(
+        ndcg10([h.id for h in idx.search(queries[q], k=10, relevance=False, passages=0)], qrels[q])))
+    run = lambda q, u: last_mix(rows[q], u)
 
     scores = {u: np.array([ndcg10(run(q, u), qrels[q]) for q in qids]) for u in WEIGHTS}
     for u in WEIGHTS:
