@@ -45,14 +45,19 @@ def test_sentences_are_merged_until_each_holds_enough_terms():
         [["Dr"] + list("abcdef"), list("ghijklm") + ["n"]]
     assert aspects.split("one sentence of many many terms but only one", analyse) == []
     assert aspects.split("a b c. d e f.", analyse) == []           # together, one aspect
+    # a pasted document: neighbouring sentences share an aspect beyond MAX_ASPECTS, every term kept
+    text = " ".join(f"w{i} x y z u v." for i in range(40))
+    parts = aspects.split(text, analyse)
+    assert len(parts) == aspects.MAX_ASPECTS and [t for p in parts for t in p] == analyse(text)
+    assert [len(p) for p in parts] == [18] * 8 + [12] * 8
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from("ab c.;!?\n\u00e9"), max_size=300))
+@given(st.text(alphabet=st.sampled_from("ab c.;!?\n\u00e9"), max_size=600))
 def test_any_text_splits_into_none_or_aspects_of_enough_terms_holding_every_term_in_order(text):
     analyse = lambda t: re.findall(r"\w+", t)
     parts = aspects.split(text, analyse)
-    assert parts == [] or (len(parts) >= 2 and all(len(p) >= aspects.MIN_TERMS for p in parts))
+    assert parts == [] or (2 <= len(parts) <= aspects.MAX_ASPECTS and all(len(p) >= aspects.MIN_TERMS for p in parts))
     if parts:
         assert [t for p in parts for t in p] == analyse(text)
 
@@ -118,3 +123,21 @@ def test_a_sharded_index_scores_the_aspects_as_one_index(idx, tmp_path):
         a, b = idx.search(q, k=8, passages=1), sharded.search(q, k=8, passages=1)
         assert [(h.id, round(h.score, 9)) for h in a] == [(h.id, round(h.score, 9)) for h in b]
         assert [h.scores.get("windows.aspects") for h in a] == [h.scores.get("windows.aspects") for h in b]
+
+
+def test_many_aspects_over_many_windows_score_as_the_dense_count_does(monkeypatch):
+    from ldr.search import window_scales
+
+    rnd = np.random.default_rng(4)
+    columns = [f"t{j}" for j in range(30)]
+    parts = [list(rnd.choice(columns, 7, replace=False)) for _ in range(12)]     # overlapping groups
+    feats = {}
+    for d, n in enumerate((5, 300, 2_000, 41)):
+        stream = rnd.integers(0, 45, n)                    # 30-44: terms that are not the query's
+        at = np.flatnonzero(stream < 30)
+        feats[d] = WindowFeatures(np.zeros((0, 2)), np.zeros(0), np.zeros((0, 30)), {}, at.astype(np.int32),
+                                  stream[at].astype(np.uint16), n)
+    dense = aspects.aspect_scores(feats, list(feats), parts, columns, 1.2, 0.75)
+    monkeypatch.setattr(window_scales, "DENSE_CELLS", 10)  # the path a query of many sentences takes
+    sparse = aspects.aspect_scores(feats, list(feats), parts, columns, 1.2, 0.75)
+    assert np.allclose([dense[d] for d in feats], [sparse[d] for d in feats]) and dense[2] > 0

@@ -20,12 +20,17 @@ KEY = "aspects"          # the raw score's key among a document's window evidenc
 # lose 0.14 nDCG@10 at weight 0.4, merged to 6 terms they gain 0.06 (qmsum-train equal either way)
 MIN_TERMS = 6
 SIZE = 40                # each aspect's windows (qmsum-train: 40 terms +0.72, 30 +0.62, 20 +0.34)
+# at most this many aspects: neighbouring sentences share one beyond it, so a pasted document costs
+# what 16 aspects cost (qmsum-train's queries hold up to 11, legal's catchphrase lists up to 40:
+# merged to 8, 12 or 16, every legal ranking stays the same)
+MAX_ASPECTS = 16
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 
 
 def split(query: str, analyse) -> list[list[str]]:
     """The query's aspects, each its analysed terms: sentences (ended by . ! ? or ;) merged forward,
-    and the last one backward, until each holds MIN_TERMS terms; [] for a query of fewer than two."""
+    and the last one backward, until each holds MIN_TERMS terms, then neighbours merged into
+    MAX_ASPECTS runs of as many aspects each as can be; [] for a query of fewer than two."""
     out: list[list[str]] = []
     for sentence in _SENTENCE_END.split(query):
         terms = analyse(sentence) if sentence.strip() else []
@@ -36,6 +41,8 @@ def split(query: str, analyse) -> list[list[str]]:
     if len(out) > 1 and len(out[-1]) < MIN_TERMS:
         last = out.pop()
         out[-1] += last
+    if len(out) > MAX_ASPECTS:
+        out = [[t for j in run for t in out[j]] for run in np.array_split(np.arange(len(out)), MAX_ASPECTS)]
     return out if len(out) > 1 else []
 
 

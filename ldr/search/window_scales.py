@@ -147,13 +147,27 @@ def best_per_group(feats: dict, docnos: list[int], size: int, groups: list[np.nd
     if not got or not n_cols or not groups:
         return out
     win, col, value, starts, at = _cells(got, size, n_cols, k1, b, memo)
-    member = np.zeros((n_cols, len(groups)), dtype=bool)          # a column may be in several groups
-    for g, cs in enumerate(groups):
-        member[np.asarray(cs, dtype=np.int64), g] = True
-    cell, group = np.nonzero(member[col])
     g = len(groups)
-    scores = np.bincount(win[cell] * g + group, weights=value[cell], minlength=at * g).reshape(at, g)
-    best = np.maximum.reduceat(scores, starts, axis=0)
+    # each cell once per group holding its column (a column may be in several): memory follows the
+    # cells, not cells × groups, for a query of many sentences
+    pairs = sorted({(int(c), j) for j, cs in enumerate(groups) for c in np.asarray(cs).tolist()})
+    pair_col = np.array([c for c, _ in pairs], dtype=np.int64)
+    pair_group = np.array([j for _, j in pairs], dtype=np.int64)
+    count = np.bincount(pair_col, minlength=n_cols)
+    first = np.cumsum(count) - count
+    reps = count[col]
+    cell = np.repeat(np.arange(len(col)), reps)
+    within = np.arange(len(cell)) - np.repeat(np.cumsum(reps) - reps, reps)
+    group = pair_group[first[col[cell]] + within]
+    keys = win[cell] * g + group
+    if at * g <= DENSE_CELLS:
+        scores = np.bincount(keys, weights=value[cell], minlength=at * g).reshape(at, g)
+        best = np.maximum.reduceat(scores, starts, axis=0)
+    else:       # many windows and many groups: only the (window, group) pairs that hold a term
+        uniq, inv = np.unique(keys, return_inverse=True)
+        sums = np.bincount(inv, weights=value[cell])
+        best = np.zeros((len(got), g))                  # a window holding none of a group's terms: 0
+        np.maximum.at(best, (np.searchsorted(starts, uniq // g, side="right") - 1, uniq % g), sums)
     for i, (d, _) in enumerate(got):
         out[d] = best[i]
     return out
