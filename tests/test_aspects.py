@@ -45,6 +45,7 @@ def test_sentences_are_merged_until_each_holds_enough_terms():
         [["Dr"] + list("abcdef"), list("ghijklm") + ["n"]]
     assert aspects.split("one sentence of many many terms but only one", analyse) == []
     assert aspects.split("a b c. d e f.", analyse) == []           # together, one aspect
+    assert aspects.split("一二三四五六。七八九十百千！", lambda t: re.findall(r"\w", t)) == [list("一二三四五六"), list("七八九十百千")]
     # a pasted document: neighbouring sentences share an aspect beyond MAX_ASPECTS, every term kept
     text = " ".join(f"w{i} x y z u v." for i in range(40))
     parts = aspects.split(text, analyse)

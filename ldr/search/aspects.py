@@ -24,11 +24,11 @@ SIZE = 40                # each aspect's windows (qmsum-train: 40 terms +0.72, 3
 # what 16 aspects cost (qmsum-train's queries hold up to 11, legal's catchphrase lists up to 40:
 # merged to 8, 12 or 16, every legal ranking stays the same)
 MAX_ASPECTS = 16
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])")      # full-width ends need no space
 
 
 def split(query: str, analyse) -> list[list[str]]:
-    """The query's aspects, each its analysed terms: sentences (ended by . ! ? or ;) merged forward,
+    """The query's aspects, each its analysed terms: sentences (ended by . ! ? ; or their full-width forms) merged forward,
     and the last one backward, until each holds MIN_TERMS terms, then neighbours merged into
     MAX_ASPECTS runs of as many aspects each as can be; [] for a query of fewer than two."""
     out: list[list[str]] = []
