@@ -11,6 +11,7 @@ scales (where the query's terms occur in each candidate's term stream): no new c
 from __future__ import annotations
 
 import re
+
 import numpy as np
 
 from .window_scales import best_per_group
@@ -28,9 +29,10 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])")      # full-wi
 
 
 def split(query: str, analyse) -> list[list[str]]:
-    """The query's aspects, each its analysed terms: sentences (ended by . ! ? ; or their full-width forms) merged forward,
-    and the last one backward, until each holds MIN_TERMS terms, then neighbours merged into
-    MAX_ASPECTS runs of as many aspects each as can be; [] for a query of fewer than two."""
+    """The query's aspects, each its analysed terms: sentences (ended by . ! ? ; or their
+    full-width forms) merged forward, and the last one backward, until each holds MIN_TERMS
+    terms, then neighbours merged into MAX_ASPECTS runs of as even a size as can be; [] for a
+    query of fewer than two."""
     out: list[list[str]] = []
     for sentence in _SENTENCE_END.split(query):
         terms = analyse(sentence) if sentence.strip() else []

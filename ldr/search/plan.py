@@ -85,7 +85,7 @@ class Plan:
             lines.append("then (the coordinator, over the shards' candidates):" if self.shards > 1 else "then:")
             why = {Stage.FUSED.value: ["fusion", "rrf_k"] + [f"weights.{k}" for k in self.kinds],
                    Stage.WINDOWS.value: ["window_depth", "window_weight", "window_vectors", "window_scales",
-                                              "phrase_weight", "aspect_weight"],
+                                         "phrase_weight", "aspect_weight"],
                    Stage.RERANKED.value: ["rerank", "rerank_model", "rerank_depth", "rerank_weight"],
                    Stage.RELEVANCE.value: ["min_score"], Stage.PASSAGES.value: ["passages"]}
             for s in self.rest:

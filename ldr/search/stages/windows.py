@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...stages import Stage, detail
-from ..normalise import minmax
 from ..aspects import KEY as ASPECTS
+from ..normalise import minmax
 from ..phrases import KEY as PHRASES
 from ..window_scales import scale_key
 from .base import Candidates, QuerySource
