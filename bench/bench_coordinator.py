@@ -68,14 +68,16 @@ opened = time.perf_counter() - t
 after_open = rss_mb()
 qs = queries(n_q)
 ix.search(qs[0])
-lat = []
+lat, rounds = [], []
 for q in qs:
     t = time.perf_counter()
-    ix.search(q, k=10, filters={{"bucket": "3"}} if len(lat) % 2 else None)
+    r = ix.search(q, k=10, filters={{"bucket": "3"}} if len(lat) % 2 else None)
     lat.append(time.perf_counter() - t)
+    rounds.append(r.rounds)
 print(json.dumps({{"mode": mode, "open_s": round(opened, 3), "rss_before_mb": round(before, 1),
                   "rss_open_mb": round(after_open, 1), "rss_searched_mb": round(rss_mb(), 1),
-                  "search_ms_median": round(1e3 * statistics.median(lat), 2), "documents": len(ix)}}))
+                  "search_ms_median": round(1e3 * statistics.median(lat), 2), "documents": len(ix),
+                  "rounds_median": statistics.median(rounds), "rounds_max": max(rounds)}}))
 '''
 
 

@@ -135,7 +135,18 @@ class LocalShard:
 
     # -- the calls of a Shard ------------------------------------------------------------------
     def describe(self) -> ShardInfo:
-        return ShardInfo(int(self.store.rows), len(self.store), tuple(sorted(self.store.meta_fields())))
+        """What the shard is; with each kind that scores with collection statistics (native BM25),
+        its live documents and their summed length, so a coordinator knows the whole index's at
+        its point in time without asking per query."""
+        from . import components as registry
+
+        comps = self.view.manifest["components"]
+        totals = {}
+        for name, kind in registry.kinds(comps):
+            if kind.collection_stats(comps[name]):
+                r = self.retriever(name)
+                totals[name] = (int(r.n), float(r.lengths[r.live].astype(np.float64).sum()))
+        return ShardInfo(int(self.store.rows), len(self.store), tuple(sorted(self.store.meta_fields())), totals)
 
     def facets(self) -> dict:
         """This generation's metadata fields with counts (search/facets.py), counted once."""
@@ -162,16 +173,48 @@ class LocalShard:
             per_kind[k] = many(queries) if many is not None else [r.collection_stats(q) for q in queries]
         return [ShardStats(count, {k: v[j] for k, v in per_kind.items()}) for j in range(len(queries))]
 
-    def first(self, plan_first, reps: dict, filters: dict | None) -> FirstStage:
-        """The plan's first stages: each kind's (docno, score) list and each listed document's id."""
+    def first(self, plan_first, reps: dict, filters: dict | None, ask=None) -> FirstStage:
+        """The plan's first stages: each kind's (docno, score) list, each listed document's id and
+        the documents the filters leave. A kind sent the whole index's totals only (IndexTotals:
+        native BM25 before its document frequencies are summed) ranks with its own frequencies
+        scaled up and says how to score its list exactly (TermEvidence); `ask` (WindowAsk): the
+        window features of the documents this shard's lists fuse best, for the window stage."""
+        from dataclasses import replace
+
         from .search.source import IndexSource
 
-        cands = plan_first.run_first(IndexSource(plan_first.query, self.retriever, self.store, self.mask(filters),
-                                                 None, reps))
+        allow = self.mask(filters)
+        reps = dict(reps)
+        totals = [k for k, r in reps.items() if getattr(r, "needs_evidence", False)]
+        for k in totals:
+            reps[k] = self.retriever(k).provisional(reps[k])
+        # such a kind's distribution and bound need the whole index's frequencies: the coordinator's
+        stages = tuple(replace(s, distribution=False, bound=False) if s.kind in totals else s for s in plan_first.first)
+        source = IndexSource(plan_first.query, self.retriever, self.store, allow, None, reps)
+        cands = replace(plan_first, first=stages).run_first(source)
+        evidence = {s.kind: self.retriever(s.kind).evidence(reps[s.kind], cands.lists[s.kind], s.depth,
+                                                            s.distribution, allow is not None)
+                    for s in plan_first.first if s.kind in totals}
         listed = sorted({d for rows in cands.lists.values() for d, _ in rows})
         self._check_listed(listed)
         ids = self.store.ids
-        return FirstStage(cands.lists, cands.timings, {d: ids[d] for d in listed}, cands.distributions, cands.bounds)
+        features = self._likely_features(cands, source, ask, reps) if ask is not None else {}
+        return FirstStage(cands.lists, cands.timings, {d: ids[d] for d in listed}, cands.distributions, cands.bounds,
+                          len(self.store) if allow is None else int(allow.sum()), evidence, features)
+
+    def _likely_features(self, cands, source, ask, reps: dict) -> dict:
+        """{docno: WindowFeatures} of the `ask.depth` documents this shard's own lists fuse best:
+        the window stage's candidates from this shard, most often all of them (the coordinator
+        asks again for any it lacks)."""
+        from dataclasses import replace
+
+        from .search.stages.base import Candidates
+
+        own = Candidates(cands.query)
+        own.lists, own.runs = dict(cands.lists), {k: dict(v) for k, v in cands.runs.items()}
+        ranked = replace(ask.fuse, keep=ask.depth).run(own, source).rows
+        docs = [d for d, _, _ in ranked[:ask.depth]]
+        return self.windows(docs, list(ask.kinds), {k: reps[k] for k in ask.kinds}, list(ask.terms)) if docs else {}
 
     def first_many(self, plan_first, reps: list[dict], filters: dict | None) -> list[FirstStage]:
         """first() of each query (`reps`: each one's representations): a lone first stage whose

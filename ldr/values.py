@@ -13,6 +13,7 @@ class ShardInfo:
     rows: int                              # document numbers, live and deleted
     docs: int                              # live documents
     fields: tuple[str, ...]                # its documents' metadata fields
+    totals: dict = field(default_factory=dict)   # kind with collection statistics → (live documents, their length)
     missing: bool = False                  # a remote shard none of whose replicas answered
     manifest: dict | None = field(default=None, compare=False, repr=False)   # a replica's settings (Ray)
 
@@ -40,6 +41,29 @@ class ShardStats:
 
 
 @dataclass(frozen=True)
+class TermEvidence:
+    """A native BM25 shard's list ranked before the whole index's document frequencies were known
+    (components/bm25_store/native_evidence.py): what scores its documents exactly once they are."""
+    terms: tuple                           # the query's analysed terms, in the query's order
+    qtf: tuple                             # each one's count in the query
+    df: tuple                              # live documents here holding each
+    docs: Any                              # the listed docnos (int64), in list order
+    cells: tuple                           # (row in docs, term column, tf) of each term a listed document holds
+    lengths: Any                           # the listed documents' analysed lengths (float32)
+    ranked: Any                            # the weight each term was ranked with here
+    last: float                            # the list's last score (0.0: it holds every document it could)
+    n: int                                 # live documents here
+    k1: float
+    b: float
+    sums: Any = None                       # the score distribution's parts, when asked: Σ_d p_t(d)
+    cross: Any = None                      # Σ_d p_t(d)·p_u(d)
+    head: Any = None                       # the best documents whatever a filter allows (the max)
+    head_cells: tuple | None = None
+    head_lengths: Any = None
+    head_beyond: float = 0.0               # the score after them as ranked here
+
+
+@dataclass(frozen=True)
 class FirstStage:
     """A shard's first stages for one query."""
     lists: dict                            # kind → [(docno, score)], best first
@@ -47,6 +71,9 @@ class FirstStage:
     ids: dict                              # docno → id, of every listed document
     distributions: dict = field(default_factory=dict)   # kind → its scores over the shard, as sums
     bounds: dict = field(default_factory=dict)          # kind → the highest score the query can reach
+    count: int | None = None               # documents the filters leave here (asked with filters)
+    evidence: dict = field(default_factory=dict)        # kind → TermEvidence (a list ranked before df was known)
+    features: dict = field(default_factory=dict)        # docno → WindowFeatures of its likely window candidates
 
 
 @dataclass(frozen=True)
@@ -59,3 +86,15 @@ class Fetched:
     with_meta: bool = False                # the metadata was asked (a document may hold none)
     cuts: list | None = None               # asked: its best windows cut to sentences (start, end, ...)
     passages: list | None = None           # their texts
+
+
+@dataclass(frozen=True)
+class WindowAsk:
+    """The window features a coordinator asks with the first stages: the vector kinds and terms the
+    window stage reads, and how many of the documents the shard's lists fuse best (by `fuse`, the
+    plan's fusion) to describe."""
+    kinds: tuple
+    terms: tuple
+    fuse: Any
+    depth: int
+

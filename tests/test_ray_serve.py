@@ -123,6 +123,8 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
                             for h in body["hits"]] == \
                         [(h.id, round(h.score, 5), [(p.start, p.end) for p in h.passages]) for h in want], (q, opts)
                     assert "missing_shards" not in body, body
+                    # issue 79: the first stages (with BM25's exact lists and the window features), the fetch
+                    assert body["rounds"] == (2 if want else 1), (q, opts, body["rounds"])
 
         assert http.get("/health").json()["documents"] == len(one)
         _placed_by_resource()

@@ -41,6 +41,9 @@ def _same(one, sharded, where: str):
             a, b = one.search(q, k=10, passages=2, **kw), sharded.search(q, k=10, passages=2, **kw)
             assert [h.id for h in a] == [h.id for h in b], (where, mode, q)
             assert all(abs(x.score - y.score) < 1e-4 for x, y in zip(a, b)), (where, mode, q)
+            assert [h.relevance for h in a] == pytest.approx([h.relevance for h in b], abs=1e-6), (where, mode, q)
+            # the first stages with native BM25's lists and the window features, then the passages
+            assert b.rounds == (2 if b else 1), (where, mode, q, b.rounds)
             assert [[(p.start, p.end) for p in h.passages] for h in a] == \
                 [[(p.start, p.end) for p in h.passages] for h in b], (where, mode, q)
 
@@ -90,6 +93,29 @@ def test_filters_and_bm25_statistics_are_the_whole_index(unsharded, tmp_path):
     whole = unsharded.retriever("bm25")
     assert (rep.n, rep.avgdl) == (whole.n, whole.avgdl) and rep.df == {t: whole._df(t) for t in rep.df} == \
         {"bear": 2, "plate": 1}
+
+
+def test_a_shard_whose_own_frequencies_mislead_it_is_asked_again_and_the_hits_stay_exact(tmp_path):
+    # shard 0 holds every "alpha" document: ranked with its own frequencies scaled up, alpha looks
+    # common there and the shard lists by "beta"; the whole index's frequencies make alpha rare, so
+    # documents it did not list belong in the top: its bound says so and it is asked again
+    from ldr.index.cluster import shard_of
+
+    ids = [f"d{i}" for i in range(400)]
+    zero = [i for i in ids if shard_of(i, 2) == 0][:12]
+    one_ = [i for i in ids if shard_of(i, 2) == 1][:36]
+    docs = [ldr.Doc(i, " ".join(["alpha"] * (1 + j % 5) + ["beta"] * (3 if j < 4 else 0) + ["filler"] * 20), i)
+            for j, i in enumerate(zero)]
+    docs += [ldr.Doc(i, " ".join(["beta"] * (1 + j % 3) + ["filler"] * 20 + (["alpha"] if j < 2 else [])), i)
+             for j, i in enumerate(one_)]
+    single = ldr.Index.build(docs, tmp_path / "one", dense=None, sparse=None, progress=False)
+    sharded = ShardedIndex.build(docs, tmp_path / "two", shards=2, dense=None, sparse=None, progress=False)
+    for kw in ({"depth": 4}, {"depth": 4, "filters": {"id": {"!=": zero[0]}}}, {}):
+        a, b = single.search("alpha beta", k=4, passages=1, **kw), sharded.search("alpha beta", k=4, passages=1, **kw)
+        assert [(h.id, h.score) for h in a] == [(h.id, h.score) for h in b], kw
+        assert [h.relevance for h in a] == pytest.approx([h.relevance for h in b], abs=1e-6), kw
+        # asked again (then the window features of the candidates it brought); whole lists: never
+        assert b.rounds > 2 if "depth" in kw else b.rounds == 2, kw
 
 
 def test_the_cli_builds_and_writes_a_sharded_index(tmp_path):

@@ -85,6 +85,17 @@ class Terms:
         from .bm25_store.native_backend import NativeSearcher
         return NativeSearcher.with_collection_stats(rep, parts)
 
+    def whole(self, query: str, parts: list):
+        """What shards are first sent (native BM25): the whole index's totals, from each shard's
+        (live documents, summed length); each shard ranks with its own frequencies scaled up."""
+        from .bm25_store.native_evidence import totals
+        return totals(query, parts)
+
+    def settle(self, query: str, evidence: dict, depth: int, totals):
+        """The shards' lists for `totals` scored exactly from their evidence (a Verdict)."""
+        from .bm25_store.native_evidence import settle
+        return settle(query, evidence, depth, totals)
+
 
 class QuerySides:
     """Each kind's query side for the manifests a handle reads, built on first use and kept while

@@ -28,7 +28,7 @@ class Shard(Protocol):
     def describe(self) -> ShardInfo: ...
     def stats(self, query: str, kinds: list, filters: dict | None) -> ShardStats: ...
     def stats_many(self, queries: list, kinds: list, filters: dict | None) -> list[ShardStats]: ...
-    def first(self, plan_first, reps: dict, filters: dict | None) -> FirstStage: ...
+    def first(self, plan_first, reps: dict, filters: dict | None, ask=None) -> FirstStage: ...
     def first_many(self, plan_first, reps: list, filters: dict | None) -> list[FirstStage]: ...  # first() of each
     def windows(self, docs: list, kinds: list, reps: dict, terms: list) -> dict[int, WindowFeatures]: ...
     def exact(self, kind: str, rep, docs: list, first: dict) -> list: ...
@@ -133,15 +133,17 @@ class ShardedSource:
     candidates as one index finds them."""
 
     def __init__(self, query: str, reps: dict, shards: list, map_: ShardMap, ids: dict, finder=None,
-                 encode=None, bind=None):
+                 encode=None, bind=None, each=None):
         """`encode(kind)`: the query for a kind no first stage searched (a second stage's);
-        `bind(spec)`: the reranker a plan's RerankerSpec names, loaded where the plan runs."""
+        `bind(spec)`: the reranker a plan's RerankerSpec names, loaded where the plan runs;
+        `each(call)`: [call(shard) for every shard], in parallel (None: one shard after another)."""
         self.query, self.reps, self.shards, self.map, self.ids = query, reps, shards, map_, ids
-        self.finder, self.encode, self.bind = finder, encode, bind
+        self.finder, self.encode, self.bind, self.each = finder, encode, bind, each
         self.read: dict[int, str] = {}
         self.feats: dict[int, Any] = {}
         self.fetched: dict[int, Fetched] = {}   # what a fetch brought (no texts): the final fetch asks for no more
         self.missing: set[int] = set()      # shards that failed a call after their first stages
+        self.rounds = 0                     # calls to the shards made here (each to every shard concerned at once)
         self.with_meta = False              # the request shows the hits' metadata
 
     def reranker(self, spec):
@@ -162,8 +164,16 @@ class ShardedSource:
         """{global docno: value} from `call(shard, locals, s)` -> {local: value} on each shard holding
         some (None: the shard did not answer; it is named in the result)."""
         out = {}
-        for s, pairs in self.map.group(docnos).items():
-            got = call(self.shards[s], [loc for _, loc in pairs], s)
+        groups = self.map.group(docnos)
+        self.rounds += bool(groups)
+        if self.each is not None and len(groups) > 1:      # every shard concerned at once (Ray: one round trip)
+            which = {id(self.shards[s]): s for s in groups}
+            answers = self.each(lambda sh: call(sh, [loc for _, loc in groups[which[id(sh)]]], which[id(sh)])
+                                if id(sh) in which else None)
+        else:
+            answers = {s: call(self.shards[s], [loc for _, loc in pairs], s) for s, pairs in groups.items()}
+        for s, pairs in groups.items():
+            got = answers[s]
             if got is None:
                 self.missing.add(s)
                 continue

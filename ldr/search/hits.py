@@ -66,6 +66,7 @@ class SearchResult(list):
         self.generation: int | None = None   # the index generation that answered
         self.missing_shards: list[int] = []  # a sharded index's shards that could not answer (no replica)
         self.ids: dict = {}                   # {docno: id} of every candidate (the runs are by docno)
+        self.rounds = 0                       # calls made to the shards, each to every shard concerned at once
 
 
 def finite(obj):

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import exact_lists
 from .gather import Exact, ShardMap, ShardedSource, gather
 from .hits import SearchResult, origin, to_hits
 from .options import QueryOptions
@@ -130,30 +131,53 @@ def statistics(snap: Snapshot, query: str, conds: dict, run: Run) -> tuple[int, 
 
 def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *, t0: float | None = None,
            reps: dict | None = None) -> SearchResult:
-    """`query` (prepared) answered from `snap` end to end."""
+    """`query` (prepared) answered from `snap` end to end, in two rounds of calls to the shards
+    most often: the first stages (with what scores native BM25's lists exactly, the documents the
+    filters leave and the likely window candidates' features), then the final hits' passages and
+    fields (search/exact_lists.py and the module's docstring say when a third is needed)."""
     conds = snap.conditions(request.filters)
-    count, stats, missing = statistics(snap, query, conds, run)
-    plan = compile_for(snap, query, request, count, bool(conds), run.device, spec)
-    if count == 0 or len(missing) == len(snap.shards):    # nothing passes the filters (or an empty index)
-        (empty := SearchResult([], query, {}, None, None, plan)).generation = snap.generation
-        empty.missing_shards = missing
-        return empty
+    plan = compile_for(snap, query, request, len(snap), bool(conds), run.device, spec)
+    if len(snap) == 0:
+        return _empty(snap, plan, [])
     spent: dict = {}
-    reps = encode(snap, query, plan.kinds, reps, stats, spent)
-    first, rest = plan.split()
-    gone = {id(snap.shards[i]) for i in missing}
-    parts = run.each(lambda s: None if id(s) in gone else s.first(first, reps, conds or None))
-    missing = sorted(set(missing) | {i for i, p in enumerate(parts) if p is None})
-    cands, ids = gather([None if i in missing else p for i, p in enumerate(parts)], snap.map, query,
-                        {s.kind: s.depth for s in plan.first})
+    reps = encode(snap, query, plan.kinds, reps, None, spent)
+    sums = [k for k in snap.stat_kinds() if k in plan.kinds] if len(snap.shards) > 1 else []
+    totals = exact_lists.totals_of(snap, query, sums)
     o = plan.settings
     # the relevance stage reads the hits' window evidence (cover) too
     windows = request.passages or o.rerank_model or o.window_weight or plan.stage("relevance") is not None
     finder = run.finder(o.weights, plan.kinds) if windows else None
+    ask = _window_ask(plan, finder, query)
+    first, _ = plan.split()
+    sent = {**reps, **totals}
+    parts = run.each(lambda s: s.first(first, sent, conds or None, ask))
+    rounds = 1
+    missing = [i for i, p in enumerate(parts) if p is None]
+    if len(missing) == len(snap.shards):
+        return _empty(snap, plan, missing, rounds)
+    if conds:       # the plan again, for the documents the filters leave (fewer hits, shallower lists)
+        count = sum(p.count for p in parts if p is not None)
+        plan = compile_for(snap, query, request, count, True, run.device, spec)
+        if count == 0:
+            return _empty(snap, plan, missing, rounds)
+        first, _ = plan.split()
+    depths = {s.kind: s.depth for s in plan.first}
+    if totals:
+        settled = exact_lists.settle(snap, parts, query, first, depths, totals,
+                                     lambda i, p, r: _again(snap, i, p, r, conds))
+        parts, rounds = settled.parts, rounds + bool(settled.asked_again)
+        reps.update(settled.reps)
+        missing = sorted(set(missing) | {i for i, p in enumerate(parts) if p is None})
+    rest = plan.split()[1]
+    cands, ids = gather([None if i in missing else p for i, p in enumerate(parts)], snap.map, query, depths)
     source = ShardedSource(query, reps, snap.shards, snap.map, ids, finder,
-                           lambda k: encode(snap, query, [k], stats=stats)[k],
-                           lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)))
+                           lambda k: encode(snap, query, [k])[k],
+                           lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)), run.each)
     source.with_meta = request.with_meta
+    for i, p in enumerate(parts):       # the features the shards sent with their lists
+        if p is not None and p.features:
+            off = snap.map.offsets[i]
+            source.feats.update({off + d: f for d, f in p.features.items()})
     cands = rest.run_rest(cands, source)
     hits = fetch(snap, source, cands, request, ids)
     second = plan.stage("reranked")
@@ -162,7 +186,34 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
                           round(1e3 * (time.perf_counter() - t0), 2) if t0 is not None else None)
     result.finder, result.generation, result.ids = finder, snap.generation, ids
     result.missing_shards = sorted(set(missing) | source.missing)
+    result.rounds = rounds + source.rounds
     return result
+
+
+def _empty(snap: Snapshot, plan, missing: list, rounds: int = 0) -> SearchResult:
+    """No hit: nothing passes the filters, an empty index, or no shard answered."""
+    (empty := SearchResult([], plan.query, {}, None, None, plan)).generation = snap.generation
+    empty.missing_shards, empty.rounds = missing, rounds
+    return empty
+
+
+def _window_ask(plan, finder, query: str):
+    """What the shards describe with their first stages: the window features of the window stage's
+    candidates, or without that stage of the hits (the relevance's cover, the passages read them);
+    None where nothing reads windows."""
+    from ..values import WindowAsk
+
+    if finder is None:
+        return None
+    stage = plan.stage("windows")
+    fuse = next(s for s in plan.rest if s.name == "fused")
+    return WindowAsk(tuple(finder.vector_kinds), tuple(finder.term_list(query)), fuse,
+                     stage.depth if stage is not None else plan.k)
+
+
+def _again(snap: Snapshot, i: int, plan, reps: dict, conds: dict):
+    """Shard i's first stages of `plan` once more, with the exact statistics (`reps`)."""
+    return snap.shards[i].first(plan, reps, conds or None)
 
 
 def fetch(snap: Snapshot, source: ShardedSource, cands, request: QueryOptions, ids: dict) -> list:

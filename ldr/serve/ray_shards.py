@@ -111,8 +111,8 @@ class ShardReplica:
     def stats(self, entry: dict, query: str, kinds: list, filters) -> dict:
         return self._at(entry).stats(query, kinds, filters)
 
-    def first(self, entry: dict, first, reps: dict, filters) -> dict:
-        return self._at(entry).first(first, reps, filters)
+    def first(self, entry: dict, first, reps: dict, filters, ask=None) -> dict:
+        return self._at(entry).first(first, reps, filters, ask)
 
     def stats_many(self, entry: dict, queries: list, kinds: list, filters) -> list:
         return self._at(entry).stats_many(queries, kinds, filters)
@@ -203,8 +203,8 @@ class RemoteShard:
     def stats(self, query, kinds, filters):
         return self._live("stats", query, kinds, filters)
 
-    def first(self, first, reps, filters):
-        return self._live("first", first, reps, filters)
+    def first(self, first, reps, filters, ask=None):
+        return self._live("first", first, reps, filters, ask)
 
     def stats_many(self, queries, kinds, filters):
         return self._live("stats_many", queries, kinds, filters)

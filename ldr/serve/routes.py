@@ -52,7 +52,7 @@ def add_read_routes(app: FastAPI, served: Served) -> None:
         query = prepare(req.query)      # lone surrogates ("\ud800") become U+FFFD, as the README says
         res = served.index().search(query, **options)
         return {"query": query, "generation": res.generation, "took_ms": round(1e3 * (time.perf_counter() - t), 2),
-                "timings_ms": res.timings_ms, "reranker": res.reranker,
+                "timings_ms": res.timings_ms, "reranker": res.reranker, "rounds": res.rounds,
                 **({"missing_shards": res.missing_shards} if res.missing_shards else {}), "hits": [finite(h.to_dict(with_text=req.with_text)) for h in res]}
 
     @app.get("/documents/{doc_id:path}")

@@ -9,7 +9,6 @@ import functools
 import itertools
 import operator
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,7 @@ from ..analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
 from ...values import CollectionStats
-from .native_scoring import TermTable, score_segment
+from .native_scoring import GlobalQuery, TermTable, score_segment
 from .vocabulary import Vocabulary, write_vocabulary
 
 
@@ -111,16 +110,6 @@ DF_CACHE = 1 << 16      # terms whose document frequency a searcher keeps (a sha
 BLOCK_CELLS = 1 << 22   # (query, document) scores summed at once: 32 MB of float64
 
 
-@dataclass(frozen=True)
-class GlobalQuery:
-    """A BM25 query carrying the statistics of a whole sharded index: every shard scores with
-    them, so a document's score is the one the unsharded index gives it, whichever shard holds it."""
-    text: str
-    n: int
-    avgdl: float
-    df: dict          # term → its document frequency over every shard
-
-
 class NativeSearcher:
     """BM25 over every segment of a generation, with the statistics of its live documents: the
     scores equal those of an index built fresh from the same documents, however it was assembled."""
@@ -182,6 +171,16 @@ class NativeSearcher:
         """The query with every shard's statistics summed (the sums of whole numbers are exact)."""
         total = functools.reduce(operator.add, parts)
         return GlobalQuery(query, total.n, total.length / total.n if total.n else 1.0, total.df)
+
+    def provisional(self, totals) -> GlobalQuery:
+        """The query a shard ranks the whole index's totals with (native_evidence.py)."""
+        from .native_evidence import provisional
+        return provisional(self, totals)
+
+    def evidence(self, query: GlobalQuery, listed: list, depth: int, distribution: bool, filtered: bool):
+        """What scores `listed` exactly once the whole index's frequencies are known (native_evidence.py)."""
+        from .native_evidence import evidence
+        return evidence(self, query, listed, depth, distribution, filtered)
 
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """The passage rescorer's BM25 feature: the first stage's score (0 where it did not return one)."""

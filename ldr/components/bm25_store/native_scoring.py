@@ -11,9 +11,20 @@ equal).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class GlobalQuery:
+    """A BM25 query carrying the statistics of a whole sharded index: every shard scores with
+    them, so a document's score is the one the unsharded index gives it, whichever shard holds it."""
+    text: str
+    n: int
+    avgdl: float
+    df: dict          # term → its document frequency over every shard
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
