@@ -280,7 +280,7 @@ class RayShards:
         if manifest is None:
             raise IndexFormatError(f"no shard of {self.path} answered at cluster generation {cluster['generation']}")
         # the query sides load the models once per settings, here: the replicas load none
-        return Snapshot(cluster["generation"], manifest, shards, handle._sides(manifest), cluster=cluster)
+        return Snapshot(cluster["generation"], manifest, shards, handle._sides(manifest), cluster=cluster, remote=True)
 
     def newer(self, snap: Snapshot, handle) -> Snapshot | None:
         # the server asks every few seconds: a shard gone must not hold a refresh (or a shutdown) 30 s

@@ -25,6 +25,7 @@ from .native_scoring import GlobalQuery
 
 
 MARGIN = 1e-6       # a listed score is float32: what it rounds may hide this much
+DENSE_CELLS = 1 << 22   # the distribution's sums from a dense table up to this many cells
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,6 @@ def _postings_of(searcher, got, docs: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _sums(searcher, got, n_terms: int, avgdl: float) -> dict:
     """Σ_d p_t(d) and Σ_d p_t(d)·p_u(d) over every live document: the query's score sum and sum
     of squares for any weights w are w·sums and wᵀ·cross·w."""
-    import scipy.sparse as sp
-
     data, rows, cols = [], [], []
     for si, (seg, offset, live) in enumerate(searcher.segments):
         for j, r in enumerate(got.rows.tolist()):
@@ -165,8 +164,14 @@ def _sums(searcher, got, n_terms: int, avgdl: float) -> dict:
             cols.append(np.full(len(p), j, dtype=np.int64))
     if not data:
         return {"sums": np.zeros(n_terms), "cross": np.zeros((n_terms, n_terms))}
-    x = sp.csr_matrix((np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))),
-                      shape=(len(searcher.lengths), n_terms))
+    docs, at = np.unique(np.concatenate(rows), return_inverse=True)
+    data, cols = np.concatenate(data), np.concatenate(cols)
+    if len(docs) * n_terms <= DENSE_CELLS:      # a table of the documents holding a term: no scipy
+        x = np.zeros((len(docs), n_terms))
+        x[at, cols] = data
+        return {"sums": x.sum(axis=0), "cross": x.T @ x}
+    import scipy.sparse as sp
+    x = sp.csr_matrix((data, (at, cols)), shape=(len(docs), n_terms))
     return {"sums": np.asarray(x.sum(axis=0)).ravel(), "cross": (x.T @ x).toarray()}
 
 
