@@ -29,7 +29,9 @@ def corpus(n: int, seed: int = 0):
 
     rnd = random.Random(seed)
     for i in range(n):
-        yield ldr.Doc(f"doc-{i:07d}", " ".join(rnd.choices(WORDS[:5000], k=40) + rnd.choices(WORDS, k=20)),
+        # lengths vary (30 to 89 words), as documents' do: equal lengths make BM25 scores tie in tiers
+        yield ldr.Doc(f"doc-{i:07d}", " ".join(rnd.choices(WORDS[:5000], k=20 + rnd.randrange(50))
+                                               + rnd.choices(WORDS, k=10 + rnd.randrange(10))),
                       f"Document {i}", {"bucket": str(i % 7)})
 
 

@@ -42,12 +42,14 @@ log = open({log!r}, "a")
 live = set(json.loads(open({start!r}).read()))
 n, deadline = {first}, time.monotonic() + {seconds}
 while time.monotonic() < deadline or n < {first} + MIN_COMMITS:    # a slow machine: as many commits
+    tick = time.monotonic() + {pace}
     if n % 3 == 2 and "doc-%d" % (n - 2) in live:
         g = ix.delete(["doc-%d" % (n - 2)])["generation"]; live.discard("doc-%d" % (n - 2))
     else:
         g = ix.add([doc(n)])["generation"]; live.add("doc-%d" % n)
     log.write(json.dumps([g, sorted(live)]) + "\n"); log.flush()
     n += 1
+    time.sleep(max(0.0, tick - time.monotonic()))       # pace: a commit every {pace} s (0: as fast as it can)
 print(n)
 """
 
@@ -60,15 +62,17 @@ def _build(tmp_path):
     (tmp_path / "start.json").write_text(json.dumps([f"doc-{n}" for n in range(START)]))
 
 
-def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3) -> int:
-    """Start the writer on the index `_build` made for `seconds`, run `search(n, rnd)` →
-    [(generation, ids, want(n, live))] from `threads` threads meanwhile; assert every answer is
-    its generation's. Returns the number of answers checked."""
+def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3, pace: float = 0.0,
+                     generation: int = 1) -> int:
+    """Start the writer on the index `_build` made (its documents doc-0 to doc-29 live at
+    `generation`) for `seconds`, committing every `pace` seconds (0: as fast as it can); run
+    `search(n, rnd)` → [(generation, ids, want(n, live))] from `threads` threads meanwhile;
+    assert every answer is its generation's. Returns the number of answers checked."""
     start = START
-    states = {1: {f"doc-{n}" for n in range(start)}}
+    states = {generation: {f"doc-{n}" for n in range(start)}}
     log = tmp_path / "log.jsonl"
     script = WRITER.format(tests=os.path.dirname(__file__), path=str(tmp_path / "idx"), log=str(log),
-                           start=str(tmp_path / "start.json"), first=start, seconds=seconds)
+                           start=str(tmp_path / "start.json"), first=start, seconds=seconds, pace=pace)
     answers, errors, stop = [], [], threading.Event()
 
     def run(seed: int):

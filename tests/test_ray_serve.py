@@ -2,6 +2,7 @@
 as users start it, spoken to over real HTTP (issue 41): answers equal the unsharded index's; a
 replica killed under 8 concurrent clients fails no request; a shard with no replica left is named
 in the answers (`missing_shards`), never silently dropped."""
+import json
 import os
 import subprocess
 import sys
@@ -100,10 +101,15 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     from test_sharded import _docs
     from test_serve import _free_port
 
+    import test_point_in_time as pit
+
     idx, local = tmp_path / "idx", tmp_path / "node-disk"
     local.mkdir()
-    one = ldr.Index.build(_docs(), tmp_path / "one", dense=None, sparse=None)
-    ShardedIndex.build(_docs(), idx, shards=2, dense=None, sparse=None)
+    # the sample corpus and the point-in-time check's documents (each holds a term of its own: zqN)
+    docs = _docs() + [pit.doc(n) for n in range(pit.START)]
+    (tmp_path / "start.json").write_text(json.dumps([f"doc-{n}" for n in range(pit.START)]))
+    one = ldr.Index.build(docs, tmp_path / "one", dense=None, sparse=None)
+    ShardedIndex.build(docs, idx, shards=2, dense=None, sparse=None)
     port = _free_port()
     env = {**os.environ, "LDR_API_KEY": ""}
     proc = subprocess.Popen(_unshared(idx, local) + [sys.executable, "-m", "ldr.cli", "serve", "-i", str(idx),
@@ -136,6 +142,7 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
         _add_elsewhere(idx, one, tmp_path, http)
         same(QUERIES + ["harbour master tides"])      # the replicas caught up with the new files
         assert _shard_generations(idx) <= _leased(idx)
+        _beside_a_writer(http, tmp_path, idx)
         assert CliRunner().invoke(main, ["check", str(local / "shards" / "shard-000")]).exit_code == 0
         _kill_a_replica_under_clients(http)
         serve.delete("ldr-shard-0")                 # every replica of shard 0 gone
@@ -155,6 +162,22 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
             except Exception:
                 pass
     assert "Traceback" not in out and "shard 0 did not answer" in out, out
+
+
+def _beside_a_writer(http, tmp_path, idx) -> None:
+    """Issue 79: another process adds or deletes a document every second for 60 s; two clients
+    search meanwhile, and every answer equals the generation it names (0 wrong hits), none names a
+    missing shard, none fails (tests/test_point_in_time.py checks each)."""
+    import test_point_in_time as pit
+
+    def search(n, rnd):
+        r = http.post("/search", json={"query": f"zq{n}", "k": 3, "mode": "bm25"})
+        body = r.json()
+        if r.status_code != 200 or body.get("missing_shards"):
+            raise RuntimeError(f"HTTP {r.status_code}: {str(body)[:300]}")
+        return [(body["generation"], [h["id"] for h in body["hits"]], pit._one)]
+
+    assert pit._beside_a_writer(tmp_path, search, 60.0, threads=2, pace=1.0, generation=ldr.open(idx).generation) > 50
 
 
 def _shard_generations(idx) -> set:

@@ -99,7 +99,7 @@ def evidence(searcher, query, listed: list, depth: int, distribution: bool, filt
     got = searcher.table.rows(terms)
     df = got.df[got.rows].astype(np.int64)
     ranked = weights(list(counts.values()), [query.df.get(t, 0) for t in terms], query.n)
-    docs = np.asarray([d for d, _ in listed], dtype=np.int64)
+    docs = np.asarray([d for d, _ in listed], dtype=np.int32 if len(searcher.lengths) < 1 << 31 else np.int64)
     rows, cols, tfs = _postings_of(searcher, got, docs)
     full = len(listed) < depth
     last = 0.0 if full else float(listed[-1][1])
@@ -109,8 +109,10 @@ def evidence(searcher, query, listed: list, depth: int, distribution: bool, filt
     if distribution and filtered:
         # the best documents whatever the filter: those within half the best score (the exact max
         # is among them unless a term's weight here is off by 2x), at most `head`
-        scores = searcher.scores(query)
-        top = np.argsort(-scores, kind="stable")[:head]
+        held = getattr(searcher, "_last", None)     # the search's own unmasked scores (search_rep keeps them)
+        scores = held[1] if held is not None and held[0] is query else searcher.scores(query)
+        top = np.argpartition(-scores, head)[:head] if len(scores) > head else np.arange(len(scores))
+        top = top[np.lexsort((top, -scores[top]))]
         top = top[scores[top] >= scores[top[0]] / 2] if len(top) and scores[top[0]] > 0 else top[:0]
         rest = scores.copy()
         rest[top] = 0
@@ -127,7 +129,7 @@ def _postings_of(searcher, got, docs: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """(row in `docs`, term column, tf) of every query term each of `docs` holds (live postings)."""
     rows, cols, tfs = [], [], []
     if not len(docs):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int32), np.zeros(0, np.uint16), np.zeros(0, np.int32)
     order = np.argsort(docs, kind="stable")
     sorted_docs = docs[order]
     for si, (seg, offset, _live) in enumerate(searcher.segments):
@@ -143,8 +145,11 @@ def _postings_of(searcher, got, docs: np.ndarray) -> tuple[np.ndarray, np.ndarra
                 cols.append(np.full(int(hit.sum()), j, dtype=np.int64))
                 tfs.append(seg.tfs[a:e][hit].astype(np.int64))
     if not rows:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(rows), np.concatenate(cols), np.concatenate(tfs)
+        return np.zeros(0, np.int32), np.zeros(0, np.uint16), np.zeros(0, np.int32)
+    # narrow on the wire: a query's cells are most of what a shard sends (24 → 10 bytes a cell)
+    cols = np.concatenate(cols)
+    return (np.concatenate(rows).astype(np.int32), cols.astype(np.uint16 if len(got.rows) < 1 << 16 else np.int32),
+            np.concatenate(tfs).astype(np.int32))
 
 
 def _sums(searcher, got, n_terms: int, avgdl: float) -> dict:
