@@ -176,7 +176,8 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
     cands, ids = gather([None if i in missing else p for i, p in enumerate(parts)], snap.map, query, depths)
     source = ShardedSource(query, reps, snap.shards, snap.map, ids, finder,
                            lambda k: encode(snap, query, [k])[k],
-                           lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)), run.each)
+                           lambda sp: run.bind(sp, lambda k: Exact(k, snap.shards, snap.map)),
+                           run.each if snap.remote else None)     # local shards: in turn (their work holds the GIL)
     source.with_meta = request.with_meta
     for i, p in enumerate(parts):       # the features the shards sent with their lists
         if p is not None and p.features:
@@ -204,10 +205,10 @@ def _empty(snap: Snapshot, plan, missing: list, rounds: int = 0) -> SearchResult
 def _window_ask(plan, finder, query: str, shards: int):
     """What the shards describe with their first stages: the window features of the window stage's
     candidates, or without that stage of the hits (the relevance's cover, the passages read them);
-    None where nothing reads windows. Of `shards`, each describes twice its share of them (and 2
-    more): the window stage's 50 over 4 shards are 28 a shard, not 50 (the features of 200
-    candidates made a local 4-shard search of 10k documents 65 ms instead of 40); a candidate none
-    described is asked for after the fusion."""
+    None where nothing reads windows. Of `shards`, each describes twice its share of them (and 8
+    more): the window stage's 50 over 4 shards are 34 a shard, not 50 (describing 200 candidates
+    made a 4-shard search of 10k documents 65 ms instead of 40); a candidate none described is
+    asked for after the fusion."""
     from ..values import WindowAsk
 
     if finder is None:
@@ -215,8 +216,9 @@ def _window_ask(plan, finder, query: str, shards: int):
     stage = plan.stage("windows")
     fuse = next(s for s in plan.rest if s.name == "fused")
     wanted = stage.depth if stage is not None else plan.k
-    return WindowAsk(tuple(finder.vector_kinds), tuple(finder.term_list(query)), fuse,
-                     min(wanted, 2 * -(-wanted // shards) + 2))
+    # one shard ranks exactly; several rank BM25 with estimated frequencies, so a few more
+    each = wanted if shards == 1 else min(wanted + 8, 2 * -(-wanted // shards) + 8)
+    return WindowAsk(tuple(finder.vector_kinds), tuple(finder.term_list(query)), fuse, each)
 
 
 def _again(snap: Snapshot, i: int, plan, reps: dict, conds: dict):
