@@ -91,7 +91,9 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     cluster commit, the settings and every value a query needs. Each replica serves its own copy of
     its shard (`--replica-root`, a folder of its node); after an `ldr add` elsewhere the replicas
     copy only the new, verified files and the answers are the new index's. A replica killed under
-    8 concurrent clients fails no request; with every replica of shard 0 gone the answer says
+    8 concurrent clients fails no request; beside a writer committing every second for 60 s, every
+    answer is the generation it names (0 wrong, 0 missing shards, 0 errors) and a query takes 2
+    rounds to the shards; with every replica of shard 0 gone the answer says
     `missing_shards: [0]` (HTTP 200, never a 500), then [0, 1] with shard 1's gone too.
     (One server for all of it: a Serve deployment's start costs ~50 s of the suite.)"""
     from click.testing import CliRunner

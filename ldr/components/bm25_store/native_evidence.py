@@ -100,62 +100,34 @@ def evidence(searcher, query, listed: list, depth: int, distribution: bool, filt
     df = got.df[got.rows].astype(np.int64)
     ranked = weights(list(counts.values()), [query.df.get(t, 0) for t in terms], query.n)
     docs = np.asarray([d for d, _ in listed], dtype=np.int32 if len(searcher.lengths) < 1 << 31 else np.int64)
-    rows, cols, tfs = _postings_of(searcher, got, docs)
+    held = _live_postings(searcher, got)        # gathered once: the cells and the sums read them
+    rows, cols, tfs = _cells_of(held, docs, len(searcher.lengths), len(terms))
     full = len(listed) < depth
     last = 0.0 if full else float(listed[-1][1])
     extra = {}
     if distribution:
-        extra = _sums(searcher, got, len(terms), query.avgdl)
+        extra = _sums(searcher, held, len(terms), query.avgdl)
     if distribution and filtered:
         # the best documents whatever the filter: those within half the best score (the exact max
         # is among them unless a term's weight here is off by 2x), at most `head`
-        held = getattr(searcher, "_last", None)     # the search's own unmasked scores (search_rep keeps them)
-        scores = held[1] if held is not None and held[0] is query else searcher.scores(query)
+        kept = getattr(searcher, "_last", None)     # the search's own unmasked scores (search_rep keeps them)
+        scores = kept[1] if kept is not None and kept[0] is query else searcher.scores(query)
         top = np.argpartition(-scores, head)[:head] if len(scores) > head else np.arange(len(scores))
         top = top[np.lexsort((top, -scores[top]))]
         top = top[scores[top] >= scores[top[0]] / 2] if len(top) and scores[top[0]] > 0 else top[:0]
         rest = scores.copy()
         rest[top] = 0
         beyond = float(rest.max()) if len(rest) else 0.0
-        h_rows, h_cols, h_tfs = _postings_of(searcher, got, top)
-        extra.update(head=top, head_cells=(h_rows, h_cols, h_tfs), head_lengths=searcher.lengths[top],
-                     head_beyond=beyond)
+        extra.update(head=top, head_cells=_cells_of(held, top, len(searcher.lengths), len(terms)),
+                     head_lengths=searcher.lengths[top], head_beyond=beyond)
     return TermEvidence(tuple(terms), tuple(int(v) for v in counts.values()), tuple(df.tolist()), docs,
                         (rows, cols, tfs), searcher.lengths[docs] if len(docs) else np.zeros(0, np.float32),
                         ranked, last, searcher.n, searcher.k1, searcher.b, **extra)
 
 
-def _postings_of(searcher, got, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row in `docs`, term column, tf) of every query term each of `docs` holds (live postings)."""
-    rows, cols, tfs = [], [], []
-    if not len(docs):
-        return np.zeros(0, np.int32), np.zeros(0, np.uint16), np.zeros(0, np.int32)
-    order = np.argsort(docs, kind="stable")
-    sorted_docs = docs[order]
-    for si, (seg, offset, _live) in enumerate(searcher.segments):
-        for j, r in enumerate(got.rows.tolist()):
-            a, e = int(got.start[si][r]), int(got.end[si][r])
-            if e <= a:
-                continue
-            d = seg.docs[a:e].astype(np.int64) + offset
-            at = np.searchsorted(sorted_docs, d)
-            hit = (at < len(sorted_docs)) & (sorted_docs[np.minimum(at, len(sorted_docs) - 1)] == d)
-            if hit.any():
-                rows.append(order[at[hit]])
-                cols.append(np.full(int(hit.sum()), j, dtype=np.int64))
-                tfs.append(seg.tfs[a:e][hit].astype(np.int64))
-    if not rows:
-        return np.zeros(0, np.int32), np.zeros(0, np.uint16), np.zeros(0, np.int32)
-    # narrow on the wire: a query's cells are most of what a shard sends (24 → 10 bytes a cell)
-    cols = np.concatenate(cols)
-    return (np.concatenate(rows).astype(np.int32), cols.astype(np.uint16 if len(got.rows) < 1 << 16 else np.int32),
-            np.concatenate(tfs).astype(np.int32))
-
-
-def _sums(searcher, got, n_terms: int, avgdl: float) -> dict:
-    """Σ_d p_t(d) and Σ_d p_t(d)·p_u(d) over every live document: the query's score sum and sum
-    of squares for any weights w are w·sums and wᵀ·cross·w."""
-    data, rows, cols = [], [], []
+def _live_postings(searcher, got) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(document number, term column, tf) of every live posting of the query's terms."""
+    ds, cs, ts = [], [], []
     for si, (seg, offset, live) in enumerate(searcher.segments):
         for j, r in enumerate(got.rows.tolist()):
             a, e = int(got.start[si][r]), int(got.end[si][r])
@@ -163,14 +135,34 @@ def _sums(searcher, got, n_terms: int, avgdl: float) -> dict:
                 continue
             d = seg.docs[a:e].astype(np.int64)
             ok = live[d]
-            p = tf_parts(seg.tfs[a:e][ok], searcher.lengths[d[ok] + offset], searcher.k1, searcher.b, avgdl)
-            data.append(p)
-            rows.append(d[ok] + offset)
-            cols.append(np.full(len(p), j, dtype=np.int64))
-    if not data:
+            ds.append(d[ok] + offset)
+            cs.append(np.full(int(ok.sum()), j, dtype=np.int64))
+            ts.append(seg.tfs[a:e][ok])
+    if not ds:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(ds), np.concatenate(cs), np.concatenate(ts).astype(np.int64)
+
+
+def _cells_of(held: tuple, docs: np.ndarray, rows: int, n_terms: int) -> tuple:
+    """(row in `docs`, term column, tf) of every query term each of `docs` holds, narrowed for the
+    wire (a query's cells are most of what a shard sends: 10 bytes a cell, not 24)."""
+    d, c, t = held
+    mark = np.full(rows, -1, dtype=np.int64)
+    mark[np.asarray(docs, dtype=np.int64)] = np.arange(len(docs))
+    at = mark[d] if len(d) else np.zeros(0, np.int64)
+    hit = at >= 0
+    return (at[hit].astype(np.int32), c[hit].astype(np.uint16 if n_terms < 1 << 16 else np.int32),
+            t[hit].astype(np.int32))
+
+
+def _sums(searcher, held: tuple, n_terms: int, avgdl: float) -> dict:
+    """Σ_d p_t(d) and Σ_d p_t(d)·p_u(d) over every live document: the query's score sum and sum
+    of squares for any weights w are w·sums and wᵀ·cross·w."""
+    d, cols, tfs = held
+    if not len(d):
         return {"sums": np.zeros(n_terms), "cross": np.zeros((n_terms, n_terms))}
-    docs, at = np.unique(np.concatenate(rows), return_inverse=True)
-    data, cols = np.concatenate(data), np.concatenate(cols)
+    data = tf_parts(tfs, searcher.lengths[d], searcher.k1, searcher.b, avgdl)
+    docs, at = np.unique(d, return_inverse=True)
     if len(docs) * n_terms <= DENSE_CELLS:      # a table of the documents holding a term: no scipy
         x = np.zeros((len(docs), n_terms))
         x[at, cols] = data
