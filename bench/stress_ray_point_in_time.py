@@ -58,15 +58,8 @@ def main() -> None:
             wait_healthy(http, proc, 300)
             print(f"serving after {time.monotonic() - t:.1f} s", flush=True)
 
-            def search(n, rnd):
-                r = http.post("/search", json={"query": f"zq{n}", "k": 3, "mode": "bm25"})
-                body = r.json()
-                if r.status_code != 200 or body.get("missing_shards"):
-                    raise RuntimeError(f"HTTP {r.status_code}: {str(body)[:300]}")
-                return [(body["generation"], [h["id"] for h in body["hits"]], pit._one)]
-
             try:
-                pit._beside_a_writer(folder, search, a.seconds, threads=a.clients)
+                pit._beside_a_writer(folder, pit.over_http(http), a.seconds, threads=a.clients)
             except AssertionError as e:
                 print(f"FAILED: {str(e)[:3000]}")
         finally:

@@ -109,6 +109,18 @@ def _beside_a_writer(tmp_path, search, seconds: float, threads: int = 3, pace: f
     return len(answers)
 
 
+def over_http(http):
+    """`search(n, rnd)` for `_beside_a_writer` asked of a server (`http`: its client): "zqN" by BM25
+    alone; an HTTP error or an answer naming a missing shard raises (it counts as an error)."""
+    def search(n, rnd):
+        r = http.post("/search", json={"query": f"zq{n}", "k": 3, "mode": "bm25"})
+        body = r.json()
+        if r.status_code != 200 or body.get("missing_shards"):
+            raise RuntimeError(f"HTTP {r.status_code}: {str(body)[:300]}")
+        return [(body["generation"], [h["id"] for h in body["hits"]], _one)]
+    return search
+
+
 def _one(n, live):
     return [f"doc-{n}"] if f"doc-{n}" in live else []
 

@@ -172,14 +172,8 @@ def _beside_a_writer(http, tmp_path, idx) -> None:
     missing shard, none fails (tests/test_point_in_time.py checks each)."""
     import test_point_in_time as pit
 
-    def search(n, rnd):
-        r = http.post("/search", json={"query": f"zq{n}", "k": 3, "mode": "bm25"})
-        body = r.json()
-        if r.status_code != 200 or body.get("missing_shards"):
-            raise RuntimeError(f"HTTP {r.status_code}: {str(body)[:300]}")
-        return [(body["generation"], [h["id"] for h in body["hits"]], pit._one)]
-
-    assert pit._beside_a_writer(tmp_path, search, 60.0, threads=2, pace=1.0, generation=ldr.open(idx).generation) > 50
+    assert pit._beside_a_writer(tmp_path, pit.over_http(http), 60.0, threads=2, pace=1.0,
+                                generation=ldr.open(idx).generation) > 50
 
 
 def _shard_generations(idx) -> set:
