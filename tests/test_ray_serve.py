@@ -1,6 +1,6 @@
 """`ldr serve --ray` on a real local Ray cluster of two nodes (ray.cluster_utils.Cluster), started
 as users start it, spoken to over real HTTP (issue 41): answers equal the unsharded index's; a
-replica killed under 8 concurrent clients fails no request; a shard with no replica left is named
+replica killed beside a writer and two clients fails no request; a shard with no replica left is named
 in the answers (`missing_shards`), never silently dropped."""
 import json
 import os
@@ -90,10 +90,10 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     an empty tmpfs (a mount namespace), answers as the unsharded index: the replicas tell it the
     cluster commit, the settings and every value a query needs. Each replica serves its own copy of
     its shard (`--replica-root`, a folder of its node); after an `ldr add` elsewhere the replicas
-    copy only the new, verified files and the answers are the new index's. A replica killed under
-    8 concurrent clients fails no request; beside a writer committing every second for 60 s, every
-    answer is the generation it names (0 wrong, 0 missing shards, 0 errors) and a query takes 2
-    rounds to the shards; with every replica of shard 0 gone the answer says
+    copy only the new, verified files and the answers are the new index's. Beside a writer
+    committing every second for 60 s, with a replica killed meanwhile, every answer is the
+    generation it names (0 wrong, 0 missing shards, 0 failed requests); a query takes 2 rounds to
+    the shards; with every replica of shard 0 gone the answer says
     `missing_shards: [0]` (HTTP 200, never a 500), then [0, 1] with shard 1's gone too.
     (One server for all of it: a Serve deployment's start costs ~50 s of the suite.)"""
     from click.testing import CliRunner
@@ -146,7 +146,6 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
         assert _shard_generations(idx) <= _leased(idx)
         _beside_a_writer(http, tmp_path, idx)
         assert CliRunner().invoke(main, ["check", str(local / "shards" / "shard-000")]).exit_code == 0
-        _kill_a_replica_under_clients(http)
         serve.delete("ldr-shard-0")                 # every replica of shard 0 gone
         r = http.post("/search", json={"query": QUERIES[0], "k": 5})
         assert r.status_code == 200 and r.json()["missing_shards"] == [0], r.text
@@ -169,11 +168,34 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
 def _beside_a_writer(http, tmp_path, idx) -> None:
     """Issue 79: another process adds or deletes a document every second for 60 s; two clients
     search meanwhile, and every answer equals the generation it names (0 wrong hits), none names a
-    missing shard, none fails (tests/test_point_in_time.py checks each)."""
+    missing shard, none fails (tests/test_point_in_time.py checks each). 20 s in, one replica of
+    shard 0 is killed: Serve routes its calls to the other, and the new one catches up."""
     import test_point_in_time as pit
 
-    assert pit._beside_a_writer(tmp_path, pit.over_http(http), 60.0, threads=2, pace=1.0,
-                                generation=ldr.open(idx).generation) > 50
+    killed = []
+
+    def kill():
+        # the named actors come from Ray's GCS (the state API would need the dashboard)
+        replica = next(a for a in ray.util.list_named_actors(all_namespaces=True)
+                       if a["namespace"] == "serve" and "ldr-shard-0" in a["name"])
+        ray.kill(ray.get_actor(replica["name"], namespace="serve"))
+        killed.append(replica["name"])
+
+    asked = pit.over_http(http)
+
+    def search(n, rnd):         # a pause between a client's searches: the suite's other worker keeps its CPU
+        time.sleep(0.1)
+        return asked(n, rnd)
+
+    killer = threading.Timer(20.0, kill)
+    killer.start()
+    try:
+        assert pit._beside_a_writer(tmp_path, search, 60.0, threads=2, pace=1.0,
+                                    generation=ldr.open(idx).generation) > 50
+    finally:
+        killer.cancel()
+        killer.join()
+    assert len(killed) == 1
 
 
 def _shard_generations(idx) -> set:
@@ -197,34 +219,3 @@ def _placed_by_resource() -> None:
     for a in replicas:
         shard = int(a["Name"].split("ldr-shard-")[1].split("#")[0].split(":")[0])
         assert f"ldr_shard_{shard}" in nodes[a["Address"]["NodeID"]], (a["Name"], nodes)
-
-
-def _kill_a_replica_under_clients(http) -> None:
-    """8 clients search while one replica of shard 0 is killed: every request is answered whole."""
-    failures, answered, stop = [], [], threading.Event()
-
-    def client(n):
-        with httpx.Client(base_url=str(http.base_url), timeout=120) as c:
-            while not stop.is_set():
-                r = c.post("/search", json={"query": QUERIES[n % len(QUERIES)], "k": 5})
-                if r.status_code != 200 or r.json().get("missing_shards"):
-                    failures.append(r.text)
-                answered.append(1)
-
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    deadline = time.time() + 60
-    while len(answered) < 16 and time.time() < deadline:     # the clients are answered
-        time.sleep(0.05)
-    # the named actors come from Ray's GCS (the state API would need the dashboard)
-    replica = next(a for a in ray.util.list_named_actors(all_namespaces=True)
-                   if a["namespace"] == "serve" and "ldr-shard-0" in a["name"])
-    ray.kill(ray.get_actor(replica["name"], namespace="serve"))
-    killed_at, deadline = len(answered), time.time() + 60
-    while len(answered) < killed_at + 48 and time.time() < deadline:     # 6 rounds of the 8 clients after it
-        time.sleep(0.05)
-    stop.set()
-    for t in threads:
-        t.join()
-    assert len(answered) > 8 and failures == []
