@@ -143,15 +143,15 @@ def test_searches_beside_a_writer_answer_from_the_generation_they_name(tmp_path)
     _beside_a_writer(tmp_path, search, SECONDS)
 
 
-@pytest.mark.parametrize("flags", [[], ["--read-only"]])
-def test_a_server_beside_a_writer_answers_from_the_generation_it_names(tmp_path, flags):
-    """Through `ldr serve` (it follows new generations every second) over real HTTP."""
+def test_a_server_beside_a_writer_answers_from_the_generation_it_names(tmp_path):
+    """Through `ldr serve` (it follows new generations every second) over real HTTP. A read-only
+    server beside a writer is tests/test_ray_serve.py's (on Ray, for 60 s)."""
     pytest.importorskip("fastapi")
     import httpx
     from test_serve import Server
 
     _build(tmp_path)
-    server = Server(tmp_path / "idx", *flags)
+    server = Server(tmp_path / "idx")
     http = httpx.Client(base_url=server.url, timeout=60)
 
     def search(n, rnd):
