@@ -117,6 +117,11 @@ def test_a_shard_whose_own_frequencies_mislead_it_is_asked_again_and_the_hits_st
         assert [h.relevance for h in a] == pytest.approx([h.relevance for h in b], abs=1e-6), kw
         # asked again; whole lists: never
         assert b.rounds == (4 if "depth" in kw else 3), kw
+    # a pasted text of 300 words: no shard sends its 300 x 300 sums, each is asked again instead
+    pasted = " ".join(f"w{i}" for i in range(300)) + " alpha beta"
+    a, b = single.search(pasted, k=4), sharded.search(pasted, k=4)
+    assert [(h.id, h.score) for h in a] == [(h.id, h.score) for h in b] and b.rounds == 4
+    assert [h.relevance for h in a] == pytest.approx([h.relevance for h in b], abs=1e-6)
 
 
 def test_the_cli_builds_and_writes_a_sharded_index(tmp_path):

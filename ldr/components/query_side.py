@@ -91,10 +91,10 @@ class Terms:
         from .bm25_store.native_evidence import totals
         return totals(query, parts)
 
-    def settle(self, query: str, evidence: dict, depth: int, totals):
+    def settle(self, query: str, evidence: dict, depth: int, totals, distribution: bool = False):
         """The shards' lists for `totals` scored exactly from their evidence (a Verdict)."""
         from .bm25_store.native_evidence import settle
-        return settle(query, evidence, depth, totals)
+        return settle(query, evidence, depth, totals, distribution)
 
 
 class QuerySides:

@@ -36,7 +36,7 @@ def settle(snap, parts: list, query: str, plan_first, depths: dict, totals: dict
         evs = {s: p.evidence[kind] for s, p in enumerate(parts) if p is not None and kind in p.evidence}
         if not evs:
             continue
-        got = snap.side(kind).settle(query, evs, depths[kind], tot)
+        got = snap.side(kind).settle(query, evs, depths[kind], tot, _asks(plan_first, kind, "distribution"))
         reps[kind] = got.rep
         bound = _asks(plan_first, kind, "bound")
         for s in evs:

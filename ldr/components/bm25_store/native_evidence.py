@@ -26,6 +26,8 @@ from .native_scoring import GlobalQuery
 
 MARGIN = 1e-6       # a listed score is float32: what it rounds may hide this much
 DENSE_CELLS = 1 << 22   # the distribution's sums from a dense table up to this many cells
+CROSS_TERMS = 256       # beyond this many query terms no T×T sums are sent (a pasted book: 10k terms, 800 MB);
+                        # the shard is asked again with the exact statistics instead
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ def evidence(searcher, query, listed: list, depth: int, distribution: bool, filt
     full = len(listed) < depth
     last = 0.0 if full else float(listed[-1][1])
     extra = {}
+    distribution = distribution and len(terms) <= CROSS_TERMS
     if distribution:
         extra = _sums(searcher, held, len(terms), query.avgdl)
     if distribution and filtered:
@@ -187,8 +190,9 @@ def exact_scores(cells: tuple, lengths: np.ndarray, n_docs: int, w: np.ndarray, 
     return out.astype(np.float32)
 
 
-def settle(query: str, evs: dict, depth: int, tot: IndexTotals) -> Verdict:
-    """`evs`: shard → its TermEvidence; `depth`: the whole index's list depth."""
+def settle(query: str, evs: dict, depth: int, tot: IndexTotals, distribution: bool = False) -> Verdict:
+    """`evs`: shard → its TermEvidence; `depth`: the whole index's list depth; `distribution`: the
+    plan asks for the query's score distribution (a shard that sent no sums for it is asked again)."""
     first = next(iter(evs.values()))
     df = np.sum([np.asarray(e.df, dtype=np.int64) for e in evs.values()], axis=0)
     w = weights(first.qtf, df, tot.n)
@@ -205,6 +209,8 @@ def settle(query: str, evs: dict, depth: int, tot: IndexTotals) -> Verdict:
             dist, sure = _distribution(e, w, ceiling, listed[0][1] if listed else 0.0, tot.avgdl)
             out.distributions[s] = dist
             hides = hides or not sure
+        elif distribution:
+            hides = True
         if hides:
             out.retry.append(s)
         out.lists[s] = listed
