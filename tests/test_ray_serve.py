@@ -91,7 +91,7 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     cluster commit, the settings and every value a query needs. Each replica serves its own copy of
     its shard (`--replica-root`, a folder of its node); after an `ldr add` elsewhere the replicas
     copy only the new, verified files and the answers are the new index's. Beside a writer
-    committing every second for 60 s, with a replica killed meanwhile, every answer is the
+    committing every second (RAY_PIT_SECONDS), with a replica killed meanwhile, every answer is the
     generation it names (0 wrong, 0 missing shards, 0 failed requests); a query takes 2 rounds to
     the shards; with every replica of shard 0 gone the answer says
     `missing_shards: [0]` (HTTP 200, never a 500), then [0, 1] with shard 1's gone too.
@@ -165,8 +165,14 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     assert "Traceback" not in out and "shard 0 did not answer" in out, out
 
 
+# the writer's seconds: 30 in the suite (its budget); LDR_RAY_PIT_SECONDS=60 runs issue 79's 60 s
+# (bench/README.md has that run's figures)
+RAY_PIT_SECONDS = float(os.environ.get("LDR_RAY_PIT_SECONDS", "30"))
+
+
 def _beside_a_writer(http, tmp_path, idx) -> None:
-    """Issue 79: another process adds or deletes a document every second for 60 s; two clients
+    """Issue 79: another process adds or deletes a document every second (for 60 s by hand, 30 in
+    the suite: RAY_PIT_SECONDS); two clients
     search meanwhile, and every answer equals the generation it names (0 wrong hits), none names a
     missing shard, none fails (tests/test_point_in_time.py checks each). 20 s in, one replica of
     shard 0 is killed: Serve routes its calls to the other, and the new one catches up."""
@@ -190,7 +196,7 @@ def _beside_a_writer(http, tmp_path, idx) -> None:
     killer = threading.Timer(20.0, kill)
     killer.start()
     try:
-        assert pit._beside_a_writer(tmp_path, search, 60.0, threads=2, pace=1.0,
+        assert pit._beside_a_writer(tmp_path, search, RAY_PIT_SECONDS, threads=2, pace=1.0,
                                     generation=ldr.open(idx).generation) > 50
     finally:
         killer.cancel()
