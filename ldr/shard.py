@@ -145,7 +145,7 @@ class LocalShard:
         for name, kind in registry.kinds(comps):
             if kind.collection_stats(comps[name]):
                 r = self.retriever(name)
-                totals[name] = (int(r.n), float(r.lengths[r.live].astype(np.float64).sum()))
+                totals[name] = (int(r.n), r.length)
         return ShardInfo(int(self.store.rows), len(self.store), tuple(sorted(self.store.meta_fields())), totals)
 
     def facets(self) -> dict:

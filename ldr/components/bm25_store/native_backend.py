@@ -134,7 +134,8 @@ class NativeSearcher:
         self._whole = [bool(lv.all()) for _, _, lv in self.segments]     # a segment with no deletion
         self.table = TermTable(self.segments, self._whole, DF_CACHE)
         # a float64 sum of whole token counts is exact, so avgdl does not depend on the segment order
-        self.avgdl = float(self.lengths[self.live].astype(np.float64).sum()) / self.n if self.n else 1.0
+        self.length = float(self.lengths[self.live].astype(np.float64).sum())     # live documents' terms, summed
+        self.avgdl = self.length / self.n if self.n else 1.0
 
     def encode(self, query: str) -> str:
         return query
@@ -151,7 +152,7 @@ class NativeSearcher:
         """This shard's part of the statistics a sharded search scores with (live documents only)."""
         terms = list(self._terms(query))
         got = self.table.rows(terms)
-        return CollectionStats(self.n, float(self.lengths[self.live].astype(np.float64).sum()),
+        return CollectionStats(self.n, self.length,
                                dict(zip(terms, got.df[got.rows].tolist())))
 
     def collection_stats_many(self, queries: list[str]) -> list[CollectionStats]:
@@ -159,7 +160,7 @@ class NativeSearcher:
         terms = [list(self._terms(q)) for q in queries]
         got = self.table.rows([t for ts in terms for t in ts])
         df = got.df[got.rows].tolist()
-        length = float(self.lengths[self.live].astype(np.float64).sum())
+        length = self.length
         out, at = [], 0
         for ts in terms:
             out.append(CollectionStats(self.n, length, dict(zip(ts, df[at:at + len(ts)]))))
