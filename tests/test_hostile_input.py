@@ -272,8 +272,12 @@ def test_ctrl_c_during_encoding_stops_within_seconds(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "ldr.cli", "index", str(c), "-o", str(tmp_path / "idx"),
                           "--sparse", "none", "-v"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                          text=True)
-    time.sleep(12)                          # the model loaded, the first batch encoding
-    assert p.poll() is None, p.stdout.read()
+    # a log's first progress line comes when the first model call returns: the model is loaded and
+    # the first batch (all six documents, 3.6 MB) is being encoded
+    seen = []
+    while not (seen and seen[-1].startswith("encoding: ")) and len(seen) < 5:
+        seen.append(p.stdout.readline())
+    assert seen[-1].startswith("encoding: ") and p.poll() is None, seen
     t = time.monotonic()
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=120)

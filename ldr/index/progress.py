@@ -7,7 +7,9 @@ ticker thread redraws it while the feeder waits and while the last batches finis
 shown only once every document has been read: a total that grew as documents streamed in made
 the percentage run backwards (76% → 54%); until then it shows tokens, their rate and the
 documents read. A BM25-only build counts documents. Where stderr is not a terminal (a log file,
-CI), the bar is a line every LINE_S seconds instead of tqdm's carriage-return redraws."""
+CI), the bar is a line every LINE_S seconds instead of tqdm's carriage-return redraws, the first
+as soon as the first model call has returned (the model is loaded and encoding: a log that waits
+30 s for it looks hung)."""
 from __future__ import annotations
 
 import sys
@@ -42,7 +44,7 @@ class LineBar:
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        if time.monotonic() - self.last >= self.every:
+        if n and not self.printed or time.monotonic() - self.last >= self.every:
             self._line()
 
     def set_postfix_str(self, s: str, refresh: bool = True) -> None:
@@ -94,8 +96,8 @@ class BuildBar:
         encoded, read = self.segment.progress()
         if self.read_all:
             self.bar.total = max(read, 1)
-        self.bar.update(encoded - self.bar.n)
         self.bar.set_postfix_str(f"{self.docs}{f'/{self.total}' if self.total else ''} docs read", refresh=True)
+        self.bar.update(encoded - self.bar.n)
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
