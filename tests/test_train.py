@@ -114,9 +114,9 @@ def test_train_reranker_lowers_the_loss_and_reranks(train_data, tmp_path):
     idx, data, queries, _ = train_data
     out = tmp_path / "reranker"     # from the packaged MiniLM, the default
     r = CliRunner().invoke(main, ["train", "reranker", "--data", str(data), "-i", str(idx), "-o", str(out),
-                                  "--epochs", "2", "--batch-size", "8", "--lr", "1e-4",
+                                  "--epochs", "1", "--batch-size", "8", "--lr", "1e-4",
                                   "--dev-fraction", "0.25", "--negatives", "3", "--max-length", "32", "--loss", "bce",
-                                  "--eval-steps", "6", "-q"])
+                                  "--eval-steps", "3", "-q"])
     assert r.exit_code == 0, r.output
     card = json.loads((out / "ldr-train.json").read_text())
     assert card["kind"] == "reranker" and card["settings"]["loss"] == "bce" and card["positives"] > 0 and falls(card["loss_curve"]), card["loss_curve"]
