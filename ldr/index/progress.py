@@ -44,12 +44,13 @@ class LineBar:
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        if n and not self.printed or time.monotonic() - self.last >= self.every:
+        if time.monotonic() - self.last >= self.every:
             self._line()
 
     def set_postfix_str(self, s: str, refresh: bool = True) -> None:
         self.postfix = s
-        if time.monotonic() - self.last >= self.every:
+        # the first line as soon as work has begun (BuildBar redraws: the count, then this)
+        if self.n and not self.printed or time.monotonic() - self.last >= self.every:
             self._line()
 
     def close(self) -> None:
@@ -96,8 +97,8 @@ class BuildBar:
         encoded, read = self.segment.progress()
         if self.read_all:
             self.bar.total = max(read, 1)
-        self.bar.set_postfix_str(f"{self.docs}{f'/{self.total}' if self.total else ''} docs read", refresh=True)
         self.bar.update(encoded - self.bar.n)
+        self.bar.set_postfix_str(f"{self.docs}{f'/{self.total}' if self.total else ''} docs read", refresh=True)
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
