@@ -216,7 +216,9 @@ class Handle:
             texts = [t for _, t, e in ready if e is None]
             reps = [{} for _ in texts]
             for n in kinds:
-                for j, rep in enumerate(snap.side(n).encode_many(texts)):
+                terms = snap.terms(n)     # the index's terms, for a kind that narrows its queries
+                side = snap.side(n)
+                for j, rep in enumerate(side.encode_many(texts) if terms is None else side.encode_many(texts, terms)):
                     reps[j][n] = rep
             together = None
             if texts and lone:

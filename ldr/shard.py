@@ -10,7 +10,10 @@ import time
 import numpy as np
 
 from .errors import IndexFormatError
+from .stages import Stage, detail
 from .values import Fetched, FirstStage, ShardInfo, ShardStats
+
+WINDOW_FEATURES = detail(Stage.WINDOWS, "features")   # a search's timing of the features sent with the lists
 
 
 class RecentTexts:
@@ -137,16 +140,20 @@ class LocalShard:
     def describe(self) -> ShardInfo:
         """What the shard is; with each kind that scores with collection statistics (native BM25),
         its live documents and their summed length, so a coordinator knows the whole index's at
-        its point in time without asking per query."""
+        its point in time without asking per query; with a learned-sparse kind, the terms its
+        documents hold (a query is weighed over those alone)."""
         from . import components as registry
 
         comps = self.view.manifest["components"]
-        totals = {}
+        totals, vocabularies = {}, {}
         for name, kind in registry.kinds(comps):
             if kind.collection_stats(comps[name]):
                 r = self.retriever(name)
                 totals[name] = (int(r.n), r.length)
-        return ShardInfo(int(self.store.rows), len(self.store), tuple(sorted(self.store.meta_fields())), totals)
+            if getattr(kind, "narrows_queries", False):     # the terms its documents hold (TermSet)
+                vocabularies[name] = self.retriever(name).vocabulary()
+        return ShardInfo(int(self.store.rows), len(self.store), tuple(sorted(self.store.meta_fields())), totals,
+                         vocabularies=vocabularies)
 
     def facets(self) -> dict:
         """This generation's metadata fields with counts (search/facets.py), counted once."""
@@ -198,8 +205,13 @@ class LocalShard:
         listed = sorted({d for rows in cands.lists.values() for d, _ in rows})
         self._check_listed(listed)
         ids = self.store.ids
-        features = self._likely_features(cands, source, ask, reps) if ask is not None else {}
-        return FirstStage(cands.lists, cands.timings, {d: ids[d] for d in listed}, cands.distributions, cands.bounds,
+        timings = dict(cands.timings)
+        features = {}
+        if ask is not None:     # timed apart (`windows.features`): a window stage's work done here
+            t = time.perf_counter()
+            features = self._likely_features(cands, source, ask, reps)
+            timings[WINDOW_FEATURES] = time.perf_counter() - t
+        return FirstStage(cands.lists, timings, {d: ids[d] for d in listed}, cands.distributions, cands.bounds,
                           len(self.store) if allow is None else int(allow.sum()), evidence, features)
 
     def _likely_features(self, cands, source, ask, reps: dict) -> dict:

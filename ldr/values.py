@@ -15,6 +15,8 @@ class ShardInfo:
     fields: tuple[str, ...]                # its documents' metadata fields
     totals: dict = field(default_factory=dict)   # kind with collection statistics → (live documents, their length)
     missing: bool = False                  # a remote shard none of whose replicas answered
+    # a learned-sparse kind → the terms its documents hold, one bit a term id (np.packbits)
+    vocabularies: dict = field(default_factory=dict, compare=False, repr=False)
     manifest: dict | None = field(default=None, compare=False, repr=False)   # a replica's settings (Ray)
 
 
@@ -98,3 +100,24 @@ class WindowAsk:
     fuse: Any
     depth: int
 
+
+
+@dataclass(frozen=True)
+class TermSet:
+    """The term ids a kind's documents hold over every shard of a point in time, ascending: a
+    learned-sparse query is weighed over them alone (a term no document holds scores nothing, and
+    the vocabulary projection over 30k terms is most of a query's encoding). `key` names the set
+    (a cached query encoding over another set is not this one's)."""
+    ids: Any                               # np.ndarray of int32, ascending
+    key: bytes
+
+    @staticmethod
+    def union(packed: list) -> "TermSet":
+        import hashlib
+        import numpy as np
+
+        bits = np.zeros(max(len(p) for p in packed), dtype=np.uint8)
+        for p in packed:
+            bits[:len(p)] |= p
+        return TermSet(np.flatnonzero(np.unpackbits(bits)).astype(np.int32),
+                       hashlib.blake2b(np.ascontiguousarray(bits).tobytes(), digest_size=16).digest())

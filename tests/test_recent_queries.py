@@ -24,7 +24,7 @@ def test_a_query_seen_recently_is_not_encoded_again(monkeypatch):
     assert recent_queries.encode_many(enc, ["abc"], enc.encode)[0][0] == 3.0
     monkeypatch.setattr(recent_queries, "SIZE", 2)
     recent_queries.encode_many(enc, ["p", "q", "r"], enc.encode)
-    assert len(enc._ldr_recent.items) == 2 and list(enc._ldr_recent.items) == ["q", "r"]
+    assert len(enc._ldr_recent.items) == 2 and list(enc._ldr_recent.items) == [(None, "q"), (None, "r")]
     sparse = recent_queries.encode_many(object(), ["a"], lambda qs: [(np.arange(2), np.ones(2))])
     assert isinstance(sparse[0], tuple)                # an encoder without attributes: no cache, no error
 

@@ -159,3 +159,38 @@ def test_the_term_cap_grows_with_the_document():
     assert windows >= 3 and counts[0] == 4 and 8 < counts[1] <= 4 * windows
     per_doc = SparseEncoder(SparseSettings(device="cpu", max_length=10, top_k=4)).encode_documents([short, long])
     assert np.diff(per_doc.indptr).tolist() == [4, 4]                              # the default
+
+
+def test_a_query_is_weighed_over_the_terms_the_live_documents_hold(tmp_path):
+    """Issue 80: a learned-sparse query is weighed over the terms the index's live documents hold
+    (the SPLADE projection over those columns alone: most of its encoding): the same terms and
+    weights as over the whole vocabulary, kept within; an added document's terms join (a query
+    asked again is encoded again), a deleted one's leave, and two indexes of the same live
+    documents weigh a query alike to the bit."""
+    import ldr
+    from ldr.encode.sparse import OnnxSparseEncoder
+
+    docs = [{"id": f"d{i}", "text": f"the harbour pilot logged tides and moorings, report {i}"} for i in range(5)]
+    idx = ldr.Index.build(docs, tmp_path / "i", dense=None, progress=False)
+    side = idx.query_side("sparse")
+    assert isinstance(side.encoder, OnnxSparseEncoder)
+    query = "sourdough starter feeding at the harbour"
+    snap = idx._snapshot()
+    held = snap.terms("sparse")
+    full_terms, full_weights = side.encode(query)
+    terms, weights = side.encode(query, held)
+    keep = np.isin(full_terms, held.ids)
+    assert 0 < len(terms) < len(full_terms) and np.array_equal(terms, full_terms[keep])
+    np.testing.assert_allclose(weights, full_weights[keep], rtol=0, atol=1e-5)
+    before = {h.id: h.scores["sparse"] for h in idx.search(query, k=5, mode="sparse")}
+
+    idx.add([{"id": "bread", "text": "sourdough starter feeding schedule for a rye levain"}])
+    grown = idx._snapshot().terms("sparse")
+    assert set(held.ids) < set(grown.ids) and grown.key != held.key
+    hits = idx.search(query, k=6, mode="sparse")
+    assert hits[0].id == "bread"            # its terms are weighed now (not the cached encoding's)
+    idx.delete(["bread"])
+    assert np.array_equal(idx._snapshot().terms("sparse").ids, held.ids)
+    assert {h.id: h.scores["sparse"] for h in idx.search(query, k=5, mode="sparse")} == before
+    fresh = ldr.Index.build(docs, tmp_path / "fresh", dense=None, progress=False)
+    assert {h.id: h.scores["sparse"] for h in fresh.search(query, k=5, mode="sparse")} == before

@@ -5,6 +5,7 @@ Bm25StatisticsProvider apart, Elasticsearch's coordinating node). A handle keeps
 for every shard it searches: an unsharded index, N local shards, N Ray Serve replicas."""
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from dataclasses import asdict
@@ -16,8 +17,10 @@ from . import recent_queries
 class QuerySide(Protocol):
     kind: str
 
-    def encode(self, query: str) -> Any: ...
-    def encode_many(self, queries: list[str]) -> list: ...
+    # `terms`: the TermSet the index's documents hold (values.py; None: every term); a side that
+    # weighs terms (learned-sparse) weighs those alone, any other ignores it
+    def encode(self, query: str, terms=None) -> Any: ...
+    def encode_many(self, queries: list[str], terms=None) -> list: ...
     # the representation scored with every shard's statistics summed (a kind that has none: as it is)
     def with_collection_stats(self, rep, parts: list) -> Any: ...
 
@@ -27,12 +30,13 @@ class Encoded:
     a query asked again recently is not encoded again (recent_queries.py)."""
 
     def __init__(self, kind: str, load: Callable[[], Any], method: str, batched: bool = True,
-                 single_vector: bool = False):
+                 single_vector: bool = False, narrows: bool = False):
         """`load()`: the kind's query encoder (shared per settings in a process, components.ENCODERS);
         `method`: its call that encodes a list of queries (`batched`) or one query; `single_vector`:
-        a text becomes one vector (what LangChain's maximal marginal relevance compares)."""
+        a text becomes one vector (what LangChain's maximal marginal relevance compares); `narrows`:
+        the call takes `within=` term ids, the only terms it weighs."""
         self.kind, self._load, self._method, self._batched = kind, load, method, batched
-        self.single_vector = single_vector
+        self.single_vector, self.narrows = single_vector, narrows
         self._encoder = None
 
     @property
@@ -46,16 +50,19 @@ class Encoded:
     def dim(self) -> int | None:
         return getattr(self.encoder, "dim", None)
 
-    def encode(self, query: str):
-        return self.encode_many([query])[0]
+    def encode(self, query: str, terms=None):
+        return self.encode_many([query], terms)[0]
 
-    def encode_many(self, queries: list[str]) -> list:
+    def encode_many(self, queries: list[str], terms=None) -> list:
         if not queries:
             return []
         enc = self.encoder
         call = getattr(enc, self._method)
+        if self.narrows and terms is not None:
+            call = functools.partial(call, within=terms.ids)
         compute = (lambda qs: list(call(qs))) if self._batched else (lambda qs: [call(q) for q in qs])
-        return recent_queries.encode_many(enc, queries, compute)
+        # an encoding over one TermSet is not another's (an index that grew holds more terms)
+        return recent_queries.encode_many(enc, queries, compute, terms.key if self.narrows and terms else None)
 
     def with_collection_stats(self, rep, parts: list):
         return rep
@@ -73,10 +80,10 @@ class Terms:
     def __init__(self, kind: str, sums: bool = False):
         self.kind, self.sums = kind, sums
 
-    def encode(self, query: str) -> str:
+    def encode(self, query: str, terms=None) -> str:
         return query
 
-    def encode_many(self, queries: list[str]) -> list:
+    def encode_many(self, queries: list[str], terms=None) -> list:
         return list(queries)
 
     def with_collection_stats(self, rep, parts: list):

@@ -20,9 +20,10 @@ class _Recent:
         self.items: OrderedDict = OrderedDict()
 
 
-def encode_many(encoder, queries: list[str], compute: Callable[[list[str]], list]) -> list:
+def encode_many(encoder, queries: list[str], compute: Callable[[list[str]], list], key=None) -> list:
     """The encodings of `queries`: those seen recently from the cache, the rest by
-    `compute(missing queries)` (one call, in order)."""
+    `compute(missing queries)` (one call, in order). `key`: what else the encoding depends on
+    (a learned-sparse query's TermSet), kept apart in the cache."""
     cache = getattr(encoder, "_ldr_recent", None)
     if cache is None:
         cache = _Recent()
@@ -33,15 +34,15 @@ def encode_many(encoder, queries: list[str], compute: Callable[[list[str]], list
     got = {}
     with cache.lock:
         for q in queries:
-            if q in cache.items:
-                got[q] = cache.items[q]
-                cache.items.move_to_end(q)
+            if (key, q) in cache.items:
+                got[q] = cache.items[key, q]
+                cache.items.move_to_end((key, q))
     missing = [q for q in dict.fromkeys(queries) if q not in got]
     if missing:
         fresh = list(compute(missing))
         got.update(zip(missing, fresh))
         with cache.lock:
-            cache.items.update((q, _copy(v)) for q, v in zip(missing, fresh))
+            cache.items.update(((key, q), _copy(v)) for q, v in zip(missing, fresh))
             while len(cache.items) > SIZE:
                 cache.items.popitem(last=False)
     return [_copy(got[q]) for q in queries]

@@ -42,6 +42,17 @@ class MultiSparseIndex:
         s, r = self.segments.locate(docno)
         return self.parts[s].doc_vector(r)
 
+    def vocabulary(self) -> np.ndarray:
+        """Each term id: whether a live document holds it, as bits (np.packbits). Live ones only:
+        the float32 projection's last bits depend on which columns it runs over, so two indexes of
+        the same documents (sharded or not, merged or not) must weigh a query over the same terms."""
+        has = [p.held_terms(self.segments.live[o:o + e["docs"]])
+               for p, o, e in zip(self.parts, self.segments.offsets, self.segments.entries) if p is not None]
+        held = np.zeros(max((len(h) for h in has), default=0), dtype=bool)
+        for h in has:
+            held[:len(h)] |= h
+        return np.packbits(held)
+
 
 class MultiSparse:
     def __init__(self, index: MultiSparseIndex):
@@ -49,6 +60,13 @@ class MultiSparse:
 
     def search_rep(self, rep, k: int, allow=None) -> list[tuple[int, float]]:
         return self.index.top_k(rep[0], rep[1], k, allow)
+
+    def vocabulary(self) -> np.ndarray:
+        """The terms the generation's documents hold, as bits (its describe() sends them: the
+        coordinator encodes a query over them alone)."""
+        if getattr(self, "_vocabulary", None) is None:
+            self._vocabulary = self.index.vocabulary()
+        return self._vocabulary
 
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """The passage rescorer's sparse feature: Σ w_q·w_d over each document's full vector."""
@@ -58,6 +76,8 @@ class MultiSparse:
 
 class Sparse(ModelComponent):
     name = "sparse"
+    # a shard describes the terms its documents hold; the query side weighs a query over them alone
+    narrows_queries = True
     encoder_module, settings_class, loader = "ldr.encode.sparse", "SparseSettings", "load_sparse"
     passage_features = True
     default_weight = 0.25      # SPLADE-tiny beside BM25 1 (qmsum-train, bench/sweeps/fusion_sweep.py)
@@ -105,7 +125,7 @@ class Sparse(ModelComponent):
         return MultiSparse(MultiSparseIndex(parts, state.segments))
 
     def query_side(self, comp: dict, encoder):
-        return Encoded(self.name, encoder, "query_terms")
+        return Encoded(self.name, encoder, "query_terms", narrows=True)
 
     # -- verification and description ---------------------------------------------------------
     def check_part(self, part: SegmentPart | None, comp: dict) -> list[str]:

@@ -144,6 +144,24 @@ class SparseIndex:
         common, qi, di = np.intersect1d(q_terms, terms, assume_unique=True, return_indices=True)
         return float(np.einsum("i,i->", q_weights[qi], weights[di])) if len(common) else 0.0
 
+    def held_terms(self, live: np.ndarray) -> np.ndarray:
+        """Each term id: whether one of the `live` documents holds it. Kept for the part's count of
+        deleted documents (a deleted row never comes back): a search's generation asks once."""
+        gone = int(len(live) - np.count_nonzero(live))
+        held = getattr(self, "_held", None)
+        if held is None or held[0] != gone:
+            tip = self.arrays["term_indptr"]
+            has = np.diff(tip) > 0
+            if gone:
+                terms = self.arrays["doc_terms"][np.repeat(live, np.diff(self.arrays["doc_indptr"]))]
+                if len(terms) and (terms.min() < 0 or terms.max() >= len(has)):
+                    raise IndexFormatError("a sparse segment holds term ids outside its vocabulary: run `ldr check` "
+                                           "and rebuild the index with `ldr index`")
+                has = np.zeros(len(tip) - 1, dtype=bool)
+                has[terms] = True
+            self._held = held = (gone, has)
+        return held[1]
+
     def doc_vector(self, docno: int) -> tuple[np.ndarray, np.ndarray]:
         ip = self.arrays["doc_indptr"]
         s, e = ip[docno], ip[docno + 1]

@@ -76,7 +76,7 @@ class CandidateOrder:
 def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: dict[str, int]) -> tuple[Candidates, dict]:
     """(one Candidates, {docno: id}) from each shard's first stages (None: a shard that did not
     answer): per kind of the plan (`depth`), the best `depth[kind]` of every shard's list (global
-    numbers), ordered by score then id; a kind's time is its slowest shard's."""
+    numbers), ordered by score then id; a kind's time (and the features') is its slowest shard's."""
     out, ids = Candidates(query), {}
     answered = [(s, c) for s, c in enumerate(parts) if c is not None]
     for s, c in answered:
@@ -99,6 +99,9 @@ def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: 
         told = [c.bounds[kind] for _, c in answered if kind in c.bounds]
         if told:
             out.bounds[kind] = max(told)
+    # what else the shards timed with their lists (the window features): the slowest shard's
+    for key in {k for _, c in answered for k in c.timings} - set(depth):
+        out.timings[key] = max(c.timings.get(key, 0.0) for _, c in answered)
     return out, ids
 
 

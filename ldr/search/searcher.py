@@ -39,6 +39,7 @@ class Snapshot:
     views: list = field(default_factory=list, repr=False)     # the pinned generations read here (none on Ray)
     _about: list | None = field(default=None, repr=False)
     _map: ShardMap | None = field(default=None, repr=False)
+    _terms: dict = field(default_factory=dict, repr=False)
 
     def about(self) -> list:
         """Each shard's describe() (asked once per point in time)."""
@@ -51,6 +52,16 @@ class Snapshot:
         if self._map is None:
             self._map = ShardMap([a.rows for a in self.about()])
         return self._map
+
+    def terms(self, kind: str):
+        """The TermSet a kind's documents hold over every shard (values.py), or None: the kind does
+        not say, or a shard did not (a remote one with no replica). Its query is weighed over it."""
+        if kind not in self._terms:
+            from ..values import TermSet
+
+            told = [getattr(a, "vocabularies", {}).get(kind) for a in self.about()]
+            self._terms[kind] = TermSet.union(told) if told and all(t is not None for t in told) else None
+        return self._terms[kind]
 
     def __len__(self) -> int:
         return sum(a.docs for a in self.about())
@@ -97,7 +108,11 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     for kind in kinds:
         side = snap.side(kind)
         t = time.perf_counter()
-        rep = out[kind] if kind in out else side.encode(query)
+        if kind not in out:     # a kind that narrows its queries (sparse) is given its index's terms
+            terms = snap.terms(kind)
+            rep = side.encode(query) if terms is None else side.encode(query, terms)
+        else:
+            rep = out[kind]
         if spent is not None and kind not in (reps or {}):
             spent[f"{ENCODE}.{kind}"] = time.perf_counter() - t
         if stats is not None and kind in stats[0]:
