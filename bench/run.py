@@ -21,6 +21,7 @@ GROUPS: dict[str, list[tuple[str, str, str]]] = {
         ("run_speed", "bench_run_speed.py", "a --mode bm25 run through search_many against bm25s, top 10 and 1,000"),
         ("bm25", "bench_bm25.py", "BM25 backends against pyserini and bm25s: index time, peak RSS, q/s, nDCG@10"),
         ("pipeline", "bench_pipeline.py", "warm latency per stage on a real index; cold `ldr search`"),
+        ("query_encoders", "bench_query_encoders.py", "the query encoders in a warm default search: the sparse query over the index's terms or the whole vocabulary, paired"),
         ("encode", "bench_encode.py", "encoding tokens/s per engine against sentence-transformers, share of GEMM peak"),
         ("build", "bench_build.py", "`ldr index` time and peak RSS at 1x/4x/16x; --compare REF: a commit against this one"),
         ("serve", "bench_serve.py", "`ldr serve` under 8 clients for 60 s, then with a commit every 5 s"),
