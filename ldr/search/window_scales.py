@@ -12,6 +12,9 @@ import numpy as np
 
 MIN_TERMS, MAX_TERMS, MAX_SCALES = 10, 100_000, 4     # a request's bounds: windows per document, passes
 DENSE_CELLS = 1 << 22      # counted in a windows × terms table up to this many cells, else by sorting
+# ... and only while the table is at most this many times the cells counted: scanning a table of 600k
+# cells for 34k (qmsum-train's windows of 40 terms) cost 2.9 ms, sorting them 1.0 (same counts)
+DENSE_RATIO = 6
 
 
 def parse(spec: str) -> tuple[tuple[int, float], ...]:
@@ -106,12 +109,14 @@ def _cells(got: list, size: int, n_cols: int, k1: float, b: float, memo: dict | 
         ok = (j >= 0) & (j * step + size > pos)
         cells.append((j[ok] + starts[owner[ok]]) * n_cols + cols[ok])
     cells = np.concatenate(cells)
-    if at * n_cols <= DENSE_CELLS:
+    if at * n_cols <= min(DENSE_CELLS, DENSE_RATIO * len(cells)):
         counts = np.bincount(cells, minlength=at * n_cols)
         nz = np.flatnonzero(counts)
         counts = counts[nz]
-    else:       # a long query over many windows: memory follows the occurrences, not the table
-        nz, counts = np.unique(cells, return_counts=True)
+    else:       # most windows hold none of the query's terms: sort the cells, not scan the table
+        cells.sort(kind="stable")           # runs already in order (one per window offset): timsort merges them
+        first = np.flatnonzero(np.diff(cells, prepend=-1))
+        nz, counts = cells[first], np.diff(first, append=len(cells))
     tf, win, col = counts.astype(np.float64), nz // n_cols, nz % n_cols
     df = np.bincount(col, minlength=n_cols)
     idf = np.log1p((at - df + 0.5) / (df + 0.5))
