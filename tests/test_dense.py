@@ -135,3 +135,27 @@ def test_a_model_with_a_dense_projection_gives_its_own_vectors_on_both_engines(t
                           sparse=None, dense=DenseSettings(model=str(path)))
     assert idx.info()["components"]["dense"]["model"]["dim"] == 16
     assert idx.search("the heron waded through the marsh", mode="dense", k=1)[0].id == "d0"
+
+
+def test_a_search_for_every_document_scores_every_vector_once_as_the_top_k_did(tmp_path, monkeypatch):
+    """Issue 80: where a dense stage wants every live document (a small index: its depth is the index's
+    size), each document's best passage comes from one pass of FAISS's own inner products over the
+    rows instead of a top-k over every row after rounds of growing depth: the same documents and
+    scores to the bit, deleted documents and filters included."""
+    from ldr.components import faiss_store
+
+    words = "harbour tide pilot mooring lamp keeper ledger storm gale buoy chart channel".split()
+    docs = [{"id": f"d{i}", "text": " ".join(words[(i * 5 + j) % len(words)] for j in range(300 + 40 * i)),
+             "even": i % 2 == 0} for i in range(8)]
+    idx = ldr.Index.build(docs, tmp_path / "i", sparse=None, bm25=None, progress=False)
+    idx.delete(["d3"])
+    real = faiss_store.DenseSearcher.every_best
+    queries = ["the pilot's storm ledger", "buoy chart of the channel", "lamp keeper"]
+
+    def run(fast: bool):
+        monkeypatch.setattr(faiss_store.DenseSearcher, "every_best", real if fast else (lambda self, q: None))
+        return [[(h.id, h.score) for h in idx.search(q, k=10, mode="dense", passages=0, filters=f)]
+                for q in queries for f in (None, {"even": True})]
+
+    fast, slow = run(True), run(False)
+    assert fast == slow and all(fast) and not any(h == "d3" for hits in fast for h, _ in hits)

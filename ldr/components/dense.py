@@ -35,7 +35,13 @@ class MultiDense:
         live = (self.segments.live if allow is None else allow)[offset:offset + self.segments.entries[i]["docs"]]
         if not live.any():
             return []
-        want = min(k, int(live.sum()))
+        alive = int(live.sum())
+        want = min(k, alive)
+        got = part.every_best(q) if want >= alive else None     # every document: one pass over the rows
+        if got is not None:
+            docs, best = got
+            keep = live[docs]
+            return [(int(d) + offset, float(v)) for d, v in zip(docs[keep].tolist(), best[keep])]
         depth = min(n, max(k, 1) * (4 if part.multi or not live.all() else 1))
         while True:
             with one_thread():
