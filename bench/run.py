@@ -23,6 +23,7 @@ GROUPS: dict[str, list[tuple[str, str, str]]] = {
         ("pipeline", "bench_pipeline.py", "warm latency per stage on a real index; cold `ldr search`"),
         ("query_encoders", "bench_query_encoders.py", "the query encoders in a warm default search: the sparse query over the index's terms or the whole vocabulary, paired"),
         ("encode", "bench_encode.py", "encoding tokens/s per engine against sentence-transformers, share of GEMM peak"),
+        ("index_vs_st", "bench_index_vs_st.py", "`ldr index` (dense only), the whole command, against sentence-transformers on the same passages"),
         ("build", "bench_build.py", "`ldr index` time and peak RSS at 1x/4x/16x; --compare REF: a commit against this one"),
         ("serve", "bench_serve.py", "`ldr serve` under 8 clients for 60 s, then with a commit every 5 s"),
         ("ray_serve", "bench_ray_serve.py", "`ldr serve --ray` throughput for 1/2/4 shards x 1/2 replicas"),
