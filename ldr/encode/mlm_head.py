@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import ModelError
 
 HEAD_CHUNK = 1 << 23          # logits per chunk: 32 MB of float32 (~270 tokens of a BERT vocabulary)
+VOCAB_CHUNK = 8192            # head_max_torch's columns at a time (bench/README.md, "SPLADE's head")
 
 
 def split_mlm_head(model) -> tuple[np.ndarray, np.ndarray]:
@@ -56,13 +57,22 @@ def head_max(h: np.ndarray, mask: np.ndarray, w: np.ndarray, bias: np.ndarray) -
 
 
 def head_max_torch(h, mask, w, bias):
-    """head_max in torch, on the states' device (a GPU keeps them there)."""
+    """head_max in torch, on the states' device (a GPU keeps them there), VOCAB_CHUNK columns at a
+    time: a window's logits for one chunk stay in cache while their max is taken (the bf16 engine's
+    head 36 -> 25 ms a batch of 8 windows of 256 tokens, the same weights to the bit: each logit is
+    the same product whichever columns share its GEMM). `w` may be pre-cast to the dtype the matrix
+    product runs in (the bf16 engine's, as autocast would cast it at every call)."""
     import torch
 
-    out = torch.full((h.shape[0], w.shape[1]), float("-inf"), device=h.device, dtype=torch.float32)
-    step = max(1, HEAD_CHUNK // w.shape[1])
+    vocab = w.shape[1]
+    out = torch.empty((h.shape[0], vocab), device=h.device, dtype=torch.float32)
+    cols = min(vocab, VOCAB_CHUNK)
+    step = max(1, HEAD_CHUNK // cols)
     for i in range(h.shape[0]):
         states = h[i][mask[i]].float()
-        for s in range(0, len(states), step):
-            out[i] = torch.maximum(out[i], (states[s:s + step] @ w).amax(dim=0))
+        for c in range(0, vocab, cols):
+            part = out[i, c:c + cols]
+            part.fill_(float("-inf"))
+            for s in range(0, len(states), step):
+                torch.maximum(part, (states[s:s + step] @ w[:, c:c + cols]).amax(dim=0), out=part)
     return torch.log1p(torch.relu(out + bias))

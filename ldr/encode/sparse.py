@@ -217,6 +217,8 @@ class SparseEncoder(_SparseCore):
         if s.kind == "splade":
             import torch
             self._head = [torch.from_numpy(a).to(self.device) for a in split_mlm_head(self.model)]
+            if bf16:        # cast once, not by autocast at every window (the same bf16 values)
+                self._head[0] = self._head[0].to(torch.bfloat16)
         self.path = path
         s.backend = "bf16" if bf16 else "torch"
         self.head = None
