@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ldr
 from ldr.encode import runtime
@@ -192,3 +193,30 @@ def test_ray_workers_encode_in_the_precision_the_driver_resolves(monkeypatch):
     assert (got["dense"]["backend"], got["sparse"]["backend"]) == (runtime.EXACT, runtime.EXACT)
     assert load_dense(DenseSettings(**got["dense"])).describe()["backend"]["name"] == "onnx"   # fp32, never int8
     assert worker_settings(encoders, gpus=1)["dense"]["backend"] == "auto"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 64), max_size=40), st.integers(1, 5))
+def test_fixed_shapes_gives_each_row_one_shape_whatever_its_company(lengths, rows):
+    """A row's pass depends on its own length alone: every call holds `rows` rows padded to one width
+    (the window's, or the length rounded up to the bucket), so the same row gets the same answer
+    alone, in any batch, in any order."""
+    from ldr.encode.batching import fixed_shapes
+
+    full, bucket, calls = 64, 8, []
+
+    def forward(pieces, width):
+        assert len(pieces) == rows and all(len(p) <= width for p in pieces)
+        calls.append(width)
+        return np.array([[sum(p), len(p), width] for p in pieces], dtype=np.float64)
+
+    batch = [list(range(n)) for n in lengths]
+    got = fixed_shapes(batch, forward, full, rows, bucket)
+    if not batch:
+        assert got is None and not calls
+        return
+    for row, n in zip(got.tolist(), lengths):
+        width = full if n >= full else min(full, -(-n // bucket) * bucket)
+        assert row == [n * (n - 1) / 2, n, width]
+        assert row == fixed_shapes([list(range(n))], forward, full, rows, bucket)[0].tolist()
+    assert set(calls) <= {min(full, -(-n // bucket) * bucket) for n in lengths} | {full}

@@ -125,39 +125,48 @@ def budget_batches(lengths: list[int], budget: int) -> Iterator[np.ndarray]:
         i += size
 
 
-# rows per bf16 forward pass of full windows (fixed_shapes). MiniLM, 256-token windows, 4 qmsum
-# transcripts: 8 rows 2.3-2.4 s, 16 rows 2.3-2.9 s, 32 rows 6.0 s (another kernel), one row 5.0 s
+# rows per bf16 forward pass (fixed_shapes). MiniLM, 256-token windows, 4 qmsum transcripts: 8
+# rows 2.3-2.4 s, 16 rows 2.3-2.9 s, 32 rows 6.0 s (another kernel), one row 5.0 s
 BF16_ROWS = 8
+# a shorter row is padded to a multiple of this many tokens, so rows of nearby lengths share a pass
+# (and oneDNN's few cached kernels): alone, 1,500 passages of 20-80 words took 13.0 s in bf16
+# against ONNX fp32's 7.9 (bench/README.md, "Short rows in bf16")
+BF16_BUCKET = 32
 
 
-def fixed_shapes(batch: list, forward, full: int, rows: int = BF16_ROWS) -> np.ndarray:
-    """forward() over `batch` so that every row's result depends on its own tokens alone.
+def fixed_shapes(batch: list, forward, full: int, rows: int = BF16_ROWS, bucket: int = BF16_BUCKET) -> np.ndarray:
+    """forward(pieces, width) over `batch` so that every row's result depends on its own tokens alone.
 
     Under bf16 (oneDNN) a row's vector moves by ~5e-4 with the shape of its batch: the kernel is
     picked by the matrix sizes, erratically (a 30-token row alone, in 2-16 rows, in 32+ rows:
     three answers), and padding changes them too. So every call has a shape fixed by the row's
-    length: rows of the window's full length (nearly all windows of long documents) go `rows` at a
-    time, the last group filled with copies of its first row; other rows run alone. The same text
-    then gets the same vector in an add and a fresh build."""
-    lengths = [len(x) for x in batch]
-    full_rows = [i for i, n in enumerate(lengths) if n == full]
-    groups = [(full_rows[i:i + rows], True) for i in range(0, len(full_rows), rows)]
-    groups += [([i], False) for i, n in enumerate(lengths) if n != full]
+    length: a row of n tokens is padded to `width(n)` (the window's full length, or n rounded up to
+    a multiple of `bucket`) and runs with the other rows of that width `rows` at a time, the last
+    group filled with copies of its first row. The same text then gets the same vector in an add
+    and a fresh build, alone or among any others."""
+    def width(n: int) -> int:
+        return full if n >= full else min(full, -(-n // bucket) * bucket)
+
+    by_width: dict[int, list[int]] = {}
+    for i, x in enumerate(batch):
+        by_width.setdefault(width(len(x)), []).append(i)
     out = None
-    for g, fill in groups:
-        pieces = [batch[i] for i in g]
-        got = forward(pieces + [pieces[0]] * (rows - len(g)) if fill else pieces)
-        if out is None:
-            out = np.zeros((len(batch),) + got.shape[1:], dtype=got.dtype)
-        out[g] = got[:len(g)]
+    for w, idx in by_width.items():
+        for j in range(0, len(idx), rows):
+            g = idx[j:j + rows]
+            pieces = [batch[i] for i in g]
+            got = forward(pieces + [pieces[0]] * (rows - len(g)), w)
+            if out is None:
+                out = np.zeros((len(batch),) + got.shape[1:], dtype=got.dtype)
+            out[g] = got[:len(g)]
     return out
 
 
-def pad(pieces: list[list[int]], pad_id: int, device: str):
-    """(input_ids, attention_mask) tensors, right-padded."""
+def pad(pieces: list[list[int]], pad_id: int, device: str, width: int | None = None):
+    """(input_ids, attention_mask) tensors, right-padded to `width` (default: the longest piece)."""
     import torch
 
-    n = max(len(x) for x in pieces)
+    n = max([len(x) for x in pieces] + [width or 0])
     ids = torch.full((len(pieces), n), pad_id, dtype=torch.long)
     mask = torch.zeros((len(pieces), n), dtype=torch.long)
     for i, x in enumerate(pieces):

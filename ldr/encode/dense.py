@@ -179,10 +179,10 @@ class DenseEncoder(_DenseCore):
             return fixed_shapes(batch, self._forward_padded, self.window)
         return self._forward_padded(batch)
 
-    def _forward_padded(self, batch: list[list[int]]) -> np.ndarray:
+    def _forward_padded(self, batch: list[list[int]], width: int | None = None) -> np.ndarray:
         import torch
 
-        ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
+        ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device, width)
         n = ids.shape[1]
         kwargs = {"input_ids": ids, "attention_mask": mask}
         if self._accepts_tti:

@@ -243,10 +243,10 @@ class SparseEncoder(_SparseCore):
             return fixed_shapes(batch, self._weights_padded, self.window)
         return self._weights_padded(batch)
 
-    def _weights_padded(self, batch: list[list[int]]):
+    def _weights_padded(self, batch: list[list[int]], width: int | None = None):
         import torch
 
-        ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device)
+        ids, mask = pad(batch, self.tokenizer.pad_token_id or 0, self.device, width)
         if self.settings.kind == "splade":     # the projection a chunk at a time (mlm_head.py)
             states = self.model(input_ids=ids, attention_mask=mask).logits
             return head_max_torch(states, mask.bool(), *self._head).cpu().numpy()
