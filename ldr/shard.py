@@ -211,7 +211,7 @@ class LocalShard:
             t = time.perf_counter()
             features = self._likely_features(cands, source, ask, reps)
             timings[WINDOW_FEATURES] = time.perf_counter() - t
-        return FirstStage(cands.lists, timings, {d: ids[d] for d in listed}, cands.distributions, cands.bounds,
+        return FirstStage(cands.lists, timings, dict(zip(listed, _read(ids, listed))), cands.distributions, cands.bounds,
                           len(self.store) if allow is None else int(allow.sum()), evidence, features)
 
     def _likely_features(self, cands, source, ask, reps: dict) -> dict:

@@ -197,6 +197,32 @@ def test_the_native_vocabulary_finds_every_term_by_binary_search(tmp_path):
     assert [h.id for h in idx.search("straße", k=1, mode="bm25")] == ["d2"]
 
 
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+# terms as an analyzer gives them (no NUL), many sharing the prefix table's 16 bytes
+_TERM = st.one_of(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=24),
+                  st.text("ab\u00e9\u4e2d", min_size=14, max_size=20).map(lambda t: "x" * 14 + t),
+                  st.text("abcdefgh", min_size=15, max_size=20))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(terms=st.lists(_TERM, unique=True, max_size=80), asked=st.lists(_TERM, max_size=30))
+def test_the_vocabulary_finds_any_batch_of_terms_as_a_dict_would(tmp_path_factory, terms, asked):
+    """get_many (the sorted prefix table, then the terms that share a prefix) answers every batch
+    of terms, present or not, as a dict of the same terms: any script, long terms with one prefix."""
+    from ldr.components.bm25_store.vocabulary import Vocabulary, write_vocabulary
+
+    folder = tmp_path_factory.mktemp("vocab")
+    write_vocabulary(folder, terms)
+    want = {t: i for i, t in enumerate(terms)}
+    # and near misses: a term cut short or run on (the same first 16 bytes as a term, or its prefix)
+    batch = asked + terms[::2] + [t[:-1] for t in terms[:20]] + [t + "b" for t in terms[:20]] + [t[:16] for t in terms]
+    vocab = Vocabulary(folder)
+    # the table itself: get_many makes a vocabulary this small a dict after its first batch
+    assert vocab._search_many(batch) == [want.get(t) for t in batch]
+    assert vocab.get_many(batch) == [want.get(t) for t in batch]
+
+
 @pytest.mark.lucene
 def test_a_lucene_bm25_alone_refuses_min_score_saying_why(sample_indexes):
     """Issue 76: the README said the first estimate applies to a Lucene BM25; nothing was fitted on

@@ -242,3 +242,35 @@ def test_window_scales_place_every_document_at_once_as_one_at_a_time():
         best = np.maximum.reduceat(np.bincount(win, weights=idf[col] * tf / (tf + norm[win]), minlength=at), starts)
         want = {d: 0.0 for d in feats} | dict(zip(docs, best.tolist()))
         assert window_scales.best_at(feats, list(feats), size, 7, 1.2, 0.75) == want, size
+
+
+def test_window_features_cross_processes_as_one_buffer_and_come_back_whole():
+    """A shard's {docno: WindowFeatures} (FeatureMap) pickles as one buffer, not six arrays a
+    document, and comes back equal to the bit: every dtype and shape (empty documents, counts past
+    uint16, vector kinds with nan), as writable arrays."""
+    import pickle
+
+    from hypothesis import given, settings, strategies as st
+
+    from ldr.search.window_features import FeatureMap, WindowFeatures
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 4), st.booleans(), st.lists(st.sampled_from(["dense", "colbert"]), unique=True),
+                              st.integers(0, 9)), max_size=8), st.integers(0, 2 ** 31))
+    def check(docs, seed):
+        rng = np.random.default_rng(seed)
+        made = FeatureMap()
+        for d, (m, terms, wide, kinds, n_at) in enumerate(docs):
+            made[d * 3] = WindowFeatures(rng.integers(0, 10 ** 6, (m, 2)), rng.integers(1, 300, m),
+                                         rng.integers(0, 70000 if wide else 60000, (m, terms)).astype(np.uint32 if wide else np.uint16),
+                                         {k: np.where(rng.random(m) < 0.3, np.nan, rng.random(m)) for k in kinds},
+                                         rng.integers(0, 10 ** 5, n_at).astype(np.int32), rng.integers(0, terms + 1, n_at).astype(np.uint16), 7 * d)
+        back = pickle.loads(pickle.dumps(made))
+        assert type(back) is FeatureMap and list(back) == list(made)
+        for d, f in made.items():
+            g = back[d]
+            assert f.n_terms == g.n_terms and list(f.vec) == list(g.vec)
+            for a, b in zip(f.arrays(), g.arrays()):
+                assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+                assert b.flags.writeable
+    check()

@@ -21,6 +21,7 @@ import numpy as np
 from ..corpus.text import page_of
 from .normalise import minmax
 from .window_scales import best_at, occurrences, scale_key, term_table
+from .window_features import FeatureMap, WindowFeatures
 from .window_terms import WindowTerms
 
 _MARKABLE = re.compile(r"\w+", re.UNICODE)
@@ -46,22 +47,6 @@ class Passage:
             if d[k] is None or (k == "page_end" and d[k] == d["page"]):
                 del d[k]
         return d
-
-
-@dataclass
-class WindowFeatures:
-    """What a shard tells the coordinator of one document's windows for one query (plain arrays:
-    a value that crosses processes): character spans, terms per window, the counts of the
-    query's terms (columns in `PassageFinder.term_list` order), each vector kind's similarity."""
-    spans: np.ndarray          # (m, 2) int64
-    lengths: np.ndarray        # (m,) int64
-    tf: np.ndarray             # (m, terms) uint16 (uint32 where a count passes 65,535)
-    vec: dict                  # {kind: (m,) float64, nan where the kind has no vector}
-    # where the query's terms occur in the document's term stream, their columns, the stream's length
-    # (window_scales places windows of any size over them)
-    at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    at_col: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint16))
-    n_terms: int = 0
 
 
 @dataclass
@@ -141,7 +126,7 @@ class PassageFinder:
         are not cached yet; `keys` {docno: uid} lets later queries reuse the analysed windows."""
         kinds = list(self.vectors)
         lengths = self.cache.lengths
-        out, table = {}, (None, None, ())
+        out, table = FeatureMap(), (None, None, ())
         for d in docnos:
             uid = keys[d] if keys is not None else None
             text = None

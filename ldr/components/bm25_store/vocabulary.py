@@ -19,6 +19,7 @@ _SCHEMA = pa.schema([("term", pa.string())])
 _UNSEEN = object()
 SEEN = 1 << 16           # looked-up terms a segment keeps (each binary search reads ~20 Arrow strings)
 DICT_TERMS = 1 << 21     # a vocabulary made a dict at most this large (~200 MB of Python strings)
+PREFIX = 16              # bytes of each term the sorted prefix table holds (16 MB a million terms)
 
 
 def write_vocabulary(folder: Path, terms: list[str]) -> None:
@@ -39,7 +40,8 @@ class Vocabulary:
         folder = Path(folder)
         self._dict: dict[str, int] | None = None
         self._seen: dict[str, int | None] = {}   # terms looked up before (queries repeat their terms)
-        self._searched = 0                       # terms get_many looked up by binary search
+        self._searched = 0                       # terms get_many looked up in the sorted terms
+        self._prefixes: np.ndarray | None = None     # the sorted terms' first bytes (_prefix_table)
         self._lock = threading.Lock()
         if not (folder / TERMS).is_file():
             import json
@@ -97,21 +99,35 @@ class Vocabulary:
             return out
 
     def _search_many(self, keys: list[str]) -> list[int | None]:
-        m, n = len(keys), self._n
-        lo, hi = np.zeros(m, dtype=np.int64), np.full(m, n, dtype=np.int64)
-        while True:
-            idx = np.flatnonzero(lo < hi)
-            if not len(idx):
-                break
-            mid = (lo[idx] + hi[idx]) // 2
-            less = np.fromiter((a < keys[j] for a, j in zip(self._take(mid), idx.tolist())), dtype=bool, count=len(idx))
-            lo[idx] = np.where(less, mid + 1, lo[idx])
-            hi[idx] = np.where(less, hi[idx], mid)
+        """The id of each of `keys` (None: not a term here): each key's first PREFIX bytes found in
+        the sorted prefix table at once (np.searchsorted), then checked against the term itself;
+        keys whose prefix several terms share (long ones) by binary search within those terms."""
+        if self._prefixes is None:
+            self._prefixes = _prefix_table(self._terms, self._order)
+        table, m = self._prefixes, len(keys)
+        want = np.array([k.encode("utf-8", "replace")[:PREFIX] for k in keys], dtype=f"S{PREFIX}")
+        lo, hi = np.searchsorted(table, want, "left"), np.searchsorted(table, want, "right")
         out: list[int | None] = [None] * m
-        inside = np.flatnonzero(lo < n)
-        for j, term, at in zip(inside.tolist(), self._take(lo[inside]), self._order[lo[inside]].tolist()):
+        one = np.flatnonzero(hi - lo == 1)
+        for j, term, at in zip(one.tolist(), self._take(lo[one]), self._order[lo[one]].tolist()):
             if term == keys[j]:
                 out[j] = at
+        shared = np.flatnonzero(hi - lo > 1)
+        if len(shared):
+            lo, hi = lo[shared], hi[shared]
+            while True:
+                idx = np.flatnonzero(lo < hi)
+                if not len(idx):
+                    break
+                mid = (lo[idx] + hi[idx]) // 2
+                less = np.fromiter((a < keys[shared[j]] for a, j in zip(self._take(mid), idx.tolist())), dtype=bool,
+                                   count=len(idx))
+                lo[idx] = np.where(less, mid + 1, lo[idx])
+                hi[idx] = np.where(less, hi[idx], mid)
+            inside = np.flatnonzero(lo < self._n)
+            for j, term, at in zip(inside.tolist(), self._take(lo[inside]), self._order[lo[inside]].tolist()):
+                if term == keys[shared[j]]:
+                    out[shared[j]] = at
         return out
 
     def _take(self, ranks: np.ndarray) -> list[str]:
@@ -138,3 +154,23 @@ class Vocabulary:
         if self._dict is not None:
             return self._dict.items()
         return zip(self._terms.to_pylist(), range(self._n))
+
+
+def _prefix_table(terms: pa.Array, order: np.ndarray) -> np.ndarray:
+    """The first PREFIX bytes of each term in sorted order, NUL-padded, as one fixed-width bytes
+    array (numpy compares those bytewise, the order the terms are sorted in): built from the Arrow
+    buffers a byte column at a time, with no Python object a term (~30 ms at a million terms)."""
+    n = len(order)
+    ordered = terms.take(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.ascontiguousarray(order))]))
+    ordered = ordered.cast(pa.large_string())
+    _, offsets, data = ordered.buffers()
+    offs = np.frombuffer(offsets, dtype=np.int64, count=n + 1, offset=8 * ordered.offset)
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    starts, lengths = offs[:-1], np.diff(offs)
+    out = np.zeros((n, PREFIX), dtype=np.uint8)
+    for c in range(PREFIX):
+        rows = np.flatnonzero(lengths > c)
+        if not len(rows):
+            break
+        out[rows, c] = raw[starts[rows] + c]
+    return out.view(f"S{PREFIX}").reshape(n)
