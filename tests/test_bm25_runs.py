@@ -189,3 +189,20 @@ def test_a_sharded_batch_asks_each_shard_once_a_round(tmp_path, monkeypatch):
     assert calls == {"stats": 3, "stats_many": 3, "first_many": 3, "fetch": 3}, calls
     for q, t in asked.items():
         assert [(h.id, h.score) for h in got[q]] == [(h.id, h.score) for h in sharded.search(t, k=5, **RUN)]
+
+
+def test_hits_built_slot_by_slot_are_the_hits_the_dataclass_makes():
+    """to_hits sets each Hit's slots itself (a run's thousand hits a query, without __init__): every
+    field, defaults included, is what Hit(...) gives; a field added to Hit and not set there fails here."""
+    from dataclasses import fields
+
+    from ldr.search.hits import Hit, to_hits
+
+    rows = [(7, 2.5, {"bm25": 2.5}), (3, 1.0, {"bm25": 1.0, "fused": 0.4}), (11, 1.0, {})]
+    ids, titles = {7: "a", 3: "b", 11: "c"}, {7: "A", 3: "", 11: "C"}
+    got = to_hits(rows, ids, titles)
+    want = [Hit(ids[d], s, r, titles[d], None, d, st) for r, (d, s, st) in enumerate(rows, 1)]
+    assert got == want
+    for g in got:
+        assert all(hasattr(g, f.name) for f in fields(Hit))
+    assert got[0].passages is not got[1].passages      # each hit its own list

@@ -12,6 +12,7 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import replace
+from operator import itemgetter
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) 
         cands = rest.run_rest(cands, _Order(ids))       # (the rest reads no query text)
         lost = sorted(set(missing[j]) | {i for i, p in enumerate(got) if p is None})
         results.append((cands, ids, lost))
-        final.extend(r[0] for r in cands.rows)
+        final.extend(map(itemgetter(0), cands.rows))
     have, failed = _fetch(snap.shards, snap.map, final, request)
     titles = {d: v.title for d, v in have.items()}
     share = (time.perf_counter() - t0) / len(texts)
