@@ -15,20 +15,20 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, pickle, resource, sys, time
+import asyncio, json, pickle, resource, sys, time
 from ldr.serve.ray_shards import ShardReplica
 from ldr.components import ENCODERS
 
 root, entry, asks = pickle.load(sys.stdin.buffer)
 replica = ShardReplica(root, 0)
 t0, first_s = time.perf_counter(), None
-for first, reps, terms in asks:
-    replica.stats(entry, first.query, ["bm25"], None)
-    got = replica.first(entry, first, reps, None)
+for first, reps, terms in asks:       # a query's calls are coroutines, as Serve runs them
+    asyncio.run(replica.stats(entry, first.query, ["bm25"], None))
+    got = asyncio.run(replica.first(entry, first, reps, None))
     docs = sorted(got.ids)[:10]
     kinds = [k for k in reps if k != "bm25"]
-    replica.windows(entry, docs, kinds, reps, terms)
-    replica.fetch(entry, docs[:5], text=True)
+    asyncio.run(replica.windows(entry, docs, kinds, reps, terms))
+    asyncio.run(replica.fetch(entry, docs[:5], text=True))
     first_s = first_s or time.perf_counter() - t0
 rss = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) / 1024
 heavy = [m for m in ("torch", "transformers", "onnxruntime", "sentence_transformers") if m in sys.modules]
