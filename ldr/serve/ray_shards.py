@@ -136,10 +136,9 @@ class ShardReplica:
         return (await self._shard(entry)).fetch(docs, text, meta, cuts)
 
     def lease(self, entry: dict, holder: str, ttl_s: float) -> bool | None:
-        """Hold the entry's generation where the writer commits it (index/leases.py) for the
-        coordinator `holder`: kept there while it searches it, so a replica that catches up to it
-        later still finds it. False: that generation is gone; None: the source takes no lease
-        (object storage, or an index this node cannot write)."""
+        """Hold the entry's generation where the writer commits it (index/leases.py) for `holder`,
+        so a replica that catches up to it later still finds it. False: that generation is gone;
+        None: the source takes no lease (object storage, or an index this node cannot write)."""
         from ..index import leases
         from ..index.remote import is_uri
 
@@ -337,10 +336,11 @@ class RayShards:
 
 def _by_value(handle):
     """`handle` answering over Serve's gRPC transport (a round of 4 echo calls: 4.6-4.9 ms against
-    8.2-9.3 through the object store on 2 cores, Ray 2.60); kept as it is where Ray lacks it."""
+    8.2-9.3 through the object store on 2 cores, Ray 2.60); kept where a Ray predates it."""
     try:
-        return handle.options(_by_reference=False)
-    except (TypeError, ValueError):
+        from ray.serve._private import constants
+        return handle.options(_by_reference=False) if hasattr(constants, "RAY_SERVE_USE_GRPC_BY_DEFAULT") else handle
+    except (ImportError, TypeError, ValueError):
         return handle
 
 
