@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from operator import itemgetter
 
 import numpy as np
 
@@ -243,7 +244,7 @@ class LocalShard:
         with damage_guard(stage.kind):
             lists = reader.search_many([r[stage.kind] for r in reps], stage.depth, self.mask(filters))
         share = (time.perf_counter() - t) / max(len(reps), 1)
-        docs = [list(next(zip(*rows))) if rows else [] for rows in lists]
+        docs = [list(map(first_item, rows)) for rows in lists]
         listed = np.unique(np.fromiter(itertools.chain.from_iterable(docs), dtype=np.int64))
         self._check_listed(listed.tolist())
         names = dict(zip(listed.tolist(), _read(self.store.ids, listed.tolist())))
@@ -293,6 +294,9 @@ class LocalShard:
             out[d] = Fetched(i, t, texts[d] if text else None, metas.get(d), meta, got,
                              [texts[d][a:e] for _, a, e, _, _ in got] if got is not None else None)
         return out
+
+
+first_item = itemgetter(0)
 
 
 def _read(column, docs: list) -> list:

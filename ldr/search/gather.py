@@ -85,11 +85,11 @@ def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: 
     for kind in depth:
         rows = [(shards.offsets[s] + d, sc) if shards.offsets[s] else (d, sc)
                 for s, c in answered for d, sc in c.lists.get(kind, [])] if len(answered) > 1 or \
-            (answered and shards.offsets[answered[0][0]]) else list(answered[0][1].lists.get(kind, [])) \
+            (answered and shards.offsets[answered[0][0]]) else answered[0][1].lists.get(kind, []) \
             if answered else []
         if len(answered) > 1:       # one shard's list is in this order already
             rows.sort(key=lambda r: (-r[1], ids[r[0]]))
-        out.lists[kind] = rows[:depth[kind]]
+        out.lists[kind] = rows[:depth[kind]]     # a copy: the shard's own list is left as it came
         out.runs[kind] = dict(out.lists[kind])
         out.timings[kind] = max((c.timings.get(kind, 0.0) for _, c in answered), default=0.0)
         parts_of = [c.distributions[kind] for _, c in answered if kind in c.distributions]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from operator import itemgetter
 
 import numpy as np
@@ -41,7 +42,7 @@ class Fuse:
             listed = cands.lists[kind]
             # a list in score order with no equal scores is in the tie-break's order too
             ranked = top_k.top_k_dict(cands.runs[kind], self.keep, tiebreak) \
-                if tiebreak is not None and not _strictly_falling(listed[:self.keep + 1]) else listed[:self.keep]
+                if tiebreak is not None and not _strictly_falling(listed, self.keep + 1) else listed[:self.keep]
             cands.rows = [(d, sc, {kind: sc}) for d, sc in ranked]
             return cands
         with cands.timed(self.name):
@@ -56,7 +57,7 @@ class Fuse:
         return cands
 
 
-def _strictly_falling(rows: list) -> bool:
-    """(docno, score) rows in falling score order hold no two equal scores."""
-    scores = list(map(itemgetter(1), rows))
+def _strictly_falling(rows: list, n: int) -> bool:
+    """The first `n` of (docno, score) rows in falling score order hold no two equal scores."""
+    scores = list(map(itemgetter(1), islice(rows, n)))
     return len(set(scores)) == len(scores)
