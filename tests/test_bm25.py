@@ -221,6 +221,13 @@ def test_the_vocabulary_finds_any_batch_of_terms_as_a_dict_would(tmp_path_factor
     # the table itself: get_many makes a vocabulary this small a dict after its first batch
     assert vocab._search_many(batch) == [want.get(t) for t in batch]
     assert vocab.get_many(batch) == [want.get(t) for t in batch]
+    # a vocabulary too large for a table: binary search over every term
+    from ldr.components.bm25_store import vocabulary
+    limit, vocabulary.TABLE_TERMS = vocabulary.TABLE_TERMS, -1
+    try:
+        assert Vocabulary(folder)._search_many(batch) == [want.get(t) for t in batch]
+    finally:
+        vocabulary.TABLE_TERMS = limit
 
 
 @pytest.mark.lucene

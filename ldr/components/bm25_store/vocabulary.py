@@ -20,6 +20,7 @@ _UNSEEN = object()
 SEEN = 1 << 16           # looked-up terms a segment keeps (each binary search reads ~20 Arrow strings)
 DICT_TERMS = 1 << 21     # a vocabulary made a dict at most this large (~200 MB of Python strings)
 PREFIX = 16              # bytes of each term the sorted prefix table holds (16 MB a million terms)
+TABLE_TERMS = 1 << 22    # a larger vocabulary is searched without one (its table would pass 64 MB)
 
 
 def write_vocabulary(folder: Path, terms: list[str]) -> None:
@@ -101,18 +102,22 @@ class Vocabulary:
     def _search_many(self, keys: list[str]) -> list[int | None]:
         """The id of each of `keys` (None: not a term here): each key's first PREFIX bytes found in
         the sorted prefix table at once (np.searchsorted), then checked against the term itself;
-        keys whose prefix several terms share (long ones) by binary search within those terms."""
-        if self._prefixes is None:
-            self._prefixes = _prefix_table(self._terms, self._order)
-        table, m = self._prefixes, len(keys)
-        want = np.array([k.encode("utf-8", "replace")[:PREFIX] for k in keys], dtype=f"S{PREFIX}")
-        lo, hi = np.searchsorted(table, want, "left"), np.searchsorted(table, want, "right")
+        keys whose prefix several terms share (long ones), or every key where the vocabulary is too
+        large for a table, by binary search within those terms."""
+        m = len(keys)
         out: list[int | None] = [None] * m
-        one = np.flatnonzero(hi - lo == 1)
-        for j, term, at in zip(one.tolist(), self._take(lo[one]), self._order[lo[one]].tolist()):
-            if term == keys[j]:
-                out[j] = at
-        shared = np.flatnonzero(hi - lo > 1)
+        if self._prefixes is None and self._n <= TABLE_TERMS:
+            self._prefixes = _prefix_table(self._terms, self._order)
+        if self._prefixes is None:
+            shared, lo, hi = np.arange(m), np.zeros(m, dtype=np.int64), np.full(m, self._n, dtype=np.int64)
+        else:
+            want = np.array([k.encode("utf-8", "replace")[:PREFIX] for k in keys], dtype=f"S{PREFIX}")
+            lo, hi = np.searchsorted(self._prefixes, want, "left"), np.searchsorted(self._prefixes, want, "right")
+            one = np.flatnonzero(hi - lo == 1)
+            for j, term, at in zip(one.tolist(), self._take(lo[one]), self._order[lo[one]].tolist()):
+                if term == keys[j]:
+                    out[j] = at
+            shared = np.flatnonzero(hi - lo > 1)
         if len(shared):
             lo, hi = lo[shared], hi[shared]
             while True:
