@@ -234,7 +234,8 @@ def main() -> None:
 
 
 # the modules an opened index is made of (the handle, where its shards come from, a shard)
-HANDLE_MODULES = ("ldr.api", "ldr.handle", "ldr.sharded", "ldr.shard_sets", "ldr.shard", "ldr.serve.ray_shards")
+HANDLE_MODULES = ("ldr.api", "ldr.handle", "ldr.sharded", "ldr.shard_sets", "ldr.shard", "ldr.serve.ray_shards",
+                  "ldr.serve.remote_shard")
 
 
 def handles(mods: dict) -> list[tuple[str, str]]:
