@@ -17,7 +17,7 @@ from ... import npy
 TERMS, ORDER, LEGACY = "vocab.arrow", "vocab_order.npy", "vocab.json"
 _SCHEMA = pa.schema([("term", pa.string())])
 _UNSEEN = object()
-SEEN = 1 << 16           # looked-up terms a segment keeps (each binary search reads ~20 Arrow strings)
+SEEN = 1 << 16           # looked-up terms a segment keeps (a new term reads Arrow strings to be checked)
 DICT_TERMS = 1 << 21     # a vocabulary made a dict at most this large (~200 MB of Python strings)
 PREFIX = 16              # bytes of each term the sorted prefix table holds (16 MB a million terms)
 TABLE_TERMS = 1 << 22    # a larger vocabulary is searched without one (its table would pass 64 MB)
@@ -89,7 +89,7 @@ class Vocabulary:
             want = list({t for t in terms if t not in seen})
             self._searched += len(want)
             if self._searched * max(1, self._n.bit_length()) >= self._n and self._n <= DICT_TERMS:
-                # more string reads asked so far than reading every term once: a dict from now on
+                # as many terms looked up as a binary search of each reads in all: a dict from now on
                 self._dict = dict(zip(self._terms.to_pylist(), range(self._n)))
                 return [self._dict.get(t) for t in terms]
             found = dict(zip(want, self._search_many(want))) if want else {}
