@@ -112,6 +112,24 @@ def test_batch_and_single_scores_are_equal_to_the_bit(grown):
     assert np.array_equal(many[:, ~r.live], np.zeros((len(qs), int((~r.live).sum())), np.float32))
 
 
+def test_a_run_over_more_documents_than_one_block_holds(grown, monkeypatch):
+    """A batch whose scores exceed one block (BLOCK_CELLS: a run of 32 queries over more than 131k
+    documents) is scored block after block, each query as alone (the second block once raised a
+    TypeError, reported as a damaged index)."""
+    from ldr.components.bm25_store import native_backend
+
+    idx, queries = grown
+    r = idx.retriever("bm25")
+    qs = [q for q in queries.values() if q]
+    monkeypatch.setattr(native_backend, "BLOCK_CELLS", 3 * len(r.lengths))
+    blocks = list(r._blocks(qs, r.k1, r.b))
+    assert len(blocks) == -(-len(qs) // 3)
+    assert np.array_equal(np.vstack(blocks), np.vstack([r.scores(q) for q in qs]))
+    got = dict(idx.search_many({f"q{i}": q for i, q in enumerate(qs)}, k=10, **RUN))
+    assert [[(h.id, h.score) for h in got[f"q{i}"]] for i in range(len(qs))] == \
+        [[(h.id, h.score) for h in idx.search(q, k=10, **RUN)] for q in qs]
+
+
 TERMS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
 
 

@@ -242,18 +242,18 @@ class NativeSearcher:
     def _blocks(self, queries: list, k1: float, b: float):
         """(queries, documents) float32 score blocks of at most BLOCK_CELLS cells, in order
         (native_scoring.py sums each block's postings, segment by segment)."""
-        rows = len(self.lengths)
+        docs = len(self.lengths)
         terms, weights, first = self._weighted(queries)
         avgdls = {q.avgdl if isinstance(q, GlobalQuery) else self.avgdl for q in queries}
-        step = max(1, BLOCK_CELLS // max(rows, 1)) if len(avgdls) == 1 else 1
+        step = max(1, BLOCK_CELLS // max(docs, 1)) if len(avgdls) == 1 else 1
         for at in range(0, len(queries), step):
             end, q0 = min(at + step, len(queries)), queries[at]
             norm = self._norm(k1, b, q0.avgdl if isinstance(q0, GlobalQuery) else self.avgdl)
-            out = np.zeros((end - at, rows), dtype=np.float32)
+            out = np.zeros((end - at, docs), dtype=np.float32)
             cut = slice(first[at], first[end])
             owner = np.repeat(np.arange(end - at, dtype=np.int64), np.diff(first[at:end + 1]))
+            rows = terms.rows[cut]
             for si, ((seg, offset, live), whole) in enumerate(zip(self.segments, self._whole)):
-                rows = terms.rows[cut]
                 starts, ends = terms.start[si][rows], terms.end[si][rows]
                 asked = (ends > starts) & (weights[cut] > 0)
                 if asked.any():
