@@ -205,7 +205,7 @@ class Handle:
         except QueryError:
             kinds = []
         from .search.batch import search_batch
-        lone = True         # a batch whose plan is one ranking is searched together (search/batch.py)
+        lone, plans = True, {}      # a batch whose plan is one ranking is searched together (search/batch.py)
         for i in range(0, len(items), batch_size):
             ready = []
             for qid, text in items[i:i + batch_size]:
@@ -223,7 +223,7 @@ class Handle:
             together = None
             if texts and lone:
                 try:
-                    together = search_batch(snap, texts, request, run, spec, reps)
+                    together = search_batch(snap, texts, request, run, spec, reps, plans)
                 except QueryError:
                     together = None     # each query alone says which one the error is about
                 # the plan is the same for every batch: one that is not a lone ranking never will be

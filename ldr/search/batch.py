@@ -38,12 +38,14 @@ class _Order:
         return self.order
 
 
-def search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) -> list[SearchResult] | None:
+def search_batch(snap, texts: list[str], request, run, spec, reps: list[dict],
+                 plans: dict | None = None) -> list[SearchResult] | None:
     """The results of `texts` (prepared queries; `reps`: each one's representations already
     encoded), or None where the request's plan is not a lone ranking (the caller then searches each
-    query alone). Timings: each query is given its share of the batch's time."""
+    query alone). Timings: each query is given its share of the batch's time. `plans`: kept by the
+    caller from one batch to the next of a run (a plan unfiltered is compiled once a run)."""
     with _no_cycle_collection():
-        return _search_batch(snap, texts, request, run, spec, reps)
+        return _search_batch(snap, texts, request, run, spec, reps, {} if plans is None else plans)
 
 
 @contextmanager
@@ -67,13 +69,15 @@ def _no_cycle_collection():
             gc.enable()
 
 
-def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict]) -> list[SearchResult] | None:
+def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict], plans: dict) -> list[SearchResult] | None:
     from . import searcher
 
     t0 = time.perf_counter()
     conds = snap.conditions(request.filters)
     # without filters the plan needs no shard's answer: a plan that is not a lone ranking asks nothing
-    plan = None if conds else searcher.compile_for(snap, texts[0], request, len(snap), False, run.device, spec)
+    # (the plan reads no query text but keeps it: each result's is the plan with its own query)
+    plan = None if conds else plans.get("unfiltered") or plans.setdefault(
+        "unfiltered", searcher.compile_for(snap, texts[0], request, len(snap), False, run.device, spec))
     if plan is not None and not lone_ranking(plan):
         return None
     if len(snap.shards) == 1 and not conds:

@@ -50,10 +50,13 @@ class ShardMap:
 
     def group(self, docnos) -> dict[int, list[tuple[int, int]]]:
         """{shard: [(global, local)]} of `docnos`, in their order."""
+        docnos = [int(d) for d in docnos]
+        if len(self.offsets) == 2:      # one shard: its numbers are the index's
+            return {0: list(zip(docnos, docnos))} if docnos else {}
         out: dict[int, list] = {}
         for d in docnos:
-            s, local = self.locate(int(d))
-            out.setdefault(s, []).append((int(d), local))
+            s, local = self.locate(d)
+            out.setdefault(s, []).append((d, local))
         return out
 
 
@@ -77,11 +80,15 @@ def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: 
     """(one Candidates, {docno: id}) from each shard's first stages (None: a shard that did not
     answer): per kind of the plan (`depth`), the best `depth[kind]` of every shard's list (global
     numbers), ordered by score then id; a kind's time (and the features') is its slowest shard's."""
-    out, ids = Candidates(query), {}
+    out = Candidates(query)
     answered = [(s, c) for s, c in enumerate(parts) if c is not None]
-    for s, c in answered:
-        off = shards.offsets[s]
-        ids.update(c.ids if not off else {off + int(d): i for d, i in c.ids.items()})
+    if len(answered) == 1 and not shards.offsets[answered[0][0]]:
+        ids = answered[0][1].ids        # one shard's numbers are the index's (its value is not changed)
+    else:
+        ids = {}
+        for s, c in answered:
+            off = shards.offsets[s]
+            ids.update(c.ids if not off else {off + int(d): i for d, i in c.ids.items()})
     for kind in depth:
         rows = [(shards.offsets[s] + d, sc) if shards.offsets[s] else (d, sc)
                 for s, c in answered for d, sc in c.lists.get(kind, [])] if len(answered) > 1 or \

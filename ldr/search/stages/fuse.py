@@ -59,5 +59,4 @@ class Fuse:
 
 def _strictly_falling(rows: list, n: int) -> bool:
     """The first `n` of (docno, score) rows in falling score order hold no two equal scores."""
-    scores = list(map(itemgetter(1), islice(rows, n)))
-    return len(set(scores)) == len(scores)
+    return len(set(map(itemgetter(1), islice(rows, n)))) == min(n, len(rows))
