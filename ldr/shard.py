@@ -4,9 +4,7 @@ final hits' texts and passages) and is the only side that reads the generation's
 unsharded search has one; a sharded index's handle N; a Ray Serve replica one over its own copy."""
 from __future__ import annotations
 
-import itertools
 import time
-from operator import itemgetter
 
 import numpy as np
 
@@ -244,12 +242,15 @@ class LocalShard:
         with damage_guard(stage.kind):
             lists = reader.search_many([r[stage.kind] for r in reps], stage.depth, self.mask(filters))
         share = (time.perf_counter() - t) / max(len(reps), 1)
-        docs = [list(map(first_item, rows)) for rows in lists]
-        listed = np.unique(np.fromiter(itertools.chain.from_iterable(docs), dtype=np.int64))
-        self._check_listed(listed.tolist())
-        names = dict(zip(listed.tolist(), _read(self.store.ids, listed.tolist())))
-        return [FirstStage({stage.kind: rows}, {stage.kind: share}, dict(zip(ds, map(names.__getitem__, ds))))
-                for rows, ds in zip(lists, docs)]
+        listed = np.unique(np.concatenate([d for d, _ in lists])).tolist() if lists else []
+        self._check_listed(listed)
+        names = dict(zip(listed, _read(self.store.ids, listed)))
+        out = []
+        for docs, scores in lists:
+            docs = docs.tolist()
+            out.append(FirstStage({stage.kind: list(zip(docs, scores.tolist()))}, {stage.kind: share},
+                                  dict(zip(docs, map(names.__getitem__, docs)))))
+        return out
 
     def document(self, doc_id: str):
         """The document `doc_id` of this generation (KeyError: not in it)."""
@@ -294,9 +295,6 @@ class LocalShard:
             out[d] = Fetched(i, t, texts[d] if text else None, metas.get(d), meta, got,
                              [texts[d][a:e] for _, a, e, _, _ in got] if got is not None else None)
         return out
-
-
-first_item = itemgetter(0)
 
 
 def _read(column, docs: list) -> list:

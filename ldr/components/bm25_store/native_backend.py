@@ -17,7 +17,7 @@ import pyarrow as pa
 from ... import npy
 from ...corpus import Doc
 from ..analysis import Analyzer, cjk_pretokenize
-from ..topk import top_k_dense
+from ..topk import top_k_dense, top_k_dense_arrays
 from ..analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
@@ -194,14 +194,15 @@ class NativeSearcher:
             scores = np.where(allow, scores, np.float32(0))
         return top_k_dense(scores, k)
 
-    def search_many(self, queries: list, k: int, allow: np.ndarray | None = None) -> list[list[tuple[int, float]]]:
+    def search_many(self, queries: list, k: int, allow: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """search_rep of each query (str or GlobalQuery), scored together: a few array operations a
-        batch instead of a few a query term (each document's score is the one search_rep gives)."""
+        batch instead of a few a query term (each document's score is the one search_rep gives), as
+        (docnos, scores) arrays (the shard names every query's documents at once)."""
         out = []
         for block in self._blocks(queries, self.k1, self.b):
             if allow is not None:
                 block = np.where(allow, block, np.float32(0))
-            out.extend(top_k_dense(row, k) for row in block)
+            out.extend(top_k_dense_arrays(row, k) for row in block)
         return out
 
     def score_distribution(self, query: "str | GlobalQuery") -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import islice
-from operator import itemgetter
+from operator import gt, itemgetter
 
 import numpy as np
 
@@ -59,4 +59,5 @@ class Fuse:
 
 def _strictly_falling(rows: list, n: int) -> bool:
     """The first `n` of (docno, score) rows in falling score order hold no two equal scores."""
-    return len(set(map(itemgetter(1), islice(rows, n)))) == min(n, len(rows))
+    scores = list(map(itemgetter(1), islice(rows, n)))
+    return all(map(gt, scores, islice(scores, 1, None)))
