@@ -4,7 +4,7 @@ shard's own document numbers; the coordinator numbers them globally (gather.Shar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,9 @@ class FirstStage:
     features: dict = field(default_factory=dict)        # docno → WindowFeatures of its likely window candidates
 
 
-class Fetched(NamedTuple):
-    """One of a shard's documents as a search shows it: what the call asked for, and no more. A
-    named tuple, as frozen as the rest and made in a third of a frozen dataclass's time (a BM25
-    run fetches every hit's title: a thousand a query)."""
+@dataclass(frozen=True)
+class Fetched:
+    """One of a shard's documents as a search shows it: what the call asked for, and no more."""
     id: str
     title: str
     text: str | None = None                # asked: text=True

@@ -12,6 +12,7 @@ so the gathered lists equal the lists one index would return.
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -194,7 +195,7 @@ class ShardedSource:
         if want:
             got = self._each(want, lambda sh, locs, _: sh.fetch(locs, text=True))
             self.read.update({d: v.text for d, v in got.items()})
-            self.fetched.update({d: v._replace(text=None) for d, v in got.items()})
+            self.fetched.update({d: replace(v, text=None) for d, v in got.items()})
 
     def text(self, docno: int) -> str:
         if docno not in self.read:
@@ -261,7 +262,7 @@ class ShardedSource:
         out = {d: [] for d in docnos}
         for d, v in got.items():
             out[d] = self.finder.passages_of(ranked, d, v.cuts, v.passages)
-        self.fetched.update({d: v._replace(cuts=None, passages=None) for d, v in got.items()})
+        self.fetched.update({d: replace(v, cuts=None, passages=None) for d, v in got.items()})
         return out
 
     def release(self) -> None:
