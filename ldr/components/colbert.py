@@ -41,12 +41,14 @@ class MultiColbert:
         hits = top_k_dense(scores, k)
         return [(d, s) for d, s in hits if np.isfinite(s)]
 
-    def passage_scores(self, q: np.ndarray, docno: int):
-        """(MaxSim of each of the document's windows alone, their character spans or None)."""
-        s, r = self.segments.locate(docno)
-        if self.parts[s] is None:
-            return np.zeros(0), None
-        return self.parts[s].passage_scores(q, r)
+    def passage_scores(self, q: np.ndarray, docnos: list[int]) -> list[tuple]:
+        """(MaxSim of each of the document's windows alone, their character spans or None) of each
+        of `docnos`."""
+        out = []
+        for d in docnos:
+            s, r = self.segments.locate(d)
+            out.append(self.parts[s].passage_scores(q, r) if self.parts[s] is not None else (np.zeros(0), None))
+        return out
 
     def exact_scores(self, rep, docnos: list[int], first_stage: dict) -> np.ndarray:
         """MaxSim of the listed documents only (a rescoring stage reads just their vectors)."""

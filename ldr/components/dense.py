@@ -76,12 +76,19 @@ class MultiDense:
         """The passage rescorer's dense feature: each document's best-passage cosine, exact."""
         return self.best_passage(rep, docnos)
 
-    def passage_scores(self, qvec: np.ndarray, docno: int):
-        """(cosine of each of the document's vectors to the query, their character spans or None)."""
-        s, r = self.segments.locate(docno)
-        if self.parts[s] is None:
-            return np.zeros(0), None
-        return self.parts[s].passage_scores(qvec, r)
+    def passage_scores(self, qvec: np.ndarray, docnos: list[int]) -> list[tuple]:
+        """(cosine of each of the document's vectors to the query, their character spans or None) of
+        each of `docnos`, a segment's documents scored in one call."""
+        out: list = [(np.zeros(0), None)] * len(docnos)
+        by_seg: dict[int, list[int]] = {}
+        for j, d in enumerate(docnos):
+            by_seg.setdefault(self.segments.locate(d)[0], []).append(j)
+        for s, js in by_seg.items():
+            if self.parts[s] is not None:
+                got = self.parts[s].passage_scores(qvec, [docnos[j] - self.segments.offsets[s] for j in js])
+                for j, g in zip(js, got):
+                    out[j] = g
+        return out
 
     def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
         out = np.full(len(docnos), -1.0)

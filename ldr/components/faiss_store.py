@@ -344,7 +344,8 @@ class DenseSearcher:
         return self.search_vectors(qvec[None], k)[0]
 
     def _cosines(self, rows: np.ndarray, qvec: np.ndarray) -> np.ndarray:
-        vecs = self.index.reconstruct_batch(rows.astype(np.int64)) if len(rows) else np.zeros((0, len(qvec)))
+        with one_thread():      # past 1,000 rows FAISS reads them on OpenMP threads, which then spin
+            vecs = self.index.reconstruct_batch(rows.astype(np.int64)) if len(rows) else np.zeros((0, len(qvec)))
         # einsum, not `@`: a BLAS gemv here wakes OpenBLAS's thread pool, whose spinning threads
         # took a core from torch's query encoder (measured 5x slower queries on 2 cores)
         return np.einsum("ij,j->i", vecs, qvec.astype(vecs.dtype, copy=False))
@@ -370,13 +371,16 @@ class DenseSearcher:
             self._firsts = np.flatnonzero(np.diff(self.owner, prepend=-1))
         return self.owner[self._firsts], np.maximum.reduceat(sims, self._firsts)
 
-    def passage_scores(self, qvec: np.ndarray, row: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """(cosine of each of a document's vectors to the query, their character spans or None)."""
-        a, b = np.searchsorted(self.owner, row, side="left"), np.searchsorted(self.owner, row, side="right")
-        if b <= a:
-            return np.zeros(0), None
-        sims = self._cosines(np.arange(a, b), qvec)
-        return sims.astype(np.float64), (np.array(self.spans[a:b]) if self.spans is not None else None)
+    def passage_scores(self, qvec: np.ndarray, rows: list[int]) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """(cosine of each of a document's vectors to the query, their character spans or None), of
+        each of `rows`: their vectors read and scored together (a window stage asks for 50)."""
+        lo, hi = np.searchsorted(self.owner, rows, side="left"), np.searchsorted(self.owner, rows, side="right")
+        n = np.maximum(hi - lo, 0)
+        at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))     # lo..hi of each, in order
+        sims = self._cosines(at, qvec).astype(np.float64)
+        ends = np.cumsum(n).tolist()
+        return [(sims[e - k:e], np.array(self.spans[a:a + k]) if self.spans is not None else None) if k
+                else (np.zeros(0), None) for a, k, e in zip(lo.tolist(), n.tolist(), ends)]
 
     def best_passage(self, qvec: np.ndarray, docnos: list[int]) -> np.ndarray:
         """Exact best-passage cosine of each document (owner rows are in document order)."""

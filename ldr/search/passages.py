@@ -103,14 +103,19 @@ class PassageFinder:
         from ..components.analysis import first_terms
         return set(first_terms(self.terms(query)))
 
-    def _vector_windows(self, reps: dict, d: int, length: int):
-        """The windows of document d (`length` characters) each vector kind scored ({kind: (sims,
-        spans)}), leaving out a kind whose spans are unknown (a segment from before spans were kept)."""
+    def _vector_windows(self, reps: dict, docnos: list) -> dict:
+        """{kind: [(sims, spans) of each of `docnos`]}: the windows each vector kind scored, each
+        kind's documents in one call (their vectors read and scored together)."""
+        return {kind: r.passage_scores(reps[kind], docnos) for kind, r in self.vectors.items()
+                if reps.get(kind) is not None}
+
+    @staticmethod
+    def _windows_of(scored: dict, j: int, length: int) -> dict:
+        """The windows of the j-th document (`length` characters) each kind scored, leaving out a
+        kind whose spans are unknown (a segment from before spans were kept)."""
         out = {}
-        for kind, r in self.vectors.items():
-            if reps.get(kind) is None:
-                continue
-            sims, spans = r.passage_scores(reps[kind], d)
+        for kind, each in scored.items():
+            sims, spans = each[j]
             if spans is not None and len(spans) and not (spans < 0).any() and spans[:, 1].max() <= length:
                 out[kind] = (np.asarray(sims, dtype=np.float64), np.asarray(spans, dtype=np.int64))
         return out
@@ -124,17 +129,18 @@ class PassageFinder:
         """{docno: WindowFeatures}: each window of the documents, the counts of `terms` in it and
         each vector kind's similarity. `text_of(d)`: a document's text, read only when its windows
         are not cached yet; `keys` {docno: uid} lets later queries reuse the analysed windows."""
-        kinds = list(self.vectors)
         lengths = self.cache.lengths
         out, table = FeatureMap(), (None, None, ())
-        for d in docnos:
+        docnos = list(docnos)
+        scored = self._vector_windows(reps, docnos)
+        for j, d in enumerate(docnos):
             uid = keys[d] if keys is not None else None
             text = None
             if uid is None or uid not in lengths:
                 text = text_of(d)
                 if uid is not None:
                     lengths[uid] = len(text)
-            found = self._vector_windows(reps, d, len(text) if text is not None else lengths[uid])
+            found = self._windows_of(scored, j, len(text) if text is not None else lengths[uid])
             spans = np.concatenate([sp for _, sp in found.values()]) if found else None
             key = (uid, tuple(found)) if uid is not None else None
             win, indptr, ids, vocab, stream = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)),
