@@ -107,42 +107,33 @@ def _blas_threads() -> list[int]:
     return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and "numpy" in i["filepath"]]
 
 
-def test_a_search_runs_its_numpy_on_one_blas_thread_and_gives_the_rest_back(tmp_path, monkeypatch):
-    """numpy's OpenBLAS workers busy-wait between a search's products and took a core from the
-    next query (search/blas_threads.py): a search and a run on the main thread hold BLAS to one
-    thread, nested holds share one limit, and the process's own setting comes back after (an
-    application's numpy between searches is left as it was); a search on another thread changes
-    nothing (OpenBLAS's setting is the process's)."""
+def test_a_query_is_projected_on_one_blas_thread_whichever_thread_asks(monkeypatch):
+    """The sparse query's projection is a search's one BLAS product: OpenBLAS's workers busy-waited
+    after it and took a core from the next query (encode/blas_threads.py). It runs on one BLAS
+    thread, set for the calling thread alone: the main thread and a server's worker thread project
+    a query the same way (equal weights), and each gets its own setting back."""
     import threading
 
     import numpy as np
 
-    from ldr.search import batch, blas_threads, searcher
+    from ldr.encode.sparse import SparseSettings, load_sparse
 
     np.ones((64, 64)) @ np.ones((64, 64))           # numpy's BLAS loaded
-    if not _blas_threads():
-        pytest.skip("numpy runs no BLAS library that threadpoolctl knows")
     before = _blas_threads()
-    with blas_threads.one_blas_thread():
-        with blas_threads.one_blas_thread():
-            assert set(_blas_threads()) == {1}
-        assert set(_blas_threads()) == {1}
-    assert _blas_threads() == before
-
+    enc = load_sparse(SparseSettings(backend="onnx"))
     seen = []
-    for module, name in ((searcher, "_search"), (batch, "_search_batch")):
-        real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _real=real, **k: seen.append(_blas_threads()) or _real(*a, **k))
-    docs = [{"id": f"d{i}", "text": f"record {i} about topic{i % 7}"} for i in range(40)]
-    index = ldr.Index.build(docs, tmp_path / "idx", dense=None, sparse=None, progress=False)
-    want = [h.id for h in index.search("topic3 record", k=3)]
-    assert dict(index.search_many({"a": "topic1", "b": "topic2"}, k=3, mode="bm25", relevance=False, passages=0))
-    assert len(seen) == 2 and all(set(s) == {1} for s in seen)
-    assert _blas_threads() == before
-
-    got = []
-    t = threading.Thread(target=lambda: got.append(([h.id for h in index.search("topic3 record", k=3)],
-                                                     _blas_threads())))
+    real = type(enc)._matrix
+    monkeypatch.setattr(type(enc), "_matrix", lambda self, *a, **k: seen.append(_blas_threads()) or real(self, *a, **k))
+    query = " ".join(f"meeting budget remote control design {w}" for w in range(60))   # a long query
+    within = np.arange(0, enc.vocab_size, 3, dtype=np.int64)        # an index's terms: the narrowed product
+    here = enc.query_terms([query], within)
+    there = []
+    t = threading.Thread(target=lambda: there.append((enc.query_terms([query], within), _blas_threads())))
     t.start()
     t.join()
-    assert got == [(want, before)] and seen[-1] == before and _blas_threads() == before
+    (ids, weights), = here
+    (t_ids, t_weights), = there[0][0]
+    assert np.array_equal(ids, t_ids) and np.array_equal(weights, t_weights) and len(ids)
+    if before:      # numpy runs a BLAS that threadpoolctl knows
+        assert seen == [[1], [1]]
+        assert there[0][1] == before and _blas_threads() == before

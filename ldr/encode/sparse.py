@@ -22,6 +22,7 @@ from ..errors import ConfigError, ModelError
 from .batching import SerialEncoder, budget_batches, fixed_shapes, pad, special_tokens, token_ids, with_specials
 from .mlm_head import head_max, head_max_torch, split_mlm_head
 from .models import DEFAULT_SPARSE, loading, model_revision, pick_device, resolve
+from .blas_threads import one_blas_thread
 from .runtime import bf16_context, choose, with_fallback
 
 KINDS = ("splade", "head")
@@ -144,8 +145,10 @@ class _SparseCore(SerialEncoder):
         narrow = within is not None and self._projects and len(within) < NARROW_SHARE * self.vocab_size
         if narrow and not len(within):          # an index holding no term: no query term scores
             return [(np.zeros(0, np.int32), np.zeros(0, np.float32)) for _ in texts]
+        with one_blas_thread():     # the projection's product: BLAS's threads would spin after it
+            rows = self._matrix(job, columns=within if narrow else None)
         out = []
-        for row in self._matrix(job, columns=within if narrow else None):
+        for row in rows:
             terms = np.flatnonzero(row != 0)
             ids = within[terms] if narrow else terms
             if within is not None and not narrow:        # weighed over the vocabulary, kept within

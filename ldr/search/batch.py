@@ -16,7 +16,6 @@ from operator import itemgetter
 
 import numpy as np
 
-from .blas_threads import one_blas_thread
 from .gather import ShardMap, gather
 from .hits import SearchResult, origin, to_hits
 from .stages.fuse import Fuse
@@ -45,7 +44,7 @@ def search_batch(snap, texts: list[str], request, run, spec, reps: list[dict],
     encoded), or None where the request's plan is not a lone ranking (the caller then searches each
     query alone). Timings: each query is given its share of the batch's time. `plans`: kept by the
     caller from one batch to the next of a run (a plan unfiltered is compiled once a run)."""
-    with _no_cycle_collection(), one_blas_thread():
+    with _no_cycle_collection():
         return _search_batch(snap, texts, request, run, spec, reps, {} if plans is None else plans)
 
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import exact_lists
-from .blas_threads import one_blas_thread
 from .gather import Exact, ShardMap, ShardedSource, gather
 from .hits import SearchResult, origin, to_hits
 from .options import QueryOptions
@@ -151,14 +150,7 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
     """`query` (prepared) answered from `snap` end to end, in two rounds of calls to the shards
     most often: the first stages (with what scores native BM25's lists exactly, the documents the
     filters leave and the likely window candidates' features), then the final hits' passages and
-    fields (search/exact_lists.py and the module's docstring say when a third is needed). Its
-    numpy products run on this thread (search/blas_threads.py)."""
-    with one_blas_thread():
-        return _search(snap, query, request, run, spec, t0=t0, reps=reps)
-
-
-def _search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *, t0: float | None,
-            reps: dict | None) -> SearchResult:
+    fields (search/exact_lists.py and the module's docstring say when a third is needed)."""
     conds = snap.conditions(request.filters)
     plan = compile_for(snap, query, request, len(snap), bool(conds), run.device, spec)
     if len(snap) == 0:

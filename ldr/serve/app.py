@@ -226,8 +226,5 @@ def serve(index_path: str, host: str = "127.0.0.1", port: int = 8080, settings: 
     """Run the server until interrupted (uvicorn, one process: the models are loaded once)."""
     import uvicorn
 
-    from ..search.blas_threads import for_this_process
-
-    for_this_process()      # a process of searches: numpy's BLAS threads would spin beside them
     app = create_app(index_path, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

@@ -68,9 +68,6 @@ class ShardReplica:
         self.device = device
         self.open: dict[int, object] = {}
         self._opening = threading.Lock()
-        # a replica only answers searches, several to a node: BLAS's threads would spin beside them
-        from ..search.blas_threads import for_this_process
-        for_this_process()
 
     def _at(self, entry: dict):
         """This shard at the generation the cluster entry names, checked to be the one committed."""
