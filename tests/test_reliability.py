@@ -506,11 +506,17 @@ def test_docstores_written_before_the_namespace_read_as_before(tmp_path):
     assert [(d.meta, d.source) for d in store.meta_docs([3, 1])] == [({}, None), ({"lang": "de"}, "c.jsonl line 2")]
 
 
-def test_many_texts_are_read_at_once_and_equal_the_one_at_a_time_reads(tmp_path):
+@pytest.mark.parametrize("held", [True, False])
+def test_many_texts_are_read_at_once_and_equal_the_one_at_a_time_reads(tmp_path, monkeypatch, held):
     """The window stage reads 50 candidates' texts: each from its own frame of the texts file (no
-    Parquet row group decoded), in the order asked, equal to reading each alone; metadata in one
-    Parquet read across row groups."""
+    Parquet row group decoded), in the order asked, equal to reading each alone; metadata from
+    memory after its first read where its columns are small (`held`), else in one Parquet read
+    across row groups."""
+    from ldr.index import docstore_columns
     from ldr.index.docstore import Docstore, DocstoreWriter
+
+    if not held:
+        monkeypatch.setattr(docstore_columns, "HELD_BYTES", 0)
 
     w = DocstoreWriter(tmp_path, rows_per_group=3)
     docs = [ldr.Doc(f"d{i}", f"text {i} " * (i + 1), meta={"n": i}, source=f"s{i}") for i in range(10)]
@@ -528,8 +534,8 @@ def test_many_texts_are_read_at_once_and_equal_the_one_at_a_time_reads(tmp_path)
     store._pf.read_row_groups = lambda *a, **k: calls.append(a) or real(*a, **k)
     store.texts(rows)
     assert calls == []
-    store.meta_docs(rows)
-    assert calls == [([0, 1, 3],)]
+    assert [(m.meta, m.source) for m in store.meta_docs(rows)] == [({"n": r}, f"s{r}") for r in rows]
+    assert calls == ([] if held else [([0, 1, 3],)])
     assert [d.text for _, _, d in store.iter_docs(batch_size=4)] == [d.text for d in docs]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import bisect
 import json
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 from ..corpus import Doc
 from ..corpus.text import count_words
 from ..errors import IndexFormatError
+from .docstore_columns import SmallColumns, StringColumn, int64s
 from .doctexts import FRAMES, Texts, TextsWriter
 
 FILE = "docstore.parquet"
@@ -38,6 +38,7 @@ KEYS = "docstore.keys.arrow"
 KEY_COLUMNS = ["uid", "id", "title", "length"]
 KEYS_SCHEMA = pa.schema([f for f in SCHEMA if f.name in KEY_COLUMNS])
 KEYS_BATCH = 1 << 16
+SMALL = ("meta", "source", "path", "root", "stamp")     # what a hit shows besides id and title
 TEXTS_KEY = "ldr.texts"    # Parquet metadata: the rows' texts are in this file of the segment (doctexts)
 WRITTEN_SCHEMA = SCHEMA.with_metadata({TEXTS_KEY: FRAMES})
 
@@ -153,41 +154,6 @@ class DocstoreWriter:
         self._texts.abort()
 
 
-def _int64s(column) -> np.ndarray:
-    """An int64 column as numpy, straight from its buffers: pyarrow's to_numpy imports pandas,
-    which alone costs a cold `ldr search` ~0.3 s."""
-    if column.null_count:
-        raise ValueError(f"{column.null_count} missing values in an integer column")
-    parts = [np.frombuffer(c.buffers()[1], dtype=np.int64)[c.offset:c.offset + len(c)] for c in column.chunks
-             if len(c)]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-class StringColumn(Sequence):
-    """A docstore column of strings, each made a Python string when it is read: a million ids and
-    titles as Python strings cost 0.17 s and ~150 MB at open, and a search reads a few dozen."""
-
-    def __init__(self, array: pa.Array):
-        self.array = array
-
-    def __len__(self) -> int:
-        return len(self.array)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return self.array[i].to_pylist()
-        return self.array[int(i)].as_py()
-
-    def __iter__(self):
-        return iter(self.array.to_pylist())
-
-    def take(self, rows: np.ndarray) -> list:
-        """The strings at `rows`, in one Arrow call (20x reading them one by one)."""
-        idx = np.ascontiguousarray(rows, dtype=np.int64)
-        # from the buffer: pa.array() on a list or numpy array imports pandas (0.23 s of a cold search)
-        return self.array.take(pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])).to_pylist()
-
-
 def read_keys(root: Path, pf: pq.ParquetFile) -> pa.Table | None:
     """The keys file (None for a segment written before it): a table of KEY_COLUMNS that must have the
     Parquet file's rows."""
@@ -224,9 +190,9 @@ class Docstore:
                 small = self._pf.read(columns=(["uid"] if has_uid else []) + ["id", "title", "length"])
             ids = small.column("id").combine_chunks()
             self.ids = StringColumn(ids)
-            self.uids = _int64s(small.column("uid")) if has_uid else np.arange(len(self.ids), dtype=np.int64)
+            self.uids = int64s(small.column("uid")) if has_uid else np.arange(len(self.ids), dtype=np.int64)
             self.titles = StringColumn(small.column("title").combine_chunks())
-            self.lengths = _int64s(small.column("length"))
+            self.lengths = int64s(small.column("length"))
             md = self._pf.metadata
         except Exception as e:  # pyarrow raises OSError, ArrowInvalid, KeyError... for damaged files
             raise _damaged(self.path, e) from None
@@ -249,6 +215,7 @@ class Docstore:
         self._cache: tuple[int, list] | None = None
         # one reader at a time: a ParquetFile and the row-group cache are not thread-safe
         self._lock = threading.Lock()
+        self._small = SmallColumns(self._pf, [c for c in self._columns if c in SMALL])
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -322,8 +289,9 @@ class Docstore:
         """meta_doc of each of `rows` (one read for all of them)."""
         if not rows:
             return []
-        names = [c for c in self._columns if c in ("meta", "source", "path", "root", "stamp")]
-        cols = self._rows(rows, names)
+        cols = self._small.take(rows, self._read_small)
+        if cols is None:
+            cols = self._rows(rows, self._small.names)
         blank = {"id": [""] * len(rows), "title": [""] * len(rows), "text": [""] * len(rows)}
         return [doc_of({**blank, **cols}, i) for i in range(len(rows))]
 
@@ -335,13 +303,19 @@ class Docstore:
         """The metadata given at indexing: the user's fields only."""
         return self.meta_doc(row).meta
 
+    def _read_small(self) -> pa.Table:
+        try:
+            with self._lock:
+                return self._pf.read(columns=self._small.names)
+        except Exception as e:
+            raise _damaged(self.path, e) from None
+
     def all_meta(self) -> list[Doc]:
         """Every row's metadata, source and path as text-less Docs (filters read them; one pass
         over the small columns)."""
-        names = [c for c in self._columns if c in ("meta", "source", "path", "root", "stamp")]
+        names = self._small.names
+        t = self._read_small()
         try:
-            with self._lock:
-                t = self._pf.read(columns=names)
             cols = {c: t.column(c).to_pylist() for c in names}
             n = len(cols["meta"])
             blank = {"id": [""] * n, "title": [""] * n, "text": [""] * n}

@@ -17,7 +17,8 @@ import pyarrow as pa
 from ..components.topk import IdOrder
 from ..corpus import Doc
 from ..errors import IndexFormatError
-from .docstore import Docstore, StringColumn
+from .docstore import Docstore
+from .docstore_columns import StringColumn
 from .manifest import check_uids
 from ..paths import inside
 from .segment import read_deletes
