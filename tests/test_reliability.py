@@ -566,6 +566,42 @@ def test_a_flipped_byte_in_a_text_is_an_error_and_check_names_it(tmp_path):
     assert any("docstore.texts.zst" in p for p in problems), problems
 
 
+def test_a_frame_that_is_not_zstd_is_a_clear_error_even_with_its_checksum(tmp_path):
+    """A texts file whose frame matches its checksum but is not a zstd frame (written by another
+    tool, or its index rewritten with it) is a clear error naming the file, never a zstd traceback
+    or different text; a frame whose text is not the length its index says is one too."""
+    import zlib
+
+    import numpy as np
+    import zstandard
+
+    from ldr.errors import IndexFormatError
+    from ldr.index.docstore import Docstore, DocstoreWriter
+    from ldr.index.doctexts import FRAMES, INDEX
+
+    w = DocstoreWriter(tmp_path)
+    for i in range(3):
+        w.add(ldr.Doc(f"d{i}", f"text {i} " * 20))
+    w.close()
+    index = np.load(tmp_path / INDEX)
+    frames = (tmp_path / FRAMES).read_bytes()
+    garbage, short = b"not a zstd frame at all", zstandard.ZstdCompressor().compress(b"text 1 ")
+    a1, e1 = int(index[1, 0]), int(index[1, 1])
+    a2, e2 = int(index[2, 0]), int(index[2, 1])
+    body = frames[:a1] + garbage + short + frames[e2:]
+    index[1] = [a1, a1 + len(garbage), index[1, 2], zlib.crc32(garbage)]
+    index[2] = [a1 + len(garbage), a1 + len(garbage) + len(short), index[2, 2], zlib.crc32(short)]
+    (tmp_path / FRAMES).write_bytes(body)
+    with open(tmp_path / INDEX, "wb") as fh:
+        np.save(fh, index, allow_pickle=False)
+    store = Docstore(tmp_path, 3)
+    assert store.texts([0]) == ["text 0 " * 20]
+    with pytest.raises(IndexFormatError, match=r"docstore.texts.zst is damaged.*does not decompress"):
+        store.texts([1])
+    with pytest.raises(IndexFormatError, match=r"docstore.texts.zst is damaged.*its index says"):
+        store.texts([2])
+
+
 def test_a_search_reads_its_candidates_texts_together(tmp_path):
     """The window stage, the hits' texts and their passages share one read per segment per query
     (a read per document costs ~0.5 ms of parquet overhead: the most of the stage at 1M documents)."""
