@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from ..corpus import Doc
 from ..corpus.text import count_words
 from ..errors import IndexFormatError
-from .docstore_columns import SmallColumns, StringColumn, int64s
+from .docstore_columns import SmallColumns, StringColumn, arrow_rows, int64s
 from .doctexts import FRAMES, Texts, TextsWriter
 
 FILE = "docstore.parquet"
@@ -271,9 +271,7 @@ class Docstore:
         for g in groups:
             first[g] = n
             n += self._starts[g + 1] - self._starts[g]
-        idx = np.asarray([first[g] + r - self._starts[g] for g, r in zip(at, rows)], dtype=np.int64)
-        # from the buffer: pa.array() on a list or numpy array imports pandas (0.23 s of a cold search)
-        take = pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])
+        take = arrow_rows([first[g] + r - self._starts[g] for g, r in zip(at, rows)])
         try:
             with self._lock:
                 t = self._pf.read_row_groups(groups, columns=names, use_threads=False)

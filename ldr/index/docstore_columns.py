@@ -13,6 +13,13 @@ import pyarrow.parquet as pq
 HELD_BYTES = 4 << 20       # a docstore whose small columns decode to at most this keeps them once read
 
 
+def arrow_rows(rows) -> pa.Array:
+    """Row numbers as an Arrow index for `take`, from numpy's buffer: pa.array() on a list or a
+    numpy array imports pandas (0.23 s of a cold search)."""
+    idx = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])
+
+
 def int64s(column) -> np.ndarray:
     """An int64 column as numpy, straight from its buffers: pyarrow's to_numpy imports pandas,
     which alone costs a cold `ldr search` ~0.3 s."""
@@ -43,9 +50,7 @@ class StringColumn(Sequence):
 
     def take(self, rows: np.ndarray) -> list:
         """The strings at `rows`, in one Arrow call (20x reading them one by one)."""
-        idx = np.ascontiguousarray(rows, dtype=np.int64)
-        # from the buffer: pa.array() on a list or numpy array imports pandas (0.23 s of a cold search)
-        return self.array.take(pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])).to_pylist()
+        return self.array.take(arrow_rows(rows)).to_pylist()
 
 
 class SmallColumns:
@@ -73,6 +78,5 @@ class SmallColumns:
             if self._held is None:
                 table = read_all()
                 self._held = {n: table.column(n).combine_chunks() for n in self.names}
-        idx = np.ascontiguousarray(rows, dtype=np.int64)
-        take = pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])
+        take = arrow_rows(rows)
         return {n: self._held[n].take(take).to_pylist() for n in self.names}
