@@ -229,8 +229,9 @@ class LocalShard:
 
     def first_many(self, plan_first, reps: list[dict], filters: dict | None) -> list[FirstStage]:
         """first() of each query (`reps`: each one's representations): a lone first stage whose
-        reader scores many queries at once (native BM25) is one call, and the listed documents' ids
-        are read together."""
+        reader scores many queries at once (native BM25: its `search_many` gives each query's
+        (docnos, scores) arrays, best first) is one call, and the listed documents' ids are read
+        together."""
         from .search.stages.retrieve import damage_guard
 
         stage = plan_first.first[0] if len(plan_first.first) == 1 else None
