@@ -1,6 +1,9 @@
 import math
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ldr.search.fusion import fuse, fuse_runs, parse_weights
 from ldr.search.normalise import minmax, normalise_dict, zscore
@@ -134,3 +137,51 @@ def test_one_top_k_rule_across_stages():
     assert top_k_dict({d: float(s) for d, s in enumerate(scores) if s}, 4) == expected
     rank = np.array([0, 6, 5, 4, 3, 2, 1])      # ids sorted in reverse docno order
     assert top_k_dense(scores, 3, rank) == [(3, 2.0), (1, 2.0), (6, 1.0)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 4).flatmap(lambda r: st.tuples(
+    st.lists(st.lists(st.sampled_from([0.0, -0.0, 0.5, 1.0, 1.5, 2.0, 7.25]), min_size=1, max_size=40)
+             , min_size=r, max_size=r), st.integers(0, 60), st.booleans())))
+def test_a_block_is_ranked_as_each_of_its_rows_alone(case):
+    """top_k_dense_block (one sort of a whole block of a BM25 run's scores) gives each row what
+    top_k_dense_arrays gives it alone: the same docnos, scores and dtypes, equal scores by docno,
+    zeros skipped; a block with a negative score or too many documents goes row by row."""
+    from ldr.components import topk
+
+    rows, k, wide = case
+    n = max((len(r) for r in rows), default=1)
+    block = np.array([r + [0.0] * (n - len(r)) for r in rows], dtype=np.float32).reshape(len(rows), n)
+    if wide:    # the row-by-row path, and a block with a negative score
+        block = np.concatenate([block, -block[:, :1]], axis=1) if n > 1 else block
+    got = topk.top_k_dense_block(block, k)
+    assert len(got) == len(block)
+    for (docs, vals), row in zip(got, block):
+        want_docs, want_vals = topk.top_k_dense_arrays(row, k)
+        assert docs.dtype == want_docs.dtype and vals.dtype == want_vals.dtype
+        assert docs.tolist() == want_docs.tolist() and vals.tolist() == want_vals.tolist()
+
+
+def test_a_large_block_goes_row_by_row_as_a_small_one_sorts_whole():
+    from ldr.components import topk
+
+    rng = np.random.default_rng(7)
+    for n in (topk.SORT_WHOLE_BLOCK, topk.SORT_WHOLE_BLOCK + 1):
+        block = rng.integers(0, 5, (3, n)).astype(np.float32)
+        for k in (1, 10, n):
+            assert [(d.tolist(), v.tolist()) for d, v in topk.top_k_dense_block(block, k)] == \
+                [(d.tolist(), v.tolist()) for d, v in (topk.top_k_dense_arrays(r, k) for r in block)]
+
+
+def test_a_gathered_list_s_scores_read_as_a_dict():
+    from ldr.search.stages.base import ListedScores
+
+    rows = [(7, 2.0), (3, 1.5), (9, 1.5)]
+    got = ListedScores(rows)
+    assert got == dict(rows) and dict(rows) == got and dict(got) == dict(rows)
+    assert list(got) == [7, 3, 9] and list(got.items()) == rows and list(got.values()) == [2.0, 1.5, 1.5]
+    assert 3 in got and 4 not in got and got[9] == 1.5 and got.get(4, -1) == -1 and len(got) == 3
+    with pytest.raises(KeyError):
+        got[4]
+    with pytest.raises(TypeError):
+        got[4] = 1.0     # read-only: a stage that rescores writes a run of its own

@@ -16,7 +16,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from .gather import ShardMap, gather
+from .gather import CandidateOrder, ShardMap, gather
 from .hits import SearchResult, origin, to_hits
 from .stages.fuse import Fuse
 
@@ -31,7 +31,6 @@ class _Order:
     """The QuerySource the lone ranking's Fuse reads: ties broken by id, as ShardedSource does."""
 
     def __init__(self, ids: dict):
-        from .gather import CandidateOrder
         self.order = CandidateOrder(ids)
 
     def tiebreak(self):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .passages import WindowFeatures
-from .stages.base import Candidates
+from .stages.base import Candidates, ListedScores
 from ..values import Fetched, FirstStage, ShardInfo, ShardStats
 
 
@@ -97,7 +97,7 @@ def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: 
         if len(answered) > 1:       # one shard's list is in this order already
             rows.sort(key=lambda r: (-r[1], ids[r[0]]))
         out.lists[kind] = rows[:depth[kind]]     # a copy: the shard's own list is left as it came
-        out.runs[kind] = dict(out.lists[kind])
+        out.runs[kind] = ListedScores(out.lists[kind])
         out.timings[kind] = max((c.timings.get(kind, 0.0) for _, c in answered), default=0.0)
         parts_of = [c.distributions[kind] for _, c in answered if kind in c.distributions]
         if parts_of and len(parts_of) == len(answered):     # the whole index's, or none (a shard that did not say)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from ... import npy
 from ...corpus import Doc
 from ..analysis import Analyzer, cjk_pretokenize
-from ..topk import top_k_dense, top_k_dense_arrays
+from ..topk import top_k_dense, top_k_dense_block
 from ..analysis import first_terms
 from ...corpus.text import text_chunks
 from ...errors import IndexFormatError
@@ -202,7 +202,7 @@ class NativeSearcher:
         for block in self._blocks(queries, self.k1, self.b):
             if allow is not None:
                 block = np.where(allow, block, np.float32(0))
-            out.extend(top_k_dense_arrays(row, k) for row in block)
+            out.extend(top_k_dense_block(block, k))
         return out
 
     def score_distribution(self, query: "str | GlobalQuery") -> dict:
