@@ -217,6 +217,45 @@ def test_pseudo_queries_come_from_their_document_and_the_search_ranks_it(train_d
         assert doc in [h.id for h in index.search(ex.query, k=3, passages=0)]
 
 
+def test_a_document_s_keywords_are_its_own_most_telling_terms_and_their_window_the_positive(train_data):
+    """The third shape: the whole document's top terms by tf·idf, as written; the positive is the
+    document's window holding most of their weight; the shapes are taken in turn, and an unknown
+    one is refused by name."""
+    from ldr.errors import ConfigError
+    from ldr.train.pseudo import PseudoSettings, Terms, best_window, pseudo_examples, windows
+    idx, *_ = train_data
+    index = ldr.Index(idx)
+    s = PseudoSettings(queries=24, window_words=30, top=3, document_keywords=6, shapes=("document keywords",))
+    examples, counts = pseudo_examples(index, s, progress=False)
+    assert counts["drawn"] == 24 and counts["kept"] == counts["document keywords"] == len(examples) > 0
+    terms = Terms(index)
+    for ex in examples:
+        (doc,) = ex.positive_docs
+        words = ex.query.split()
+        assert 0 < len(words) <= 6 and len(set(words)) == len(words)
+        text = index.document(doc).text.lower()
+        assert all(w in text for w in words)          # each keyword as the document writes it
+        ws = windows(doc, index.document(doc).text, 30, terms)
+        assert ex.positives[0] == best_window(ws, set(terms(ex.query)), _idf(index, terms)).text
+    mixed = pseudo_examples(index, PseudoSettings(queries=24, window_words=30, top=3, shapes=(
+        "summaries", "keyword sets", "document keywords")), progress=False)[1]
+    assert sum(mixed.get(k, 0) for k in ("summaries", "keyword sets", "document keywords")) == mixed["kept"]
+    with pytest.raises(ConfigError, match="document keywords"):
+        PseudoSettings(shapes=("summaries", "sentences"))
+
+
+def _idf(index, terms) -> dict:
+    """pseudo_examples' idf over the index's documents, computed again."""
+    import math
+    from collections import Counter
+
+    from ldr.train.pseudo import windows
+    ids, df = index.live_ids(), Counter()
+    for d in ids:
+        df.update({t for w in windows(d, index.document(d).text, 30, terms) for ts in w.terms for t in ts})
+    return {t: math.log(1 + (len(ids) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
+
+
 def test_train_dense_from_the_corpus_alone(train_data, tiny, tmp_path):
     idx, data, _, _ = train_data
     out = tmp_path / "pseudo-model"

@@ -193,21 +193,27 @@ def _train(kind, settings, data, split, out, index_path, dev_fraction, device, q
                    "ranks beside them.")
 @click.option("--queries", "pseudo_queries", type=click.IntRange(min=4), default=None,
               help="--from-corpus: pseudo-queries to draw (default 1000).")
+@click.option("--shapes", "pseudo_shapes", default=None,
+              help="--from-corpus: the pseudo-queries' shapes, taken in turn, comma-separated, of: summaries, "
+                   "keyword sets (a window's catchwords), document keywords (a whole document's) "
+                   "(default: summaries,keyword sets).")
 def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_rate, max_steps, eval_steps,
-                    dev_fraction, seed, device, quiet, loss, negatives, max_seq_length, from_corpus, pseudo_queries):
+                    dev_fraction, seed, device, quiet, loss, negatives, max_seq_length, from_corpus, pseudo_queries,
+                    pseudo_shapes):
     """Fine-tune the index's dense encoder: each query's relevant document's best passage (MaxP) as
     the positive, the best passages of the index's top non-relevant documents as negatives; or,
     with --from-corpus, on pseudo-queries of the index's own documents (no labels)."""
     from ..train.dense import DenseTrainSettings
     from ..train.pseudo import PseudoSettings
 
-    if pseudo_queries is not None and not from_corpus:
-        raise click.UsageError("--queries is for --from-corpus")
+    if (pseudo_queries is not None or pseudo_shapes is not None) and not from_corpus:
+        raise click.UsageError("--queries and --shapes are for --from-corpus")
     s = DenseTrainSettings(loss=loss, epochs=epochs, batch_size=batch_size, negatives=negatives,
                            max_seq_length=max_seq_length, max_steps=max_steps, eval_steps=eval_steps, seed=seed,
                            **({"learning_rate": learning_rate} if learning_rate else {}))
-    pseudo = PseudoSettings(**({"queries": pseudo_queries} if pseudo_queries else {}), negatives=negatives,
-                            seed=seed) if from_corpus else None
+    pseudo = PseudoSettings(**({"queries": pseudo_queries} if pseudo_queries else {}), negatives=negatives, seed=seed,
+                            **({"shapes": tuple(x.strip() for x in pseudo_shapes.split(","))} if pseudo_shapes else {})) \
+        if from_corpus else None
     _train("dense", s, data, split, out, index_path, dev_fraction, device, quiet, pseudo=pseudo)
 
 

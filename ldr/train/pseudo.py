@@ -2,13 +2,15 @@
 (`ldr train dense --from-corpus`).
 
 Long documents are cut into windows of whole sentences. A sampled window gives a pseudo-query of
-one of two shapes, alternated:
+one of these shapes, taken in turn (`shapes`; the first two by default):
 - a summary: the window's sentences that carry the most of what sets it apart from the corpus
   (their terms' tf in the window times their idf over the documents), in text order, up to
   `query_words` words; the window without those sentences (the inverse cloze task) is the
   positive half of the time, so the model learns what surrounds a topic, not only copies of it;
 - a keyword set: the window's top terms by the same weight, each written as its most frequent
-  form in the window (catchwords, as a lawyer or a searcher types them).
+  form in the window (catchwords, as a lawyer or a searcher types them);
+- a document's keywords: the whole document's top terms by tf·idf, as it writes them (what it is
+  about, as a judgment's catchphrases say it), its window holding most of their weight the positive.
 The index's own default search is the teacher: a pseudo-query is kept only when the search ranks
 its source document in the top `top` (a query too vague to name its document teaches noise), and
 its hard negatives are the documents the search ranks above or next to the source (siblings that
@@ -31,12 +33,17 @@ SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 WORD = re.compile(r"\S+")
 
 
+SHAPES = ("summaries", "keyword sets", "document keywords")
+
+
 @dataclass
 class PseudoSettings:
     queries: int = 1000          # pseudo-queries drawn (before the round trip drops the vague ones)
     window_words: int = 100      # a positive: whole sentences up to this many words (~140 tokens)
     query_words: int = 40        # a summary query: its sentences add up to at least this many words
     keywords: int = 10           # a keyword query: this many terms
+    document_keywords: int = 20  # a document's keyword query: this many of the whole document's terms
+    shapes: tuple = ("summaries", "keyword sets")   # the pseudo-queries' shapes, taken in turn
     top: int = 3                 # kept when the teacher ranks the source document at most this deep
     negatives: int = 1           # hard negatives per pseudo-query
     seed: int = 0
@@ -46,6 +53,9 @@ class PseudoSettings:
             raise ConfigError("--queries: at least 4 pseudo-queries (a dev split needs some)")
         if self.window_words < 20:
             raise ConfigError("the windows need at least 20 words")
+        unknown = set(self.shapes) - set(SHAPES)
+        if unknown or not self.shapes:
+            raise ConfigError(f"pseudo-query shapes: {', '.join(SHAPES)} (got {', '.join(sorted(unknown)) or 'none'})")
 
 
 @dataclass
@@ -146,6 +156,13 @@ def keyword_query(w: Window, idf: dict, n: int, terms: Terms) -> str:
     return " ".join(forms[t] for t in top)
 
 
+def document_query(ws: list[Window], idf: dict, n: int, terms: Terms) -> str:
+    """The whole document's top `n` terms by tf·idf, each in its most frequent written form: what
+    the document is about as catchwords (a judgment's catchphrases), not one window's detail."""
+    whole = Window(ws[0].doc, [x for w in ws for x in w.sentences], [t for w in ws for t in w.terms])
+    return keyword_query(whole, idf, n, terms)
+
+
 def _draw(wins: dict[str, list[Window]], n: int, min_words: int, rng: random.Random) -> list[Window]:
     """`n` windows over the documents, as even a share per document as they allow."""
     pool = {d: [w for w in ws if len(w.text.split()) >= min_words] for d, ws in wins.items()}
@@ -184,14 +201,17 @@ def pseudo_examples(index, settings: PseudoSettings, progress: bool = True) -> t
     drawn = _draw(wins, s.queries, max(10, s.window_words // 5), rng)
     queries, positives, shapes = [], [], []
     for i, w in enumerate(drawn):
-        if i % 2 == 0:
+        shape = s.shapes[i % len(s.shapes)]
+        if shape == "summaries":
             q, taken = summary_query(w, idf, s.query_words)
             cloze = rng.random() < 0.5 and len(taken) < len(w.sentences)
             pos = " ".join(x for j, x in enumerate(w.sentences) if not (cloze and j in taken))
-            shapes.append("summaries")
-        else:
+        elif shape == "keyword sets":
             q, pos = keyword_query(w, idf, s.keywords, terms), w.text
-            shapes.append("keyword sets")
+        else:       # the document's own catchwords; the positive its window that holds most of them
+            q = document_query(wins[w.doc], idf, s.document_keywords, terms)
+            pos = best_window(wins[w.doc], set(terms(q)), idf).text
+        shapes.append(shape)
         queries.append(q)
         positives.append(pos)
     examples, counts = [], Counter(drawn=len(drawn))
