@@ -10,6 +10,7 @@ Prints a table row and writes JSON: the figures, the pseudo-queries kept, the ti
 and the training's time per 100 documents.
 
     python bench/bench_adapt_from_corpus.py --data ../shared/data/qmsum-train --work /tmp/adapt [--index BASE]
+        [--shapes "summaries,keyword sets,document keywords"]
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def main() -> None:
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--index", default=None, help="the default index of DATA's corpus, built before")
     ap.add_argument("--queries", type=int, default=None, help="pseudo-queries (default: ldr's)")
+    ap.add_argument("--shapes", default=None, help="the pseudo-queries' shapes (default: ldr's)")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     corpus = str(a.data / "corpus.jsonl")
@@ -65,7 +67,8 @@ def main() -> None:
         took["base index"] = run(ldr_cli + ["index", corpus, "-o", base, "-q"])
     model = a.work / "model"
     took["train --from-corpus"] = run(ldr_cli + ["train", "dense", "--from-corpus", "-i", base, "-o", str(model), "-q"]
-                                      + (["--queries", str(a.queries)] if a.queries else []))
+                                      + (["--queries", str(a.queries)] if a.queries else [])
+                                      + (["--shapes", a.shapes] if a.shapes else []))
     card = json.loads((model / "ldr-train.json").read_text())
     adapted = str(a.work / "adapted")
     took["adapted index"] = run(ldr_cli + ["index", corpus, "-o", adapted, "--dense", str(model), "-q"])

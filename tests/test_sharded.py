@@ -317,6 +317,25 @@ def test_a_missing_shard_is_flagged_whichever_it_is():
     assert got.lists == {"bm25": [(3, 3.0), (2, 2.0)]} and ids == {2: "c", 3: "d"}
 
 
+def test_the_gathered_lists_break_equal_scores_by_id_across_shards():
+    """Shards' lists merged: by score, and equal scores by id whatever shard or docno holds them
+    (as one index breaks them); without a tie the order is the scores' alone."""
+    from ldr.search.gather import ShardMap, gather
+    from ldr.values import FirstStage
+
+    m = ShardMap([3, 3])
+    a = FirstStage({"bm25": [(0, 2.0), (1, 1.0), (2, 1.0)]}, {}, {0: "m", 1: "z", 2: "b"})
+    b = FirstStage({"bm25": [(0, 1.0), (1, 0.5)]}, {}, {0: "a", 1: "c"})
+    got, ids = gather([a, b], m, "q", {"bm25": 10})
+    assert [ids[d] for d, _ in got.lists["bm25"]] == ["m", "a", "b", "z", "c"]
+    assert got.lists["bm25"] == [(0, 2.0), (3, 1.0), (2, 1.0), (1, 1.0), (4, 0.5)]
+    got, _ = gather([a, b], m, "q", {"bm25": 2})      # the cut falls among the tied: the ids decide
+    assert got.lists["bm25"] == [(0, 2.0), (3, 1.0)]
+    c = FirstStage({"bm25": [(0, 0.25), (2, 0.75)]}, {}, {0: "a", 2: "b"})
+    got, _ = gather([a, c], m, "q", {"bm25": 10})
+    assert [s for _, s in got.lists["bm25"]] == [2.0, 1.0, 1.0, 0.75, 0.25]
+
+
 def test_an_unsharded_index_reshards_without_re_encoding_and_never_over_an_index(unsharded, tmp_path):
     """`ldr reshard -i IDX --shards 4` of the default index: the same answers, nothing encoded; a
     reshard onto an existing index or a non-empty folder is refused and leaves it as it was."""
