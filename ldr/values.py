@@ -3,6 +3,8 @@ they come from this process or from a Ray Serve replica (pickled). Documents are
 shard's own document numbers; the coordinator numbers them globally (gather.ShardMap)."""
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,17 @@ class CollectionStats:
         for t, v in other.df.items():
             df[t] = df.get(t, 0) + v
         return CollectionStats(self.n + other.n, self.length + other.length, df)
+
+    @staticmethod
+    def total(parts: list) -> "CollectionStats":
+        """The sum of shards' statistics of one query: where every shard lists the same terms in the
+        same order (each lists the query's terms), each term's frequencies are added in one pass."""
+        first = parts[0]
+        terms = tuple(first.df)
+        if len(parts) == 1 or any(tuple(p.df) != terms for p in parts[1:]):
+            return functools.reduce(operator.add, parts)
+        return CollectionStats(sum(p.n for p in parts), sum(p.length for p in parts),
+                               dict(zip(terms, map(sum, zip(*(p.df.values() for p in parts))))))
 
 
 @dataclass(frozen=True)

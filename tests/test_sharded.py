@@ -491,3 +491,29 @@ def test_a_shard_reader_loads_no_model_and_answers_the_query_sides_encoding(unsh
     assert heavy == [] and models == 0
     here = unsharded.as_shard().first(first, reps, None)
     assert got.lists == here.lists and got.ids == here.ids and got.bounds == here.bounds and got.bounds
+
+
+def test_shards_statistics_sum_alike_in_one_pass_or_pairwise():
+    """CollectionStats.total (one pass where every shard lists the query's terms in one order) is
+    the pairwise sum, terms in another order or missing on a shard included."""
+    import functools
+    import operator
+    import random
+
+    from ldr.values import CollectionStats
+
+    rng = random.Random(3)
+    for _ in range(200):
+        terms = [f"t{i}" for i in range(rng.randrange(0, 6))]
+        parts = []
+        for _ in range(rng.randrange(1, 5)):
+            mine = list(terms)
+            if rng.random() < 0.3:
+                rng.shuffle(mine)
+            if rng.random() < 0.2 and mine:
+                mine.pop()
+            parts.append(CollectionStats(rng.randrange(100), float(rng.randrange(10_000)),
+                                         {t: rng.randrange(50) for t in mine}))
+        got, want = CollectionStats.total(parts), functools.reduce(operator.add, parts)
+        assert (got.n, got.length, got.df) == (want.n, want.length, want.df)
+        assert list(got.df) == list(want.df)

@@ -5,9 +5,7 @@ Lucene's BM25: idf = ln(1 + (N âˆ’ n + 0.5)/(n + 0.5)); tf part = tf / (tf + k1Â
 """
 from __future__ import annotations
 
-import functools
 import itertools
-import operator
 from collections import Counter
 from pathlib import Path
 
@@ -170,7 +168,7 @@ class NativeSearcher:
     @staticmethod
     def with_collection_stats(query: str, parts: list[CollectionStats]) -> GlobalQuery:
         """The query with every shard's statistics summed (the sums of whole numbers are exact)."""
-        total = functools.reduce(operator.add, parts)
+        total = CollectionStats.total(parts)
         return GlobalQuery(query, total.n, total.length / total.n if total.n else 1.0, total.df)
 
     def provisional(self, totals) -> GlobalQuery:
