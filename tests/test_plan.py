@@ -218,3 +218,15 @@ def test_stage_settings_are_finite_numbers(idx):
             idx.search("reef", stages={"boost": {"weight": bad}})
     out = CliRunner().invoke(main, ["search", "reef", "-i", str(idx.path), "--stage", "boost:weight=1e309"])
     assert out.exit_code == 2 and "finite" in out.output and "Traceback" not in out.output
+
+
+def test_a_plan_for_another_query_is_the_plan_replaced(idx):
+    """Plan.for_query (a batch's results each get the plan with their own query) is what
+    dataclasses.replace gives, and leaves the plan it came from as it was."""
+    from dataclasses import fields, replace
+
+    plan = idx.search("harbour", k=3).plan
+    got, want = plan.for_query("lighthouse keeper"), replace(plan, query="lighthouse keeper")
+    assert type(got) is type(want) and plan.query == "harbour"
+    assert all(getattr(got, f.name) == getattr(want, f.name) for f in fields(plan))
+    assert got.explain() == want.explain()

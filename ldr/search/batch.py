@@ -11,10 +11,7 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 from operator import itemgetter
-
-import numpy as np
 
 from .gather import CandidateOrder, ShardMap, gather
 from .hits import SearchResult, origin, to_hits
@@ -93,14 +90,14 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict], 
     gone = [{id(snap.shards[i]) for i in m} for m in missing]
     parts = run.each(lambda s: first_many(s, first, [r if id(s) not in g else None for r, g in zip(reps, gone)],
                                           conds or None))
-    results, final = [], []
+    results, final = [], set()
     for j, q in enumerate(texts):
         got = [None if p is None or p[j] is None else p[j] for p in parts]
         cands, ids = gather(got, snap.map, q, {kind: depth})
         cands = rest.run_rest(cands, _Order(ids))       # (the rest reads no query text)
         lost = sorted(set(missing[j]) | {i for i, p in enumerate(got) if p is None})
         results.append((cands, ids, lost))
-        final.extend(map(itemgetter(0), cands.rows))
+        final.update(map(itemgetter(0), cands.rows))
     have, failed = _fetch(snap.shards, snap.map, final, request)
     titles = {d: v.title for d, v in have.items()}
     share = (time.perf_counter() - t0) / len(texts)
@@ -119,7 +116,7 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict], 
                 if request.with_meta and v.doc is not None:
                     h.meta, h.origin = v.doc.meta, origin(v.doc)
         result = SearchResult(hits, q, {n: round(1e3 * t, 2) for n, t in cands.timings.items()}, None, cands,
-                              replace(plan, query=q), round(1e3 * share, 2))
+                              plan.for_query(q), round(1e3 * share, 2))
         result.generation, result.ids, result.missing_shards = snap.generation, ids, lost
         out.append(result)
     return out
@@ -153,12 +150,12 @@ def first_many(shard, plan_first, reps: list, filters) -> list:
     return [shard.first(plan_first, r, filters) if r is not None else None for r in reps]
 
 
-def _fetch(shards: list, map_: ShardMap, docnos: list, request) -> tuple[dict, set]:
+def _fetch(shards: list, map_: ShardMap, docnos: set, request) -> tuple[dict, set]:
     """({global docno: {"id", "title", ...}} of the batch's final hits, one fetch per shard; the
     shards that did not answer it)."""
     out: dict = {}
     failed = set()
-    for s, pairs in map_.group(np.unique(np.asarray(docnos, dtype=np.int64)).tolist()).items():
+    for s, pairs in map_.group(sorted(docnos)).items():     # a set: every docno once
         got = shards[s].fetch([loc for _, loc in pairs], text=request.with_text, meta=request.with_meta)
         if got is None:
             failed.add(s)

@@ -48,6 +48,14 @@ class Plan:
     def kinds(self) -> list[str]:
         return [s.kind for s in self.first]
 
+    def for_query(self, query: str) -> "Plan":
+        """This plan with another query's text (a batch's queries share one plan): what
+        `dataclasses.replace(plan, query=query)` gives, in a quarter of its time (a run's plan a query)."""
+        out = object.__new__(Plan)
+        out.__dict__.update(self.__dict__)
+        out.__dict__["query"] = query
+        return out
+
     def split(self) -> tuple["Plan", "Plan"]:
         """(the first stages alone, the rest alone): run the first on each shard, merge their
         Candidates, run the rest once over them."""
