@@ -221,6 +221,8 @@ def test_a_document_s_keywords_are_its_own_most_telling_terms_and_their_window_t
     """The third shape: the whole document's top terms by tf·idf, as written; the positive is the
     document's window holding most of their weight; the shapes are taken in turn, and an unknown
     one is refused by name."""
+    from dataclasses import replace
+
     from ldr.errors import ConfigError
     from ldr.train.pseudo import PseudoSettings, Terms, best_window, pseudo_examples, windows
     idx, *_ = train_data
@@ -240,6 +242,10 @@ def test_a_document_s_keywords_are_its_own_most_telling_terms_and_their_window_t
     mixed = pseudo_examples(index, PseudoSettings(queries=24, window_words=30, top=3, shapes=(
         "summaries", "keyword sets", "document keywords")), progress=False)[1]
     assert sum(mixed.get(k, 0) for k in ("summaries", "keyword sets", "document keywords")) == mixed["kept"]
+    # more draws than documents: a document's keyword query is asked once, the others counted
+    again = pseudo_examples(index, replace(s, queries=60), progress=False)[1]
+    assert again["drawn"] == 60 and again["repeated"] == 60 - 24
+    assert again["kept"] + again.get("vague", 0) + again.get("no negative", 0) == 24
     with pytest.raises(ConfigError, match="document keywords"):
         PseudoSettings(shapes=("summaries", "sentences"))
 

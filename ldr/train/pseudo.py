@@ -199,25 +199,29 @@ def pseudo_examples(index, settings: PseudoSettings, progress: bool = True) -> t
         df.update({t for w in wins[d] for ts in w.terms for t in ts})
     idf = {t: math.log(1 + (len(ids) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
     drawn = _draw(wins, s.queries, max(10, s.window_words // 5), rng)
-    queries, positives, shapes = [], [], []
+    queries, positives, shapes, asked = [], [], [], set()
     for i, w in enumerate(drawn):
         shape = s.shapes[i % len(s.shapes)]
-        if shape == "summaries":
+        if shape == "document keywords" and w.doc in asked:
+            shape = "repeated"          # a document has one such query: a second would be the same
+            q = pos = ""
+        elif shape == "summaries":
             q, taken = summary_query(w, idf, s.query_words)
             cloze = rng.random() < 0.5 and len(taken) < len(w.sentences)
             pos = " ".join(x for j, x in enumerate(w.sentences) if not (cloze and j in taken))
         elif shape == "keyword sets":
             q, pos = keyword_query(w, idf, s.keywords, terms), w.text
         else:       # the document's own catchwords; the positive its window that holds most of them
+            asked.add(w.doc)
             q = document_query(wins[w.doc], idf, s.document_keywords, terms)
             pos = best_window(wins[w.doc], set(terms(q)), idf).text
         shapes.append(shape)
         queries.append(q)
         positives.append(pos)
-    examples, counts = [], Counter(drawn=len(drawn))
-    searched = index.search_many({str(i): q for i, q in enumerate(queries)}, k=s.top + s.negatives,
-                                 passages=0, with_meta=False, batch_size=64)
-    bar = tqdm(total=len(queries), desc="the search as teacher", unit="query", disable=not progress, leave=False)
+    examples, counts = [], Counter(drawn=len(drawn), repeated=shapes.count("repeated"))
+    asks = {str(i): q for i, (q, shape) in enumerate(zip(queries, shapes)) if shape != "repeated"}
+    searched = index.search_many(asks, k=s.top + s.negatives, passages=0, with_meta=False, batch_size=64)
+    bar = tqdm(total=len(asks), desc="the search as teacher", unit="query", disable=not progress, leave=False)
     for qid, result in searched:
         bar.update(1)
         i = int(qid)
@@ -236,4 +240,4 @@ def pseudo_examples(index, settings: PseudoSettings, progress: bool = True) -> t
         counts[shapes[i]] += 1
     bar.close()
     counts["kept"] = len(examples)
-    return examples, dict(counts)
+    return examples, {k: v for k, v in counts.items() if v or k != "repeated"}

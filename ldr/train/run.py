@@ -94,7 +94,8 @@ def write_card(folder: Path, info: dict) -> None:
         (f"- examples: positives are each relevant document's best passage under the index's model (MaxP), "
          f"negatives the best passages of the top non-relevant documents of ldr's search "
          f"(index `{info['index']}`)") if "pseudo" not in info else
-        (f"- examples: pseudo-queries drawn from the windows of {info['documents']} documents ({', '.join(info['pseudo'].get('shapes', ('summaries', 'keyword sets')))}; "
+        (f"- examples: pseudo-queries drawn from the windows of {info['documents']} documents "
+         f"({', '.join(info['pseudo'].get('shapes', ('summaries', 'keyword sets')))}; "
          f"`ldr train dense --from-corpus`), kept where the index's search ranks their document "
          f"in its top {info['pseudo']['top']}; negatives: the windows of the documents it ranks beside them"),
         "- settings: " + ", ".join(f"{k}={v}" for k, v in s.items()),
