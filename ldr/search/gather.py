@@ -92,10 +92,13 @@ def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: 
             off = shards.offsets[s]
             ids.update(c.ids if not off else {off + int(d): i for d, i in c.ids.items()})
     for kind in depth:
-        rows = [(shards.offsets[s] + d, sc) if shards.offsets[s] else (d, sc)
-                for s, c in answered for d, sc in c.lists.get(kind, [])] if len(answered) > 1 or \
-            (answered and shards.offsets[answered[0][0]]) else answered[0][1].lists.get(kind, []) \
-            if answered else []
+        if len(answered) == 1 and not shards.offsets[answered[0][0]]:
+            rows = answered[0][1].lists.get(kind, [])
+        else:                       # global numbers, each shard's offset looked up once
+            rows = []
+            for s, c in answered:
+                off, listed = shards.offsets[s], c.lists.get(kind, [])
+                rows.extend([(off + d, sc) for d, sc in listed] if off else listed)
         if len(answered) > 1:       # one shard's list is in this order already
             # by score, then id: equal scores are rare, so by score alone (4x faster than the two
             # keys: a 4-shard BM25 run's lists are ~160 rows a query) unless two are equal
