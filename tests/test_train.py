@@ -271,6 +271,11 @@ def test_train_dense_from_the_corpus_alone(train_data, tiny, tmp_path):
     assert r.exit_code == 2 and "--from-corpus" in r.output            # no labels and no --from-corpus
     r = CliRunner().invoke(main, args + ["--from-corpus", "--data", str(data)])
     assert r.exit_code == 2 and "drop --data" in r.output
+    r = CliRunner().invoke(main, args + ["--shapes", "summaries"])
+    assert r.exit_code == 2 and "for --from-corpus" in r.output
+    for shapes, said in ((" , ", "got none"), ("summaries,sentences", "got sentences")):
+        r = CliRunner().invoke(main, args + ["--from-corpus", "--shapes", shapes])
+        assert r.exit_code != 0 and said in r.output and "Traceback" not in r.output, r.output
     from ldr.train.dense import DenseTrainSettings
     from ldr.train.pseudo import PseudoSettings
     from ldr.train.run import train

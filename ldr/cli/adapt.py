@@ -212,7 +212,8 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
                            max_seq_length=max_seq_length, max_steps=max_steps, eval_steps=eval_steps, seed=seed,
                            **({"learning_rate": learning_rate} if learning_rate else {}))
     pseudo = PseudoSettings(**({"queries": pseudo_queries} if pseudo_queries else {}), negatives=negatives, seed=seed,
-                            **({"shapes": tuple(x.strip() for x in pseudo_shapes.split(","))} if pseudo_shapes else {})) \
+                            **({"shapes": tuple(x.strip() for x in pseudo_shapes.split(",") if x.strip())}
+                               if pseudo_shapes is not None else {})) \
         if from_corpus else None
     _train("dense", s, data, split, out, index_path, dev_fraction, device, quiet, pseudo=pseudo)
 
