@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
-from itertools import islice
-from operator import eq, itemgetter
+from operator import itemgetter
 from typing import Any, Protocol
 
 import numpy as np
 
 from .passages import WindowFeatures
-from .stages.base import Candidates, ListedScores
+from .stages.base import Candidates, ListedScores, strictly_falling
 from ..values import Fetched, FirstStage, ShardInfo, ShardStats
 
 
@@ -103,8 +102,7 @@ def gather(parts: list[FirstStage | None], shards: ShardMap, query: str, depth: 
             # by score, then id: equal scores are rare, so by score alone (4x faster than the two
             # keys: a 4-shard BM25 run's lists are ~160 rows a query) unless two are equal
             rows.sort(key=itemgetter(1), reverse=True)
-            scores = list(map(itemgetter(1), rows))
-            if any(map(eq, scores, islice(scores, 1, None))):
+            if not strictly_falling(rows, len(rows)):
                 rows.sort(key=lambda r: (-r[1], ids[r[0]]))
         out.lists[kind] = rows[:depth[kind]]     # a copy: the shard's own list is left as it came
         out.runs[kind] = ListedScores(out.lists[kind])

@@ -14,6 +14,8 @@ import math
 import time
 import typing
 from collections.abc import Mapping
+from itertools import islice
+from operator import gt, itemgetter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -21,6 +23,13 @@ from typing import Any, Callable, Protocol
 from ...errors import ConfigError, QueryError
 
 Row = tuple   # (docno, score, {stage or kind: score})
+
+
+def strictly_falling(rows: list, n: int) -> bool:
+    """The first `n` of (docno, score, ...) rows in falling score order hold no two equal scores
+    (no tie for an id order to break)."""
+    scores = list(map(itemgetter(1), islice(rows, n)))
+    return all(map(gt, scores, islice(scores, 1, None)))
 
 
 class ListedScores(Mapping):

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import islice
-from operator import gt, itemgetter
 
 import numpy as np
 
 from ...components import topk as top_k
 from ...stages import Stage
 from .. import fusion
-from .base import Candidates, QuerySource
+from .base import Candidates, QuerySource, strictly_falling
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class Fuse:
             listed = cands.lists[kind]
             # a list in score order with no equal scores is in the tie-break's order too
             ranked = top_k.top_k_dict(cands.runs[kind], self.keep, tiebreak) \
-                if tiebreak is not None and not _strictly_falling(listed, self.keep + 1) else listed[:self.keep]
+                if tiebreak is not None and not strictly_falling(listed, self.keep + 1) else listed[:self.keep]
             cands.rows = [(d, sc, {kind: sc}) for d, sc in ranked]
             return cands
         with cands.timed(self.name):
@@ -55,9 +53,3 @@ class Fuse:
             cands.rows = [(d, sc, {**{k: r[d] for k, r in zip(self.kinds, runs) if d in r}, self.name: sc})
                           for d, sc in top_k.top_k_dict(fused, self.keep, tiebreak)]
         return cands
-
-
-def _strictly_falling(rows: list, n: int) -> bool:
-    """The first `n` of (docno, score) rows in falling score order hold no two equal scores."""
-    scores = list(map(itemgetter(1), islice(rows, n)))
-    return all(map(gt, scores, islice(scores, 1, None)))
