@@ -22,6 +22,7 @@ from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, loading, model_revision, pick_device, resolve, trained_from
 from .dense_core import _DenseCore
 from ..schema import setting
+from .bf16_attention import use_windowed_attention
 from .runtime import BACKENDS, TABLE, bf16_context, choose, with_fallback
 
 # the strategies ONNX Runtime runs: plain positions (the extension strategies patch torch modules)
@@ -149,6 +150,8 @@ class DenseEncoder(_DenseCore):
         if s.strategy in EXTENSION_STRATEGIES:
             self.ext_info = apply_extension(self.hf, Extension(s.strategy, self.target, s.ntk_lambda, s.group,
                                                                s.window, s.attn_scaling))
+        if bf16:
+            use_windowed_attention(self.hf)
 
     # -- info recorded in the manifest --------------------------------------------------------
     def describe(self) -> dict:

@@ -23,6 +23,7 @@ from .batching import SerialEncoder, budget_batches, fixed_shapes, pad, special_
 from .mlm_head import head_max, head_max_torch, split_mlm_head
 from .models import DEFAULT_SPARSE, loading, model_revision, pick_device, resolve
 from .blas_threads import one_blas_thread
+from .bf16_attention import use_windowed_attention
 from .runtime import bf16_context, choose, with_fallback
 
 KINDS = ("splade", "head")
@@ -222,6 +223,8 @@ class SparseEncoder(_SparseCore):
             self._head = [torch.from_numpy(a).to(self.device) for a in split_mlm_head(self.model)]
             if bf16:        # cast once, not by autocast at every window (the same bf16 values)
                 self._head[0] = self._head[0].to(torch.bfloat16)
+        if bf16:
+            use_windowed_attention(self.model)
         self.path = path
         s.backend = "bf16" if bf16 else "torch"
         self.head = None
