@@ -45,9 +45,12 @@ def index_cmd(corpus, out, wait, overwrite, quiet, shards, ray_address, ray_work
 
     from ..api import Index
     from ..corpus import IngestReport
+    from ..encode.omp_wait import spin_before_sleeping
     from ..errors import ConfigError, IndexFormatError
     from ..index.cluster import is_cluster
     from ..index.view import holds_index
+
+    spin_before_sleeping()      # before torch loads (encode/omp_wait.py)
 
     if not overwrite and holds_index(Path(out)):
         raise ConfigError(f"{out} is an index already: `ldr add {corpus} -i {out}` adds these documents to it "
@@ -108,6 +111,9 @@ def add_cmd(corpus, index_path, wait, trust_remote_code, device, max_doc_mb, doc
 
     from ..corpus import IngestReport, corpus_docs
     from ..index.unchanged import Seen, gone, known_files
+    from ..encode.omp_wait import spin_before_sleeping
+
+    spin_before_sleeping()      # before torch loads (encode/omp_wait.py)
 
     report = IngestReport()
     ray = make_ray_options(ray_address, ray_workers, ray_cpus_per_worker, ray_shard_docs)

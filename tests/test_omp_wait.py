@@ -1,0 +1,56 @@
+"""A process that encodes a corpus (`ldr index`, `ldr add`) sets libgomp's wait before torch
+loads (encode/omp_wait.py), and never overrides a user's setting or a torch already loaded."""
+import json
+import os
+import subprocess
+import sys
+
+from ldr.encode.omp_wait import SETTINGS
+
+_PROBE = """
+import json, os, sys
+{before}
+from ldr.encode.omp_wait import spin_before_sleeping
+did = spin_before_sleeping()
+print(json.dumps({{"did": did, "env": {{k: os.environ.get(k) for k in {keys!r}}}}}))
+"""
+
+
+def _probe(before: str = "", **env) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k not in SETTINGS}
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(before=before, keys=list(SETTINGS))],
+                         env={**clean, **env}, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_it_sets_both_before_torch_and_leaves_a_users_choice_alone():
+    assert _probe() == {"did": True, "env": SETTINGS}
+    assert _probe(OMP_WAIT_POLICY="PASSIVE") == {"did": False, "env": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}}
+    assert _probe(GOMP_SPINCOUNT="0")["env"] == {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "0"}
+    # libgomp read its settings when torch loaded: too late to change them, so nothing is set
+    assert _probe("import torch") == {"did": False, "env": {k: None for k in SETTINGS}}
+
+
+def test_ldr_index_and_add_set_it_before_torch_loads(tmp_path):
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("a meeting about the remote control and its battery", encoding="utf-8")
+    script = f"""
+import os, sys
+from ldr.cli import main
+seen = []
+import ldr.encode.omp_wait as w
+real = w.spin_before_sleeping
+w.spin_before_sleeping = lambda: seen.append(("torch" in sys.modules, real())) or True
+for args in (["index", {str(corpus)!r}, "-o", {str(tmp_path / "idx")!r}, "-q", "--dense", "none", "--sparse", "none"],
+             ["add", {str(corpus)!r}, "-i", {str(tmp_path / "idx")!r}]):
+    try:
+        main(args)
+    except SystemExit as e:
+        assert not e.code, e.code
+print(seen, os.environ.get("OMP_WAIT_POLICY"))
+"""
+    clean = {k: v for k, v in os.environ.items() if k not in SETTINGS}
+    out = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True, check=True)
+    # the index command set it (torch not loaded); add, in the same process, found it set
+    assert out.stdout.strip().splitlines()[-1] == "[(False, True), (False, False)] ACTIVE"
