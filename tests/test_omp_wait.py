@@ -54,3 +54,35 @@ print(seen, os.environ.get("OMP_WAIT_POLICY"))
     out = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True, check=True)
     # the index command set it (torch not loaded); add, in the same process, found it set
     assert out.stdout.strip().splitlines()[-1] == "[(False, True), (False, False)] ACTIVE"
+
+
+def test_a_pipelines_encoder_loads_on_the_worker_that_runs_it():
+    """One OpenMP team: the model is loaded on the thread that runs it (encode/pipeline.py)."""
+    import threading
+
+    from ldr.encode.pipeline import BatchedWriter, Pipeline
+
+    where = {}
+
+    class Writer(BatchedWriter):
+        def _prepare_batch(self, docnos, texts, body_starts):
+            return self.encoder(texts)          # the loader runs at the first batch
+
+        def _write_prepared(self, prepared):
+            where["ran"] = threading.current_thread().name
+
+    def load():
+        where["loaded"] = threading.current_thread().name
+        return lambda texts: texts
+
+    pipe = Pipeline()
+    w = Writer(docs_per_batch=1, pipeline=pipe, encoder=load)
+    from ldr.corpus import Doc
+    w.add(0, Doc(id="a", text="some text"))
+    w._finish()
+    pipe.close()
+    assert where["loaded"] == where["ran"] and where["loaded"].startswith("ldr-encode")
+    # without a pipeline, on the caller's thread as before
+    where.clear()
+    Writer(docs_per_batch=1, encoder=load).add(0, Doc(id="b", text="more"))
+    assert where["loaded"] == where["ran"] == threading.current_thread().name

@@ -51,6 +51,13 @@ class Pipeline:
             self._wait_oldest()
         self._inflight.append(self._pool.submit(self.timed, "encode", fn, *args))
 
+    def call(self, fn, *args):
+        """fn(*args) on the worker, now (after the batches in flight): a model loaded where it runs
+        gives PyTorch one OpenMP team. Loaded on the feeding thread it had two, more threads than a
+        2-core machine's cores, and libgomp then sleeps after 100 spins at every product's join:
+        encoding on the worker ran 1.3x slower (encode/omp_wait.py)."""
+        return self._pool.submit(fn, *args).result()
+
     def _wait_oldest(self) -> None:
         self.timed("wait", self._inflight.popleft().result)   # a failed batch fails the build here
 
@@ -93,7 +100,7 @@ class BatchedWriter:
     @property
     def encoder(self):
         if self._encoder is None and self._load is not None:
-            self._encoder = self._load()
+            self._encoder = self._pipe.call(self._load) if self._pipe is not None else self._load()
         return self._encoder
 
     @property
