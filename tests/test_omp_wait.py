@@ -82,6 +82,22 @@ def test_a_pipelines_encoder_loads_on_the_worker_that_runs_it():
     w._finish()
     pipe.close()
     assert where["loaded"] == where["ran"] and where["loaded"].startswith("ldr-encode")
+    # a writer that first asks for its encoder on the worker gets it there (no wait for itself)
+    class Late(Writer):
+        def _prepare_batch(self, docnos, texts, body_starts):
+            return texts
+
+        def _write_prepared(self, prepared):
+            self.encoder(prepared)
+            where["ran"] = threading.current_thread().name
+
+    where.clear()
+    pipe = Pipeline()
+    w = Late(docs_per_batch=1, pipeline=pipe, encoder=load)
+    w.add(0, Doc(id="a", text="some text"))
+    w._finish()
+    pipe.close()
+    assert where["loaded"] == where["ran"] and where["loaded"].startswith("ldr-encode")
     # without a pipeline, on the caller's thread as before
     where.clear()
     Writer(docs_per_batch=1, encoder=load).add(0, Doc(id="b", text="more"))

@@ -29,7 +29,8 @@ class Pipeline:
     batches in flight (memory stays bounded; the feeder waits when it is that far ahead)."""
 
     def __init__(self, depth: int = 2):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldr-encode")
+        self._worker = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldr-encode", initializer=self._started)
         # set by close(cancel=True): the running batch stops at its next model call (a batch of
         # long documents is up to ~100 s of encoding on 2 cores; Ctrl-C waited all of it)
         self.cancelled = threading.Event()
@@ -56,7 +57,12 @@ class Pipeline:
         gives PyTorch one OpenMP team. Loaded on the feeding thread it had two, more threads than a
         2-core machine's cores, and libgomp then sleeps after 100 spins at every product's join:
         encoding on the worker ran 1.3x slower (encode/omp_wait.py)."""
+        if threading.get_ident() == self._worker:      # asked by a batch: waiting for itself would hang
+            return fn(*args)
         return self._pool.submit(fn, *args).result()
+
+    def _started(self) -> None:
+        self._worker = threading.get_ident()
 
     def _wait_oldest(self) -> None:
         self.timed("wait", self._inflight.popleft().result)   # a failed batch fails the build here
