@@ -75,13 +75,19 @@ def test_a_pipelines_encoder_loads_on_the_worker_that_runs_it():
         where["loaded"] = threading.current_thread().name
         return lambda texts: texts
 
-    pipe = Pipeline()
-    w = Writer(docs_per_batch=1, pipeline=pipe, encoder=load)
     from ldr.corpus import Doc
-    w.add(0, Doc(id="a", text="some text"))
-    w._finish()
-    pipe.close()
-    assert where["loaded"] == where["ran"] and where["loaded"].startswith("ldr-encode")
+
+    def on_a_pipeline(cls):
+        where.clear()
+        pipe = Pipeline()
+        w = cls(docs_per_batch=1, pipeline=pipe, encoder=load)
+        w.add(0, Doc(id="a", text="some text"))
+        w._finish()
+        pipe.close()
+        return where["loaded"] == where["ran"] and where["loaded"].startswith("ldr-encode")
+
+    assert on_a_pipeline(Writer)
+
     # a writer that first asks for its encoder on the worker gets it there (no wait for itself)
     class Late(Writer):
         def _prepare_batch(self, docnos, texts, body_starts):
@@ -91,13 +97,7 @@ def test_a_pipelines_encoder_loads_on_the_worker_that_runs_it():
             self.encoder(prepared)
             where["ran"] = threading.current_thread().name
 
-    where.clear()
-    pipe = Pipeline()
-    w = Late(docs_per_batch=1, pipeline=pipe, encoder=load)
-    w.add(0, Doc(id="a", text="some text"))
-    w._finish()
-    pipe.close()
-    assert where["loaded"] == where["ran"] and where["loaded"].startswith("ldr-encode")
+    assert on_a_pipeline(Late)
     # without a pipeline, on the caller's thread as before
     where.clear()
     Writer(docs_per_batch=1, encoder=load).add(0, Doc(id="b", text="more"))
