@@ -220,3 +220,46 @@ def test_fixed_shapes_gives_each_row_one_shape_whatever_its_company(lengths, row
         assert row == [n * (n - 1) / 2, n, width]
         assert row == fixed_shapes([list(range(n))], forward, full, rows, bucket)[0].tolist()
     assert set(calls) <= {min(full, -(-n // bucket) * bucket) for n in lengths} | {full}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 80), max_size=60), st.integers(1, 5))
+def test_shape_groups_plans_the_fewest_passes_over_a_whole_call(lengths, rows):
+    """Every row in one pass of one width and at most `rows` rows; per width, only the last pass
+    is part copies, so a call runs the fewest passes its widths allow."""
+    from ldr.encode.batching import fixed_width, shape_groups
+
+    full, bucket = 64, 8
+    groups = [g.tolist() for g in shape_groups(lengths, full, rows, bucket)]
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    widths = {}
+    for g in groups:
+        assert 1 <= len(g) <= rows and len({fixed_width(lengths[i], full, bucket) for i in g}) == 1
+        widths.setdefault(fixed_width(lengths[g[0]], full, bucket), []).append(len(g))
+    for sizes in widths.values():
+        assert all(n == rows for n in sizes[:-1])
+
+
+def test_a_bf16_call_runs_its_passes_full_and_its_vectors_as_before():
+    """Planned over the call (not a token budget's batch at a time): as few passes as the widths
+    allow, each text's vector the one it gets alone."""
+    from ldr.encode.batching import BF16_ROWS, fixed_width
+
+    enc = load_dense(DenseSettings(backend="bf16", device="cpu", max_length=64))
+    texts = [f"note {i}: " + "the battery supplier and the launch date " * (i % 7) for i in range(40)]
+    widths, seen = [], enc._forward_padded
+
+    def counted(pieces, width=None):
+        widths.append(width)
+        return seen(pieces, width)
+
+    enc._forward_padded = counted
+    vecs, owner = enc.encode_documents(texts)
+    pieces = enc.prepare_documents(texts)[1]
+    need = {}
+    for p in pieces:
+        w = fixed_width(len(p), enc.window)
+        need[w] = need.get(w, 0) + 1
+    assert sorted(widths) == sorted(w for w, n in need.items() for _ in range(-(-n // BF16_ROWS)))
+    for i in (0, 3, 39):
+        assert np.array_equal(enc.encode_documents([texts[i]])[0], vecs[owner == i])

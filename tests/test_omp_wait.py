@@ -102,3 +102,43 @@ def test_a_pipelines_encoder_loads_on_the_worker_that_runs_it():
     where.clear()
     Writer(docs_per_batch=1, encoder=load).add(0, Doc(id="b", text="more"))
     assert where["loaded"] == where["ran"] == threading.current_thread().name
+
+
+def test_a_writer_batches_short_documents_by_their_text():
+    """By default a batch closes at FULL_CHARS of text (or MAX_DOCS documents), not at a count: a
+    bf16 engine's passes are full only over many windows; a given docs_per_batch still rules."""
+    from ldr.corpus import Doc
+    from ldr.encode.pipeline import FULL_CHARS, MAX_DOCS, BatchedWriter
+
+    class Writer(BatchedWriter):
+        def _prepare_batch(self, docnos, texts, body_starts):
+            return docnos
+
+        def _write_prepared(self, prepared):
+            batches.append(len(prepared))
+
+    batches = []
+    w = Writer(encoder=lambda: None)
+    for i in range(500):
+        w.add(i, Doc(id=str(i), text="x" * 1000))
+    assert batches == []                       # 500 KB: still one open batch
+    w._finish()
+    assert batches == [500]
+    batches.clear()
+    w = Writer(encoder=lambda: None)
+    for i in range(3):
+        w.add(i, Doc(id=str(i), text="x" * (FULL_CHARS // 2)))
+    w._finish()
+    assert batches == [2, 1]
+    batches.clear()
+    w = Writer(encoder=lambda: None)
+    for i in range(MAX_DOCS + 1):
+        w.add(i, Doc(id=str(i), text="x"))
+    w._finish()
+    assert batches == [MAX_DOCS, 1]
+    batches.clear()
+    w = Writer(docs_per_batch=7, encoder=lambda: None)
+    for i in range(10):
+        w.add(i, Doc(id=str(i), text="x"))
+    w._finish()
+    assert batches == [7, 3]

@@ -87,9 +87,9 @@ def build_faiss(vectors: np.ndarray, fs: FaissSettings):
 class DenseWriter(BatchedWriter):
     """Encodes documents in batches as they stream past, appending vectors to disk."""
 
-    def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None, docs_per_batch: int = 32,
-                 allow_small: bool = False, pipeline=None, dim: int | None = None, root: Path | None = None,
-                 codebook: dict | None = None):
+    def __init__(self, path: Path, encoder, faiss_settings: FaissSettings | None = None,
+                 docs_per_batch: int | None = None, allow_small: bool = False, pipeline=None,
+                 dim: int | None = None, root: Path | None = None, codebook: dict | None = None):
         super().__init__(docs_per_batch, pipeline=pipeline, encoder=encoder)
         self.allow_small = allow_small
         self.path = Path(path)

@@ -42,7 +42,11 @@ def gather_rows(indptr, cols, vals, rows_kept):
 
 
 class SparseWriter(BatchedWriter):
-    def __init__(self, path: Path, encoder, docs_per_batch: int = 32, pipeline=None, vocab_size: int | None = None):
+    # a batch's weights are a dense (documents, vocabulary) matrix before pruning: 31 MB at 256
+    max_docs = 256
+
+    def __init__(self, path: Path, encoder, docs_per_batch: int | None = None, pipeline=None,
+                 vocab_size: int | None = None):
         super().__init__(docs_per_batch, pipeline=pipeline, encoder=encoder)
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)

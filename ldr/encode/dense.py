@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from .batching import SerialEncoder, fixed_shapes, pad
+from .batching import SerialEncoder, fixed_shapes, pad, shape_groups
 from .chunking import EXTENSION_STRATEGIES, STRATEGIES
 from .models import DEFAULT_DENSE, loading, model_revision, pick_device, resolve, trained_from
 from .dense_core import _DenseCore
@@ -176,6 +176,9 @@ class DenseEncoder(_DenseCore):
         else:
             pid = torch.arange(n).unsqueeze(0).expand(len(lengths), -1)
         return pid + ape_offset(self.hf)
+
+    def _batches(self, lengths: list[int]):
+        return shape_groups(lengths, self.window) if self.bf16 else super()._batches(lengths)
 
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
         if self.bf16:

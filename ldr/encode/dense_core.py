@@ -37,6 +37,10 @@ class _DenseCore(SerialEncoder):
     def _forward(self, batch) -> np.ndarray:
         raise NotImplementedError
 
+    def _batches(self, lengths: list[int]):
+        """The row indices of each forward pass (bf16 engines plan fixed shapes instead)."""
+        return budget_batches(lengths, batch_budget(self.settings.batch_tokens, self.device))
+
     # -- tokenisation ------------------------------------------------------------------------
     def _pieces(self, texts, prefix, strategy, spans: bool = False):
         """All model inputs (with special tokens and prefix), the document each belongs to and,
@@ -67,7 +71,7 @@ class _DenseCore(SerialEncoder):
     def _encode_pieces(self, pieces: list[list[int]], progress=None) -> np.ndarray:
         out = np.zeros((len(pieces), self.dim), dtype=np.float32)
         with self._inference():
-            for rows in budget_batches([len(p) for p in pieces], batch_budget(self.settings.batch_tokens, self.device)):
+            for rows in self._batches([len(p) for p in pieces]):
                 out[rows] = self._forward([pieces[r] for r in rows])
                 if progress is not None:
                     progress(sum(len(pieces[r]) for r in rows))

@@ -19,7 +19,8 @@ import numpy as np
 
 from .. import npy
 from ..errors import ConfigError, ModelError
-from .batching import SerialEncoder, budget_batches, fixed_shapes, pad, special_tokens, token_ids, with_specials
+from .batching import (SerialEncoder, budget_batches, fixed_shapes, pad, shape_groups, special_tokens, token_ids,
+                       with_specials)
 from .mlm_head import head_max, head_max_torch, split_mlm_head
 from .models import DEFAULT_SPARSE, loading, model_revision, pick_device, resolve
 from .blas_threads import one_blas_thread
@@ -167,7 +168,10 @@ class _SparseCore(SerialEncoder):
         n_texts, pieces, owner, prune = job
         mat = np.zeros((n_texts, self.vocab_size if columns is None else len(columns)), dtype=np.float32)
         with self._inference():
-            for rows in budget_batches([len(p) for p in pieces], s.batch_tokens):
+            lengths = [len(p) for p in pieces]
+            plan = (shape_groups(lengths, self.window) if getattr(self, "bf16", False)
+                    else budget_batches(lengths, s.batch_tokens))
+            for rows in plan:
                 batch = [pieces[r] for r in rows]
                 w = self._weights(batch) if columns is None else self._weights(batch, columns)
                 np.maximum.at(mat, owner[rows], w)   # a term keeps its largest weight over windows
