@@ -105,10 +105,11 @@ def test_a_pipelines_encoder_loads_on_the_worker_that_runs_it():
 
 
 def test_a_writer_batches_short_documents_by_their_text():
-    """By default a batch closes at FULL_CHARS of text (or MAX_DOCS documents), not at a count: a
-    bf16 engine's passes are full only over many windows; a given docs_per_batch still rules."""
+    """By default a batch closes at MIN_DOCS documents and FULL_CHARS of text (or MAX_DOCS
+    documents), not at a count alone: a bf16 engine's passes are full only over many windows; a
+    given docs_per_batch still rules."""
     from ldr.corpus import Doc
-    from ldr.encode.pipeline import FULL_CHARS, MAX_DOCS, BatchedWriter
+    from ldr.encode.pipeline import FULL_CHARS, MAX_DOCS, MIN_DOCS, BatchedWriter
 
     class Writer(BatchedWriter):
         def _prepare_batch(self, docnos, texts, body_starts):
@@ -126,10 +127,10 @@ def test_a_writer_batches_short_documents_by_their_text():
     assert batches == [500]
     batches.clear()
     w = Writer(encoder=lambda: None)
-    for i in range(3):
-        w.add(i, Doc(id=str(i), text="x" * (FULL_CHARS // 2)))
+    for i in range(MIN_DOCS + 1):               # long documents: MIN_DOCS a batch
+        w.add(i, Doc(id=str(i), text="x" * (FULL_CHARS // 8)))
     w._finish()
-    assert batches == [2, 1]
+    assert batches == [MIN_DOCS, 1]
     batches.clear()
     w = Writer(encoder=lambda: None)
     for i in range(MAX_DOCS + 1):
