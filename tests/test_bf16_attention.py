@@ -50,6 +50,32 @@ def test_windowed_attention_is_sdpa_within_bf16_rounding_and_each_window_its_own
             assert torch.equal(moved[0, :], got[i]), i
 
 
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 24), rows=st.integers(1, 3), seed=st.integers(0, 2 ** 16))
+def test_any_other_boolean_mask_is_applied_as_given(n, rows, seed):
+    """Right padding is found and filled column-wise; a mask that is not (holes, or one that differs
+    per query) is applied as it is: sdpa's answer either way."""
+    from ldr.encode.bf16_attention import key_lengths
+
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = _inputs(rows, 2, n, 8, seed)
+    mask = torch.rand(rows, 1, n, n, generator=g) < 0.7
+    mask[..., 0] = True                              # every query sees a key
+    lengths = torch.randint(1, n + 1, (rows,), generator=g).tolist()
+    padded = _mask(lengths, n)
+    assert key_lengths(padded, rows, n) == lengths
+    assert key_lengths(padded[:1], rows, n) == lengths[:1] * rows      # one mask for the batch
+    assert key_lengths(None, rows, n) == [n] * rows
+    holes = padded.clone()
+    holes[..., 0] = False
+    if any(length > 1 for length in lengths):
+        assert key_lengths(holes, rows, n) is None
+    for m in (mask, padded):
+        got, _ = windowed_attention(_Module(), q, k, v, m)
+        ref, _ = sdpa_attention_forward(_Module(), q.float(), k.float(), v.float(), m)
+        assert (got.float() - ref).abs().max() <= 0.04 * max(1.0, ref.abs().max().item())
+
+
 def test_what_it_does_not_cover_goes_to_sdpa_unchanged():
     q, k, v = _inputs(2, 2, 10, 8, 0)
     causal = _Module()
