@@ -142,10 +142,10 @@ def fixed_width(n: int, full: int, bucket: int = BF16_BUCKET) -> int:
 def shape_groups(lengths: list[int], full: int, rows: int = BF16_ROWS,
                  bucket: int = BF16_BUCKET) -> Iterator[np.ndarray]:
     """Row indices in the passes fixed_shapes runs (one width, at most `rows` each), widest first,
-    planned over all of a call's pieces: planned a token-budget batch at a time, 2,000 passages of
-    150 words filled 31% of their rows with padding and copies (widths 160-256 split each batch of
-    16 into partial groups); over the whole call, 8%. The vectors are the same either way: each
-    pass has the shape its rows' width fixes."""
+    planned over all of a call's pieces. Planned a token-budget batch at a time (17 rows: passes of
+    8 + 8 + 1), 2,000 passages of 150 words computed 1.32x their tokens in padding and copies; over
+    the whole call, 1.08x. The vectors are the same either way: each pass has the shape its rows'
+    width fixes."""
     by_width: dict[int, list[int]] = {}
     for i in np.argsort([-n for n in lengths], kind="stable"):
         by_width.setdefault(fixed_width(int(lengths[i]), full, bucket), []).append(int(i))

@@ -161,6 +161,10 @@ class _SparseCore(SerialEncoder):
 
     _projects = False       # _weights takes `columns` (the projection runs over those alone)
 
+    def _batches(self, lengths: list[int]):
+        """The row indices of each forward pass (the bf16 engine plans fixed shapes instead)."""
+        return budget_batches(lengths, self.settings.batch_tokens)
+
     def _matrix(self, job, progress=None, columns=None) -> np.ndarray:
         """(documents, vocabulary) float32 weights of a prepared batch, pruned for documents
         (`columns`: (documents, len(columns)), those terms' weights alone)."""
@@ -168,10 +172,7 @@ class _SparseCore(SerialEncoder):
         n_texts, pieces, owner, prune = job
         mat = np.zeros((n_texts, self.vocab_size if columns is None else len(columns)), dtype=np.float32)
         with self._inference():
-            lengths = [len(p) for p in pieces]
-            plan = (shape_groups(lengths, self.window) if getattr(self, "bf16", False)
-                    else budget_batches(lengths, s.batch_tokens))
-            for rows in plan:
+            for rows in self._batches([len(p) for p in pieces]):
                 batch = [pieces[r] for r in rows]
                 w = self._weights(batch) if columns is None else self._weights(batch, columns)
                 np.maximum.at(mat, owner[rows], w)   # a term keeps its largest weight over windows
@@ -246,6 +247,9 @@ class SparseEncoder(_SparseCore):
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
                 "architecture": type(self.model).__name__, "vocab_size": self.vocab_size, "window": self.window,
                 "settings": self.settings.to_dict(), "backend": {"name": self.settings.backend}}
+
+    def _batches(self, lengths: list[int]):
+        return shape_groups(lengths, self.window) if self.bf16 else super()._batches(lengths)
 
     def _weights(self, batch: list[list[int]]):
         """(b, V) max-pooled term weights of each window."""
