@@ -224,3 +224,37 @@ def test_hits_built_slot_by_slot_are_the_hits_the_dataclass_makes():
     for g in got:
         assert all(hasattr(g, f.name) for f in fields(Hit))
     assert got[0].passages is not got[1].passages      # each hit its own list
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.floats(-1e6, 1e6)), max_size=40))
+def test_a_rankings_hits_are_the_hits_of_its_rows(pairs):
+    """ranked_hits (a run's lone rankings, their scores and passages made when read) gives the Hits
+    to_hits makes of the rows (d, s, {kind: s}) that Fuse.run gives, read, written, copied or
+    pickled; RankedRows reads as those rows."""
+    import copy
+    import pickle
+    from dataclasses import asdict, replace
+
+    from ldr.search.hits import Hit, ranked_hits, to_hits
+    from ldr.search.stages.base import RankedRows
+
+    ids = {d: f"id{d}" for d, _ in pairs}
+    titles = {d: f"t{d % 3}" for d, _ in pairs}
+    rows = [(d, s, {"bm25": s}) for d, s in pairs]
+    got, want = ranked_hits("bm25", pairs, ids, titles), to_hits(rows, ids, titles)
+    assert got == want and want == got and [asdict(h) for h in got] == [asdict(h) for h in want]
+    assert all(isinstance(h, Hit) for h in got)
+    assert pickle.loads(pickle.dumps(got)) == want and copy.deepcopy(got) == want
+    ranked = RankedRows("bm25", pairs)
+    assert list(ranked) == rows and ranked == rows and len(ranked) == len(rows)
+    assert list(ranked[1:5]) == rows[1:5] and all(ranked[i] == rows[i] for i in range(len(rows)))
+    for h in got:
+        assert h.scores is h.scores and h.passages is h.passages      # made once, then held
+        h.scores["relevance"] = 0.5
+        h.passages.append("p")
+        assert h.scores == {"bm25": h.score, "relevance": 0.5} and h.passages == ["p"]
+        h.scores, h.passages = {"x": 1.0}, []
+        assert h.scores == {"x": 1.0} and h.passages == [] and replace(h, rank=0).scores == {"x": 1.0}
+    if len(got) > 1:
+        assert got[0].passages is not got[1].passages

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from operator import itemgetter
 
 from .gather import CandidateOrder, ShardMap, gather
-from .hits import SearchResult, origin, to_hits
+from .hits import SearchResult, origin, ranked_hits, to_hits
+from .stages.base import RankedRows
 from .stages.fuse import Fuse
 
 
@@ -22,16 +23,6 @@ def lone_ranking(plan) -> bool:
     """The plan is one kind's first stage ranked as it is (no fusion, no later stage)."""
     return (len(plan.first) == 1 and not plan.first[0].distribution and len(plan.rest) == 1
             and isinstance(plan.rest[0], Fuse) and not plan.rest[0].fused)
-
-
-class _Order:
-    """The QuerySource the lone ranking's Fuse reads: ties broken by id, as ShardedSource does."""
-
-    def __init__(self, ids: dict):
-        self.order = CandidateOrder(ids)
-
-    def tiebreak(self):
-        return self.order
 
 
 def search_batch(snap, texts: list[str], request, run, spec, reps: list[dict],
@@ -87,6 +78,7 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict], 
     kind, depth = plan.first[0].kind, plan.first[0].depth
     reps = [searcher.encode(snap, q, [kind], r, st) for q, r, st in zip(texts, reps, stats)]
     first, rest = plan.split()
+    fuse = rest.rest[0]
     gone = [{id(snap.shards[i]) for i in m} for m in missing]
     parts = run.each(lambda s: first_many(s, first, [r if id(s) not in g else None for r, g in zip(reps, gone)],
                                           conds or None))
@@ -94,10 +86,13 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict], 
     for j, q in enumerate(texts):
         got = [None if p is None or p[j] is None else p[j] for p in parts]
         cands, ids = gather(got, snap.map, q, {kind: depth})
-        cands = rest.run_rest(cands, _Order(ids))       # (the rest reads no query text)
+        # the rest is one Fuse that ranks the kind's own list, ties by id as ShardedSource breaks
+        # them (its rows as Fuse.run gives them, each made when read: hits are built from the pairs)
+        pairs = fuse.ranked(cands, CandidateOrder(ids))[:rest.k]
+        cands.rows = RankedRows(kind, pairs)
         lost = sorted(set(missing[j]) | {i for i, p in enumerate(got) if p is None})
         results.append((cands, ids, lost))
-        final.update(map(itemgetter(0), cands.rows))
+        final.update(map(itemgetter(0), pairs))
     have, failed = _fetch(snap.shards, snap.map, final, request)
     titles = {d: v.title for d, v in have.items()}
     share = (time.perf_counter() - t0) / len(texts)
@@ -107,7 +102,7 @@ def _search_batch(snap, texts: list[str], request, run, spec, reps: list[dict], 
         if failed:      # a shard that did not answer the fetch: its hits are left out, and it is named
             lost = sorted(set(lost) | {snap.map.locate(d)[0] for d, _, _ in rows if d not in have})
             rows = [r for r in rows if r[0] in have]
-        hits = to_hits(rows, ids, titles)
+        hits = ranked_hits(kind, rows.pairs, ids, titles) if isinstance(rows, RankedRows) else to_hits(rows, ids, titles)
         if request.with_text or request.with_meta:
             for h in hits:
                 v = have[h.docno]

@@ -33,15 +33,19 @@ class Fuse:
         k = f" k={self.rrf_k}" if self.method == "rrf" else ""
         return f"{self.method}{k}, weights {w}; top {self.keep} go on"
 
+    def ranked(self, cands: Candidates, tiebreak) -> list:
+        """The (docno, score) rows a ranking that is not fused keeps: its kind's own list, ties
+        broken by `tiebreak` (the rows run() gives, without their {kind: score})."""
+        listed = cands.lists[self.kinds[0]]
+        # a list in score order with no equal scores is in the tie-break's order too
+        return top_k.top_k_dict(cands.runs[self.kinds[0]], self.keep, tiebreak) \
+            if tiebreak is not None and not strictly_falling(listed, self.keep + 1) else listed[:self.keep]
+
     def run(self, cands: Candidates, source: QuerySource) -> Candidates:
         tiebreak = source.tiebreak()
         if not self.fused:
             kind = self.kinds[0]
-            listed = cands.lists[kind]
-            # a list in score order with no equal scores is in the tie-break's order too
-            ranked = top_k.top_k_dict(cands.runs[kind], self.keep, tiebreak) \
-                if tiebreak is not None and not strictly_falling(listed, self.keep + 1) else listed[:self.keep]
-            cands.rows = [(d, sc, {kind: sc}) for d, sc in ranked]
+            cands.rows = [(d, sc, {kind: sc}) for d, sc in self.ranked(cands, tiebreak)]
             return cands
         with cands.timed(self.name):
             runs = [cands.runs[k] for k in self.kinds]
