@@ -88,9 +88,13 @@ def test_what_it_does_not_cover_goes_to_sdpa_unchanged():
         assert torch.equal(got, ref)
 
 
-def test_the_bf16_encoders_run_it_and_other_engines_keep_sdpa():
+def test_the_bf16_encoders_run_it_and_other_engines_keep_sdpa(monkeypatch):
+    from ldr.encode import plain_bert
     from ldr.encode.dense import DenseEncoder, DenseSettings
 
+    enc = DenseEncoder(DenseSettings(device="cpu", max_length=64), bf16=True)
+    assert isinstance(enc.hf, plain_bert.PlainBert)         # it calls windowed_attention itself
+    monkeypatch.setattr(plain_bert, "plain_folder", lambda path: None)    # a folder it does not cover
     enc = DenseEncoder(DenseSettings(device="cpu", max_length=64), bf16=True)
     assert enc.hf.config._attn_implementation == NAME
     fp32 = DenseEncoder(DenseSettings(device="cpu", max_length=64))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -120,6 +121,9 @@ class DenseEncoder(_DenseCore):
         self.device = pick_device(s.device)
         if os.path.isdir(s.model):  # record an absolute path: search may run from another directory
             s.model = path
+        self.path = path
+        if bf16 and s.strategy not in EXTENSION_STRATEGIES and self.device == "cpu" and self._load_plain(path):
+            return
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
 
@@ -153,11 +157,32 @@ class DenseEncoder(_DenseCore):
         if bf16:
             use_windowed_attention(self.hf)
 
+    def _load_plain(self, path: str) -> bool:
+        """The model run by plain_bert (no transformers import), where the folder is one it runs
+        to the bit as transformers would; False: load it through sentence-transformers."""
+        from . import plain_bert
+        from .extend import position_kind, trained_length
+        from .runtime import FastTokenizer, folder_meta
+
+        facts = plain_bert.plain_folder(path)
+        if facts is None:
+            return False
+        with loading(self.settings.model, path):
+            self.hf = plain_bert.load(path, facts)
+            self.tokenizer = FastTokenizer(path, folder_meta(Path(path)))
+        self.st, self.after = None, [plain_bert.Pooling(facts["pooling"], facts["dim"])]
+        self.kind, self.trained = position_kind(self.hf), trained_length(self.hf)
+        self.settings.backend = "bf16"
+        self._accepts_tti = False       # token type 0 everywhere, as the zeros transformers is given
+        self._setup(facts["max_seq_length"], facts["prompts"], facts["dim"])
+        self.ext_info = None
+        return True
+
     # -- info recorded in the manifest --------------------------------------------------------
     def describe(self) -> dict:
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
                 "trained_from": trained_from(self.settings.model),
-                "architecture": type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
+                "architecture": "BertModel" if self.st is None else type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
                 "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.after],
                 "extension": self.ext_info, "settings": self.settings.to_dict(), "backend": {"name": self.settings.backend}}

@@ -1,0 +1,157 @@
+"""A sentence-transformers BERT folder run by PyTorch alone, for the bf16 engine.
+
+The bf16 engine ran transformers' BertModel loaded through sentence-transformers: importing the
+two took ~4.5 s of a 27 s dense-only `ldr index` of 2,000 passages (torch alone: ~1.1 s). This
+module runs the same operations in the same order on the same weights (embeddings, post-norm
+layers, exact GELU, ldr's bf16 attention) and the folder's mean or CLS pooling as
+sentence-transformers computes it, so a text gets the same vector to the bit (the test compares
+them). It covers folders of exactly that shape: BertModel with absolute positions, Transformer +
+Pooling (+ Normalize) modules, safetensors weights, tokenizer.json. Any other folder, or an
+extension strategy (they patch transformers' modules), loads through transformers as before.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from .bf16_attention import windowed_attention
+
+_KINDS = ("Transformer", "Pooling", "Normalize")
+
+
+def plain_folder(path) -> dict | None:
+    """What this module needs of the folder at `path` (config, pooling, length, prompts), or None
+    when the folder is not one it runs exactly as transformers would."""
+    p = Path(path)
+    try:
+        modules = json.loads((p / "modules.json").read_text())
+        config = json.loads((p / "config.json").read_text())
+        st = json.loads((p / "sentence_bert_config.json").read_text())
+        pool = json.loads((p / "1_Pooling" / "config.json").read_text())
+        about = p / "config_sentence_transformers.json"
+        prompts = (json.loads(about.read_text()).get("prompts") or {}) if about.is_file() else {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
+    modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens",
+                         "lasttoken") if pool.get(f"pooling_mode_{m}")]
+    plain = (kinds[:2] == ["Transformer", "Pooling"] and set(kinds[2:]) <= {"Normalize"} and len(kinds) <= 3
+             and modules[0].get("path") in ("", None) and modules[1].get("path") == "1_Pooling"
+             and config.get("model_type") == "bert" and config.get("architectures") in (None, ["BertModel"])
+             and config.get("position_embedding_type", "absolute") == "absolute"
+             and config.get("hidden_act") == "gelu" and not config.get("is_decoder")
+             and not config.get("add_cross_attention") and config.get("num_attention_heads")
+             and config["hidden_size"] % config["num_attention_heads"] == 0
+             and modes in (["cls_token"], ["mean_tokens"]) and pool.get("include_prompt", True)
+             and isinstance(st.get("max_seq_length"), int) and not st.get("do_lower_case")
+             and (p / "model.safetensors").is_file() and (p / "tokenizer.json").is_file())
+    if not plain:
+        return None
+    return {"config": config, "pooling": "cls" if modes == ["cls_token"] else "mean",
+            "max_seq_length": st["max_seq_length"], "prompts": dict(prompts),
+            "dim": int(pool.get("word_embedding_dimension") or config["hidden_size"])}
+
+
+class _Embeddings(nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(c["vocab_size"], c["hidden_size"], padding_idx=c.get("pad_token_id"))
+        self.position_embeddings = nn.Embedding(c["max_position_embeddings"], c["hidden_size"])
+        self.token_type_embeddings = nn.Embedding(c.get("type_vocab_size", 2), c["hidden_size"])
+        self.LayerNorm = nn.LayerNorm(c["hidden_size"], eps=c.get("layer_norm_eps", 1e-12))
+
+    def forward(self, input_ids, token_type_ids, position_ids):
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        return self.LayerNorm(x + self.position_embeddings(position_ids))
+
+
+class _Layer(nn.Module):
+    """transformers' BertLayer at inference, its modules named as in the checkpoint."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        h, eps = c["hidden_size"], c.get("layer_norm_eps", 1e-12)
+        self.heads = c["num_attention_heads"]
+        self.attention = nn.Module()
+        self.attention.self = nn.Module()
+        for name in ("query", "key", "value"):
+            setattr(self.attention.self, name, nn.Linear(h, h))
+        self.attention.output = nn.Module()
+        self.attention.output.dense, self.attention.output.LayerNorm = nn.Linear(h, h), nn.LayerNorm(h, eps=eps)
+        self.intermediate = nn.Module()
+        self.intermediate.dense = nn.Linear(h, c["intermediate_size"])
+        self.output = nn.Module()
+        self.output.dense = nn.Linear(c["intermediate_size"], h)
+        self.output.LayerNorm = nn.LayerNorm(h, eps=eps)
+
+    def forward(self, x, mask):
+        att, shape = self.attention, (*x.shape[:-1], -1, x.shape[-1] // self.heads)
+        q, k, v = (getattr(att.self, n)(x).view(*shape).transpose(1, 2) for n in ("query", "key", "value"))
+        a, _ = windowed_attention(att.self, q, k, v, mask, scaling=shape[-1] ** -0.5)
+        a = att.output.LayerNorm(att.output.dense(a.reshape(*x.shape[:-1], -1).contiguous()) + x)
+        return self.output.LayerNorm(self.output.dense(nn.functional.gelu(self.intermediate.dense(a))) + a)
+
+
+class PlainBert(nn.Module):
+    """BertModel's last hidden state (no pooler: pooling is the folder's own)."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self.config = SimpleNamespace(**config)
+        self.embeddings = _Embeddings(config)
+        self.encoder = nn.Module()
+        self.encoder.layer = nn.ModuleList(_Layer(config) for _ in range(config["num_hidden_layers"]))
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, position_ids=None):
+        b, n = input_ids.shape
+        if position_ids is None:
+            position_ids = torch.arange(n).unsqueeze(0)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        # the keys each row may attend to, as transformers' sdpa mask gives them (None: all)
+        mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
+        for layer in self.encoder.layer:
+            x = layer(x, mask)
+        return SimpleNamespace(last_hidden_state=x)
+
+
+class Pooling:
+    """sentence-transformers' Pooling (mean or CLS, prompt included) as its forward computes it."""
+
+    def __init__(self, mode: str, dim: int):
+        self.mode, self.dim = mode, dim
+
+    def __call__(self, features: dict) -> dict:
+        x, mask = features["token_embeddings"], features["attention_mask"]
+        if self.mode == "cls":
+            first = mask.to(torch.int).argmax(dim=1)
+            out = torch.gather(x, 1, first.unsqueeze(-1).unsqueeze(1).expand(-1, 1, x.shape[-1])).squeeze(1)
+        else:
+            acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+            m = mask.unsqueeze(-1).to(x.dtype)
+            out = ((x * m).sum(dim=1, dtype=acc) / torch.clamp(m.sum(dim=1, dtype=acc), min=1e-9)).to(x.dtype)
+        features["sentence_embedding"] = torch.cat([out], dim=-1)
+        return features
+
+    def get_config_dict(self) -> dict:
+        return {"embedding_dimension": self.dim, "pooling_mode": self.mode, "include_prompt": True}
+
+
+def load(path, facts: dict) -> PlainBert:
+    """The model of a folder plain_folder accepted, its weights read from model.safetensors
+    (tensors only: nothing in the folder runs)."""
+    from safetensors.torch import load_file
+
+    model = PlainBert(facts["config"])
+    weights = {k.removeprefix("bert."): v for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
+    want = model.state_dict()
+    missing = sorted(set(want) - set(weights))
+    if missing:
+        raise KeyError(f"model.safetensors lacks {missing[:3]}")
+    model.load_state_dict({k: weights[k] for k in want})
+    return model.eval()

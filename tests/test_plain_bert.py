@@ -1,0 +1,101 @@
+"""The bf16 engine's BERT without transformers (encode/plain_bert.py): the vectors and the manifest
+that transformers' BertModel and sentence-transformers' pooling give, to the bit; folders of any
+other shape left to transformers; and a dense-only bf16 encoding that never imports either."""
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ldr.encode import plain_bert
+from ldr.encode.dense import DenseEncoder, DenseSettings
+from ldr.encode.models import resolve
+
+# bf16 is emulated (slow) on CPUs without it in hardware: short texts, a short window
+TEXTS = ["The committee agreed to move the budget vote to Thursday after a long discussion about the "
+         "remote control design and its battery life. " * 3,
+         "short note", "", "Dr. Smith paid $3.75 for 2 million naïve cafés — 中文 Ünïcödé\tand\ntabs",
+         "A second document about the battery supplier and the launch date. " * 2]
+MINILM = resolve("sentence-transformers/all-MiniLM-L6-v2")[0]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    settings = dict(device="cpu", max_length=48)
+    plain = DenseEncoder(DenseSettings(**settings), bf16=True)
+    old, plain_bert.plain_folder = plain_bert.plain_folder, lambda path: None
+    try:
+        through = DenseEncoder(DenseSettings(**settings), bf16=True)      # transformers' BertModel
+    finally:
+        plain_bert.plain_folder = old
+    return plain, through
+
+
+def test_the_same_vectors_and_manifest_as_transformers_to_the_bit(engines):
+    plain, through = engines
+    assert isinstance(plain.hf, plain_bert.PlainBert) and not isinstance(through.hf, plain_bert.PlainBert)
+    for a, b in ((plain.encode_documents(TEXTS), through.encode_documents(TEXTS)),
+                 (plain.encode_queries(TEXTS), through.encode_queries(TEXTS))):
+        a, b = (x[0] if isinstance(x, tuple) else x for x in (a, b))
+        assert a.shape == b.shape and a.shape[0] >= len(TEXTS) and np.array_equal(a, b)
+    assert plain.describe() == through.describe()
+    assert plain.window == through.window and plain.dim == through.dim and plain.specials == through.specials
+
+
+def _copy(tmp_path, change):
+    folder = tmp_path / "model"
+    shutil.copytree(MINILM, folder)
+    change(folder)
+    return folder
+
+
+def _edit(name, **values):
+    def change(folder):
+        f = folder / name
+        f.write_text(json.dumps({**json.loads(f.read_text()), **values}))
+    return change
+
+
+@pytest.mark.parametrize("change", [
+    _edit("config.json", model_type="roberta"),
+    _edit("config.json", architectures=["BertForMaskedLM"]),
+    _edit("config.json", position_embedding_type="relative_key"),
+    _edit("config.json", hidden_act="gelu_new"),
+    _edit("1_Pooling/config.json", pooling_mode_mean_tokens=False, pooling_mode_max_tokens=True),
+    _edit("1_Pooling/config.json", pooling_mode_cls_token=True),        # two modes at once
+    _edit("1_Pooling/config.json", include_prompt=False),
+    _edit("sentence_bert_config.json", do_lower_case=True),
+    lambda f: (f / "modules.json").write_text(json.dumps(
+        json.loads((f / "modules.json").read_text())[:2] + [{"idx": 2, "name": "2", "path": "2_Dense",
+                                                             "type": "sentence_transformers.models.Dense"}])),
+    lambda f: (f / "model.safetensors").unlink(),
+    lambda f: (f / "config.json").write_text("{not json"),
+    lambda f: (f / "modules.json").write_text("[1, 2]"),
+], ids=["roberta", "mlm", "relative", "gelu_new", "max", "two-modes", "no-prompt", "lower", "dense", "no-weights",
+        "bad-json", "odd-modules"])
+def test_a_folder_of_another_shape_is_left_to_transformers(tmp_path, change):
+    assert plain_bert.plain_folder(MINILM) is not None
+    assert plain_bert.plain_folder(_copy(tmp_path, change)) is None
+
+
+def test_a_cls_folder_pools_its_first_token(tmp_path):
+    folder = _copy(tmp_path, _edit("1_Pooling/config.json", pooling_mode_cls_token=True, pooling_mode_mean_tokens=False))
+    facts = plain_bert.plain_folder(folder)
+    assert facts["pooling"] == "cls"
+    import torch
+    x = torch.randn(2, 5, 4)
+    out = plain_bert.Pooling("cls", 4)({"token_embeddings": x, "attention_mask": torch.ones(2, 5, dtype=torch.long)})
+    assert torch.equal(out["sentence_embedding"], x[:, 0])
+
+
+def test_a_bf16_encoding_imports_neither_transformers_nor_sentence_transformers():
+    code = ("import sys; from ldr.encode.dense import DenseEncoder, DenseSettings\n"
+            "e = DenseEncoder(DenseSettings(device='cpu', max_length=32), bf16=True)\n"
+            "v, _ = e.encode_documents(['a short text to encode'])\n"
+            "assert v.shape == (1, 384), v.shape\n"
+            "print(sorted(m for m in ('transformers', 'sentence_transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
