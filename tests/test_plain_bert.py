@@ -1,6 +1,7 @@
-"""The bf16 engine's BERT without transformers (encode/plain_bert.py): the vectors and the manifest
-that transformers' BertModel and sentence-transformers' pooling give, to the bit; folders of any
-other shape left to transformers; and a dense-only bf16 encoding that never imports either."""
+"""The bf16 engines' BERT without transformers (encode/plain_bert.py): the dense vectors and
+SPLADE weights, and the manifests, that transformers' BertModel / BertForMaskedLM and
+sentence-transformers' pooling give, to the bit; folders of any other shape left to transformers;
+and bf16 encodings that never import either."""
 import json
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 from ldr.encode import plain_bert
 from ldr.encode.dense import DenseEncoder, DenseSettings
 from ldr.encode.models import resolve
+from ldr.encode.sparse import SparseEncoder, SparseSettings
 
 # bf16 is emulated (slow) on CPUs without it in hardware: short texts, a short window
 TEXTS = ["The committee agreed to move the budget vote to Thursday after a long discussion about the "
@@ -44,9 +46,36 @@ def test_the_same_vectors_and_manifest_as_transformers_to_the_bit(engines):
     assert plain.window == through.window and plain.dim == through.dim and plain.specials == through.specials
 
 
-def _copy(tmp_path, change):
+def test_the_same_splade_weights_and_manifest_as_transformers_to_the_bit(monkeypatch):
+    settings = dict(device="cpu", max_length=48)
+    plain = SparseEncoder(SparseSettings(**settings), bf16=True)
+    monkeypatch.setattr(plain_bert, "plain_mlm", lambda path: None)
+    through = SparseEncoder(SparseSettings(**settings), bf16=True)
+    assert isinstance(plain.model, plain_bert.PlainMlm) and not isinstance(through.model, plain_bert.PlainMlm)
+    for a, b in ((plain.encode_documents(TEXTS), through.encode_documents(TEXTS)),
+                 (plain.encode_queries(TEXTS), through.encode_queries(TEXTS))):
+        a, b = a.tocsr(), b.tocsr()
+        assert a.shape == b.shape and a.nnz > 0
+        assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("indptr", "indices", "data"))
+    assert plain.describe() == through.describe()
+    assert (plain.window, plain._special, plain._head_ids, plain._tail_ids, plain.vocab_size) == \
+           (through.window, through._special, through._head_ids, through._tail_ids, through.vocab_size)
+    assert np.array_equal(plain._head[0].float().numpy(), through._head[0].float().numpy())
+    assert np.array_equal(plain._head[1].numpy(), through._head[1].numpy())
+
+
+def test_a_masked_lm_of_another_shape_is_left_to_transformers(tmp_path):
+    splade = resolve(SparseSettings().model)[0]
+    assert plain_bert.plain_mlm(splade) is not None and plain_bert.plain_mlm(MINILM) is None   # a BertModel
+    for change in (_edit("config.json", model_type="distilbert"), _edit("config.json", hidden_act="relu"),
+                   lambda f: (f / "tokenizer.json").unlink(), lambda f: (f / "config.json").write_text("[]")):
+        assert plain_bert.plain_mlm(_copy(tmp_path, change, splade)) is None
+
+
+def _copy(tmp_path, change, model=MINILM):
     folder = tmp_path / "model"
-    shutil.copytree(MINILM, folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(model, folder)
     change(folder)
     return folder
 
@@ -92,9 +121,12 @@ def test_a_cls_folder_pools_its_first_token(tmp_path):
 
 def test_a_bf16_encoding_imports_neither_transformers_nor_sentence_transformers():
     code = ("import sys; from ldr.encode.dense import DenseEncoder, DenseSettings\n"
+            "from ldr.encode.sparse import SparseEncoder, SparseSettings\n"
             "e = DenseEncoder(DenseSettings(device='cpu', max_length=32), bf16=True)\n"
             "v, _ = e.encode_documents(['a short text to encode'])\n"
             "assert v.shape == (1, 384), v.shape\n"
+            "w = SparseEncoder(SparseSettings(device='cpu', max_length=32), bf16=True).encode_documents(['a text'])\n"
+            "assert w.nnz > 0\n"
             "print(sorted(m for m in ('transformers', 'sentence_transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -37,23 +37,44 @@ def plain_folder(path) -> dict | None:
     except (OSError, ValueError, AttributeError):
         return None
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
+    if not _plain_bert(config, p, "BertModel"):
+        return None
     modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens",
                          "lasttoken") if pool.get(f"pooling_mode_{m}")]
     plain = (kinds[:2] == ["Transformer", "Pooling"] and set(kinds[2:]) <= {"Normalize"} and len(kinds) <= 3
              and modules[0].get("path") in ("", None) and modules[1].get("path") == "1_Pooling"
-             and config.get("model_type") == "bert" and config.get("architectures") in (None, ["BertModel"])
-             and config.get("position_embedding_type", "absolute") == "absolute"
-             and config.get("hidden_act") == "gelu" and not config.get("is_decoder")
-             and not config.get("add_cross_attention") and config.get("num_attention_heads")
-             and config["hidden_size"] % config["num_attention_heads"] == 0
              and modes in (["cls_token"], ["mean_tokens"]) and pool.get("include_prompt", True)
-             and isinstance(st.get("max_seq_length"), int) and not st.get("do_lower_case")
-             and (p / "model.safetensors").is_file() and (p / "tokenizer.json").is_file())
+             and isinstance(st.get("max_seq_length"), int) and not st.get("do_lower_case"))
     if not plain:
         return None
     return {"config": config, "pooling": "cls" if modes == ["cls_token"] else "mean",
             "max_seq_length": st["max_seq_length"], "prompts": dict(prompts),
             "dim": int(pool.get("word_embedding_dimension") or config["hidden_size"])}
+
+
+def plain_mlm(path) -> dict | None:
+    """The config of a BertForMaskedLM folder (a SPLADE model) this module runs exactly, or None."""
+    p = Path(path)
+    try:
+        config = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if _plain_bert(config, p, "BertForMaskedLM") else None
+
+
+def _plain_bert(config, p: Path, architecture: str) -> bool:
+    """A BERT of transformers' `architecture` with absolute positions, exact GELU, no decoder
+    parts, its weights in safetensors and its tokenizer in tokenizer.json."""
+    try:
+        return bool(isinstance(config, dict) and config.get("model_type") == "bert"
+                    and config.get("architectures", [architecture]) == [architecture]
+                    and config.get("position_embedding_type", "absolute") == "absolute"
+                    and config.get("hidden_act") == "gelu" and not config.get("is_decoder")
+                    and not config.get("add_cross_attention") and config.get("num_attention_heads")
+                    and config["hidden_size"] % config["num_attention_heads"] == 0
+                    and (p / "model.safetensors").is_file() and (p / "tokenizer.json").is_file())
+    except (KeyError, TypeError):
+        return False
 
 
 class _Embeddings(nn.Module):
@@ -142,16 +163,60 @@ class Pooling:
         return {"embedding_dimension": self.dim, "pooling_mode": self.mode, "include_prompt": True}
 
 
-def load(path, facts: dict) -> PlainBert:
-    """The model of a folder plain_folder accepted, its weights read from model.safetensors
-    (tensors only: nothing in the folder runs)."""
+class PlainMlm(nn.Module):
+    """BertForMaskedLM with its vocabulary projection taken out (mlm_head.split_mlm_head's
+    shape): `logits` are the prediction head's transformed states, (batch, tokens, hidden)."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        h = config["hidden_size"]
+        self.config = SimpleNamespace(**config)
+        self.bert = PlainBert(config)
+        self.cls = nn.Module()
+        self.cls.predictions = nn.Module()
+        self.cls.predictions.transform = nn.Module()
+        self.cls.predictions.transform.dense = nn.Linear(h, h)
+        self.cls.predictions.transform.LayerNorm = nn.LayerNorm(h, eps=config.get("layer_norm_eps", 1e-12))
+
+    def forward(self, input_ids, attention_mask):
+        t = self.cls.predictions.transform
+        x = self.bert(input_ids, attention_mask).last_hidden_state
+        return SimpleNamespace(logits=t.LayerNorm(nn.functional.gelu(t.dense(x))))
+
+
+def _weights(path) -> dict:
+    """model.safetensors' tensors (nothing in the folder runs), LayerNorm's old names (gamma,
+    beta) as transformers renames them."""
     from safetensors.torch import load_file
 
-    model = PlainBert(facts["config"])
-    weights = {k.removeprefix("bert."): v for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
+    old = {".gamma": ".weight", ".beta": ".bias"}
+    return {next((k[:-len(o)] + n for o, n in old.items() if k.endswith(o)), k): v
+            for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
+
+
+def _fill(model: nn.Module, weights: dict) -> nn.Module:
     want = model.state_dict()
     missing = sorted(set(want) - set(weights))
     if missing:
         raise KeyError(f"model.safetensors lacks {missing[:3]}")
     model.load_state_dict({k: weights[k] for k in want})
     return model.eval()
+
+
+def load(path, facts: dict) -> PlainBert:
+    """The model of a folder plain_folder accepted."""
+    return _fill(PlainBert(facts["config"]), {k.removeprefix("bert."): v for k, v in _weights(path).items()})
+
+
+def load_mlm(path, config: dict):
+    """(the model of a folder plain_mlm accepted, its vocabulary projection W (hidden, vocabulary)
+    and bias as float32 arrays), as split_mlm_head gives them of transformers' model."""
+    import numpy as np
+
+    weights = _weights(path)
+    model = _fill(PlainMlm(config), weights)
+    tied = config.get("tie_word_embeddings", True)      # transformers ties the projection to the inputs'
+    w = weights["bert.embeddings.word_embeddings.weight" if tied else "cls.predictions.decoder.weight"]
+    bias = weights.get("cls.predictions.bias", weights.get("cls.predictions.decoder.bias"))
+    w = np.ascontiguousarray(w.float().numpy().T)
+    return model, w, (bias.float().numpy().copy() if bias is not None else np.zeros(w.shape[1], np.float32))

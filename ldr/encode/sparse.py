@@ -211,18 +211,22 @@ class SparseEncoder(_SparseCore):
         if bf16 and s.kind == "splade":
             from .onnx_export import query_engine_ready
             query_engine_ready("splade", path)
-        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
         SerialEncoder.__init__(self)
         self.device = pick_device(s.device)
         if os.path.isdir(s.model):
             s.model = path
+        self.path, self.head = path, None
+        if bf16 and s.kind == "splade" and self.device == "cpu" and self._load_plain(path):
+            return
+        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
         with loading(s.model, path):
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             cls = AutoModelForMaskedLM if s.kind == "splade" else AutoModel
             self.model = cls.from_pretrained(path).to(self.device).eval()
+        self.architecture = type(self.model).__name__
         if s.kind == "splade":
             import torch
             self._head = [torch.from_numpy(a).to(self.device) for a in split_mlm_head(self.model)]
@@ -230,9 +234,7 @@ class SparseEncoder(_SparseCore):
                 self._head[0] = self._head[0].to(torch.bfloat16)
         if bf16:
             use_windowed_attention(self.model)
-        self.path = path
         s.backend = "bf16" if bf16 else "torch"
-        self.head = None
         if s.kind == "head":
             head = Path(s.head) if s.head else Path(path) / "sparse_linear.pt"
             self.head = _load_head(head, self.model.config.hidden_size).to(self.device).eval()
@@ -243,9 +245,34 @@ class SparseEncoder(_SparseCore):
         trained = int(getattr(self.model.config, "max_position_embeddings", 512))
         self.window = min(s.max_length or trained, trained)
 
+    def _load_plain(self, path: str) -> bool:
+        """The model run by plain_bert (no transformers import: the same weights to the bit), where
+        the folder is a BERT masked-LM it runs exactly; False: load it through transformers."""
+        import torch
+
+        from . import plain_bert
+        from .runtime import FastTokenizer, folder_meta
+
+        config = plain_bert.plain_mlm(path)
+        if config is None:
+            return False
+        with loading(self.settings.model, path):
+            self.model, w, bias = plain_bert.load_mlm(path, config)
+            self.tokenizer = FastTokenizer(path, folder_meta(Path(path)))
+        # cast once, not by autocast at every window (the same bf16 values)
+        self._head = [torch.from_numpy(w).to(torch.bfloat16), torch.from_numpy(bias)]
+        self.settings.backend, self.architecture = "bf16", "BertForMaskedLM"
+        self.vocab_size = int(config["vocab_size"])
+        self._head_ids, self._tail_ids = special_tokens(self.tokenizer)
+        self._special = set(self.tokenizer.all_special_ids)
+        trained = int(config.get("max_position_embeddings", 512))
+        self.window = min(self.settings.max_length or trained, trained)
+        return True
+
     def describe(self) -> dict:
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
-                "architecture": type(self.model).__name__, "vocab_size": self.vocab_size, "window": self.window,
+                "architecture": self.architecture,
+                "vocab_size": self.vocab_size, "window": self.window,
                 "settings": self.settings.to_dict(), "backend": {"name": self.settings.backend}}
 
     def _batches(self, lengths: list[int]):
