@@ -36,9 +36,12 @@ FP32_LAYERS = (0,)
 # at cosine >= 0.9999 to fp32, qmsum-train and passkeys unchanged on both (bench/README.md, "bf16"
 # and "Encoding per CPU family"). AVX-512 VNNI or AVX2 alone: ONNX fp32 (int8 loses passkeys).
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-# below this much text a build keeps `auto` on fp32: bf16 starts PyTorch, which costs more than a
-# small corpus's encoding saves (index/build.py, BuildConfig.small_corpus)
-BF16_MIN_CHARS = 400_000
+# below this much text a build keeps `auto` on fp32: bf16 starts PyTorch (~1.3 s on 2 cores since
+# the bf16 engines run BERT folders without transformers, encode/plain_bert.py), which costs more
+# than a small corpus's encoding saves. Default builds, AVX-512 BF16, paired: bf16 1.07-1.09x the
+# time of ONNX at 50k characters, 0.93-0.97x at 100k, 0.62-0.69x at 200k, passages and meetings
+# alike (index/build.py, BuildConfig.small_corpus; bench/README.md "Encoding")
+BF16_MIN_CHARS = 100_000
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
 EXACT = "auto-fp32"

@@ -151,9 +151,9 @@ class BuildConfig:
     def small_corpus(self, docs: Iterable[Doc]) -> tuple["BuildConfig", Iterable[Doc]]:
         """(these settings, the same documents) with the `auto` engines held to fp32 (ONNX, or
         PyTorch) when bf16 would be auto's choice but the corpus holds less than BF16_MIN_CHARS:
-        bf16 starts PyTorch (~6 s on 2 cores), which a small build never wins back (6 files: 9.7 s
-        against 3.3 s on ONNX; 12 meetings: 49.4 s against 64.7 s; break-even ~250k characters,
-        bench/README.md). The first documents are read ahead and put back in front."""
+        bf16 starts PyTorch (~1.3 s on 2 cores), which a small build does not win back (break-even
+        between 50k and 100k characters, runtime.py). The first documents are read ahead and put
+        back in front."""
         from ..encode.runtime import BF16_MIN_CHARS, EXACT, bf16_fast
 
         # the encoders' settings (each has an engine): those left at auto
