@@ -96,14 +96,16 @@ def _edit(name, **values):
     _edit("1_Pooling/config.json", pooling_mode_cls_token=True),        # two modes at once
     _edit("1_Pooling/config.json", include_prompt=False),
     _edit("sentence_bert_config.json", do_lower_case=True),
+    _edit("sentence_bert_config.json", config_args={"hidden_dropout_prob": 0.5}),
+    _edit("sentence_bert_config.json", max_seq_length=None, processing_kwargs={"text": {"max_length": 128}}),
     lambda f: (f / "modules.json").write_text(json.dumps(
         json.loads((f / "modules.json").read_text())[:2] + [{"idx": 2, "name": "2", "path": "2_Dense",
                                                              "type": "sentence_transformers.models.Dense"}])),
     lambda f: (f / "model.safetensors").unlink(),
     lambda f: (f / "config.json").write_text("{not json"),
     lambda f: (f / "modules.json").write_text("[1, 2]"),
-], ids=["roberta", "mlm", "relative", "gelu_new", "max", "two-modes", "no-prompt", "lower", "dense", "no-weights",
-        "bad-json", "odd-modules"])
+], ids=["roberta", "mlm", "relative", "gelu_new", "max", "two-modes", "no-prompt", "lower", "config-args",
+        "processing", "dense", "no-weights", "bad-json", "odd-modules"])
 def test_a_folder_of_another_shape_is_left_to_transformers(tmp_path, change):
     assert plain_bert.plain_folder(MINILM) is not None
     assert plain_bert.plain_folder(_copy(tmp_path, change)) is None

@@ -44,7 +44,9 @@ def plain_folder(path) -> dict | None:
     plain = (kinds[:2] == ["Transformer", "Pooling"] and set(kinds[2:]) <= {"Normalize"} and len(kinds) <= 3
              and modules[0].get("path") in ("", None) and modules[1].get("path") == "1_Pooling"
              and modes in (["cls_token"], ["mean_tokens"]) and pool.get("include_prompt", True)
-             and isinstance(st.get("max_seq_length"), int) and not st.get("do_lower_case"))
+             and isinstance(st.get("max_seq_length"), int) and not st.get("do_lower_case")
+             # anything else sentence-transformers would pass to the model or its tokenizer
+             and not any(v for k, v in st.items() if k not in ("max_seq_length", "do_lower_case")))
     if not plain:
         return None
     return {"config": config, "pooling": "cls" if modes == ["cls_token"] else "mean",
