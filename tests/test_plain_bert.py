@@ -133,3 +133,27 @@ def test_a_bf16_encoding_imports_neither_transformers_nor_sentence_transformers(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_weights_in_another_dtype_are_left_to_transformers(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    def half(folder):
+        f = folder / "model.safetensors"
+        save_file({k: v.half() for k, v in load_file(str(f)).items()}, str(f))
+    assert plain_bert.plain_folder(_copy(tmp_path, half)) is None
+
+
+@pytest.mark.parametrize("sizes", [{"num_hidden_layers": 7}, {"hidden_size": 1 << 20, "num_attention_heads": 1 << 10},
+                                   {"intermediate_size": 1 << 24}, {"vocab_size": 100}])
+def test_a_config_the_weights_do_not_match_fails_before_allocating(tmp_path, sizes):
+    """Sizes in config.json that model.safetensors does not hold: a clear error, read from the
+    file's header before a tensor is allocated (transformers would initialise a missing layer at
+    random, or allocate what the config says)."""
+    folder = _copy(tmp_path, _edit("config.json", **sizes))
+    facts = plain_bert.plain_folder(folder)
+    with pytest.raises((KeyError, ValueError), match="model.safetensors"):
+        plain_bert.load(folder, facts)
+    splade = _copy(tmp_path, _edit("config.json", **sizes), resolve(SparseSettings().model)[0])
+    with pytest.raises((KeyError, ValueError), match="model.safetensors"):
+        plain_bert.load_mlm(splade, plain_bert.plain_mlm(splade))

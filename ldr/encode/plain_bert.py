@@ -74,8 +74,21 @@ def _plain_bert(config, p: Path, architecture: str) -> bool:
                     and config.get("hidden_act") == "gelu" and not config.get("is_decoder")
                     and not config.get("add_cross_attention") and config.get("num_attention_heads")
                     and config["hidden_size"] % config["num_attention_heads"] == 0
-                    and (p / "model.safetensors").is_file() and (p / "tokenizer.json").is_file())
+                    and (p / "tokenizer.json").is_file() and _float32(p / "model.safetensors"))
     except (KeyError, TypeError):
+        return False
+
+
+def _float32(weights: Path) -> bool:
+    """Every floating tensor of the file float32 (its header alone read): transformers keeps
+    another dtype and computes in it, which this module does not copy. (Integer tensors, such as
+    a saved position_ids buffer, are not weights.)"""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), "pt") as f:
+            return all(f.get_slice(k).get_dtype() in ("F32", "I64", "I32") for k in f.keys())
+    except Exception:      # not a file, or not safetensors: transformers says what is wrong with it
         return False
 
 
@@ -186,28 +199,44 @@ class PlainMlm(nn.Module):
         return SimpleNamespace(logits=t.LayerNorm(nn.functional.gelu(t.dense(x))))
 
 
-def _weights(path) -> dict:
-    """model.safetensors' tensors (nothing in the folder runs), LayerNorm's old names (gamma,
-    beta) as transformers renames them."""
-    from safetensors.torch import load_file
+def _weights(path, model: nn.Module, prefix: str = "", also: tuple = ()) -> dict:
+    """The tensors of model.safetensors that `model` (built on the meta device: nothing allocated
+    yet) and `also` need, each checked against the shape the config gave before any is read: a
+    config whose sizes the file does not hold is an error, not gigabytes allocated. float32 only
+    (transformers would keep another dtype, and compute in it). Nothing in the folder runs;
+    LayerNorm's old names (gamma, beta) read as transformers renames them."""
+    from safetensors import safe_open
 
-    old = {".gamma": ".weight", ".beta": ".bias"}
-    return {next((k[:-len(o)] + n for o, n in old.items() if k.endswith(o)), k): v
-            for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
+    renamed = {".gamma": ".weight", ".beta": ".bias"}
+    want = {prefix + k: tuple(v.shape) for k, v in model.state_dict().items()}
+    out = {}
+    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
+        names = {next((k[:-len(o)] + n for o, n in renamed.items() if k.endswith(o)), k): k for k in f.keys()}
+        missing = sorted(set(want) - set(names))
+        if missing:
+            raise KeyError(f"model.safetensors lacks {missing[:3]}")
+        for name in [*want, *(a for a in also if a in names)]:
+            part = f.get_slice(names[name])
+            if part.get_dtype() != "F32" or (name in want and tuple(part.get_shape()) != want[name]):
+                raise ValueError(f"model.safetensors holds {names[name]} as {part.get_dtype()} "
+                                 f"{part.get_shape()}, where config.json implies F32 {list(want.get(name, []))}")
+            out[name] = f.get_tensor(names[name])
+    return out
 
 
-def _fill(model: nn.Module, weights: dict) -> nn.Module:
-    want = model.state_dict()
-    missing = sorted(set(want) - set(weights))
-    if missing:
-        raise KeyError(f"model.safetensors lacks {missing[:3]}")
-    model.load_state_dict({k: weights[k] for k in want})
+def _fill(model: nn.Module, weights: dict, prefix: str = "") -> nn.Module:
+    model.load_state_dict({k: weights[prefix + k] for k in model.state_dict()}, assign=True)
     return model.eval()
 
 
 def load(path, facts: dict) -> PlainBert:
-    """The model of a folder plain_folder accepted."""
-    return _fill(PlainBert(facts["config"]), {k.removeprefix("bert."): v for k, v in _weights(path).items()})
+    """The model of a folder plain_folder accepted (its checkpoint's names with or without "bert.")."""
+    with torch.device("meta"):
+        model = PlainBert(facts["config"])
+    from safetensors import safe_open
+    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
+        prefix = "bert." if any(k.startswith("bert.") for k in f.keys()) else ""
+    return _fill(model, _weights(path, model, prefix), prefix)
 
 
 def load_mlm(path, config: dict):
@@ -215,10 +244,17 @@ def load_mlm(path, config: dict):
     and bias as float32 arrays), as split_mlm_head gives them of transformers' model."""
     import numpy as np
 
-    weights = _weights(path)
-    model = _fill(PlainMlm(config), weights)
+    with torch.device("meta"):
+        model = PlainMlm(config)
+    weights = _weights(path, model, also=("cls.predictions.decoder.weight", "cls.predictions.bias",
+                                          "cls.predictions.decoder.bias"))
+    model = _fill(model, weights)
     tied = config.get("tie_word_embeddings", True)      # transformers ties the projection to the inputs'
     w = weights["bert.embeddings.word_embeddings.weight" if tied else "cls.predictions.decoder.weight"]
     bias = weights.get("cls.predictions.bias", weights.get("cls.predictions.decoder.bias"))
+    if tuple(w.shape) != (config["vocab_size"], config["hidden_size"]) or \
+            (bias is not None and tuple(bias.shape) != (config["vocab_size"],)):
+        raise ValueError(f"model.safetensors' vocabulary projection is {list(w.shape)}, config.json implies "
+                         f"{[config['vocab_size'], config['hidden_size']]}")
     w = np.ascontiguousarray(w.float().numpy().T)
     return model, w, (bias.float().numpy().copy() if bias is not None else np.zeros(w.shape[1], np.float32))
