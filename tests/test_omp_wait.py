@@ -54,6 +54,24 @@ print(seen, os.environ.get("OMP_WAIT_POLICY"))
     out = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True, check=True)
     # the index command set it (torch not loaded); add, in the same process, found it set
     assert out.stdout.strip().splitlines()[-1] == "[(False, True), (False, False)] ACTIVE"
+    # `ldr eval` builds its indexes too
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": f"remote control {i} battery"}) + "\n"
+                                               for i in range(3)), encoding="utf-8")
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "battery"}) + "\n", encoding="utf-8")
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n", encoding="utf-8")
+    script = script.split("for args in")[0] + f"""
+try:
+    main(["eval", "--bench", "beir", "--data", {str(data)!r}, "--out", {str(tmp_path / "ev")!r},
+          "--dense", "none", "--sparse", "none"])
+except SystemExit as e:
+    assert not e.code, e.code
+print(seen, os.environ.get("OMP_WAIT_POLICY"))
+"""
+    out = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[(False, True)] ACTIVE"
 
 
 def test_a_pipelines_encoder_loads_on_the_worker_that_runs_it():

@@ -59,8 +59,11 @@ def eval_cmd(bench, qrels, run_files, as_json, per_query, plot, tasks, data, hay
     if bench is None:
         raise click.UsageError("give --bench, or --qrels with one or more --run files")
 
+    from ..encode.omp_wait import spin_before_sleeping
     from ..eval.benchmarks import load
     from ..eval.runner import EvalOptions, run_benchmark
+
+    spin_before_sleeping()      # it builds its indexes as `ldr index` does (encode/omp_wait.py)
 
     if index_path and (bench != "beir" or not data):
         raise click.UsageError("-i IDX evaluates an index of one corpus: give it with --bench beir --data DIR")
