@@ -134,6 +134,7 @@ class DenseEncoder(_DenseCore):
                                      local_files_only=os.environ.get("HF_HUB_OFFLINE") == "1" or None)
         self.st = st
         self.hf = st[0].auto_model
+        self.architecture = type(self.hf).__name__
         self.tokenizer = st.tokenizer
         # every module after the transformer (Pooling, Dense projections, LayerNorm, ...) but Normalize,
         # which ldr applies itself after a Matryoshka cut: a Dense projection left out gave vectors of
@@ -171,6 +172,7 @@ class DenseEncoder(_DenseCore):
             self.hf = plain_bert.load(path, facts)
             self.tokenizer = FastTokenizer(path, folder_meta(Path(path)))
         self.st, self.after = None, [plain_bert.Pooling(facts["pooling"], facts["dim"])]
+        self.architecture = "BertModel"     # what transformers would have loaded
         self.kind, self.trained = position_kind(self.hf), trained_length(self.hf)
         self.settings.backend = "bf16"
         self._accepts_tti = False       # token type 0 everywhere, as the zeros transformers is given
@@ -182,7 +184,7 @@ class DenseEncoder(_DenseCore):
     def describe(self) -> dict:
         return {"name": self.settings.model, "path": self.path, "revision": model_revision(self.path),
                 "trained_from": trained_from(self.settings.model),
-                "architecture": "BertModel" if self.st is None else type(self.hf).__name__, "positions": self.kind, "trained_length": self.trained,
+                "architecture": self.architecture, "positions": self.kind, "trained_length": self.trained,
                 "window": self.window, "dim": self.dim, "query_prefix": self.query_prefix,
                 "doc_prefix": self.doc_prefix, "pooling": [p.get_config_dict() for p in self.after],
                 "extension": self.ext_info, "settings": self.settings.to_dict(), "backend": {"name": self.settings.backend}}
