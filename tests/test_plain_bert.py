@@ -144,7 +144,8 @@ def test_weights_in_another_dtype_are_left_to_transformers(tmp_path):
     assert plain_bert.plain_folder(_copy(tmp_path, half)) is None
 
 
-@pytest.mark.parametrize("sizes", [{"num_hidden_layers": 7}, {"hidden_size": 1 << 20, "num_attention_heads": 1 << 10},
+@pytest.mark.parametrize("sizes", [{"num_hidden_layers": 7}, {"num_hidden_layers": 10 ** 9}, {"num_hidden_layers": 1},
+                                   {"hidden_size": 1 << 20, "num_attention_heads": 1 << 10},
                                    {"intermediate_size": 1 << 24}, {"vocab_size": 100}])
 def test_a_config_the_weights_do_not_match_fails_before_allocating(tmp_path, sizes):
     """Sizes in config.json that model.safetensors does not hold: a clear error, read from the

@@ -224,6 +224,24 @@ def _weights(path, model: nn.Module, prefix: str = "", also: tuple = ()) -> dict
     return out
 
 
+def _layers(path, config: dict) -> str:
+    """The checkpoint's prefix ("bert." or ""), after checking it holds the layers config.json
+    counts (a config of a million layers would build a million modules, even on the meta device)."""
+    import re
+
+    from safetensors import safe_open
+
+    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    prefix = "bert." if any(k.startswith("bert.") for k in keys) else ""
+    held = {m.group(1) for k in keys if (m := re.match(re.escape(prefix) + r"encoder\.layer\.(\d+)\.", k))}
+    n = int(config["num_hidden_layers"])
+    if len(held) != n or held != {str(i) for i in range(n)}:
+        raise ValueError(f"config.json counts {config['num_hidden_layers']} layers, model.safetensors holds "
+                         f"{len(held)}")
+    return prefix
+
+
 def _fill(model: nn.Module, weights: dict, prefix: str = "") -> nn.Module:
     model.load_state_dict({k: weights[prefix + k] for k in model.state_dict()}, assign=True)
     return model.eval()
@@ -231,11 +249,9 @@ def _fill(model: nn.Module, weights: dict, prefix: str = "") -> nn.Module:
 
 def load(path, facts: dict) -> PlainBert:
     """The model of a folder plain_folder accepted (its checkpoint's names with or without "bert.")."""
+    prefix = _layers(path, facts["config"])
     with torch.device("meta"):
         model = PlainBert(facts["config"])
-    from safetensors import safe_open
-    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
-        prefix = "bert." if any(k.startswith("bert.") for k in f.keys()) else ""
     return _fill(model, _weights(path, model, prefix), prefix)
 
 
@@ -244,6 +260,8 @@ def load_mlm(path, config: dict):
     and bias as float32 arrays), as split_mlm_head gives them of transformers' model."""
     import numpy as np
 
+    if _layers(path, config) != "bert.":
+        raise KeyError("model.safetensors lacks the bert. weights of a masked-LM")
     with torch.device("meta"):
         model = PlainMlm(config)
     weights = _weights(path, model, also=("cls.predictions.decoder.weight", "cls.predictions.bias",
