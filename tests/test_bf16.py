@@ -107,8 +107,8 @@ def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(
 
 
 def test_auto_keeps_a_small_corpus_on_fp32_where_bf16_would_not_pay(monkeypatch):
-    """bf16 starts PyTorch (seconds): below BF16_MIN_CHARS of text `auto` stays fp32 (ONNX);
-    the documents read ahead to decide are all indexed, in order."""
+    """bf16 starts PyTorch (seconds): below the dense model's break-even (runtime.bf16_min_chars)
+    `auto` stays fp32 (ONNX); the documents read ahead to decide are all indexed, in order."""
     from ldr.corpus import Doc
     from ldr.index.build import BuildConfig
 
@@ -133,6 +133,11 @@ def test_auto_keeps_a_small_corpus_on_fp32_where_bf16_would_not_pay(monkeypatch)
     assert shard.dense.backend == "auto" and shard.sparse.backend == "auto"
     held, _ = BuildConfig().small_corpus(iter(small))
     assert held.small_corpus(iter(small))[0].dense.backend == runtime.EXACT
+    # the break-even is the dense model's: MiniLM's measured 100k, any other model's 400k
+    mid = [Doc(id=f"m{i}", text="word " * 10_000) for i in range(4)]                  # 200k characters
+    minilm, _ = BuildConfig(dense=DenseSettings(model="all-MiniLM-L6-v2")).small_corpus(iter(mid))
+    e5, _ = BuildConfig(dense=DenseSettings(model="e5-small-multilingual")).small_corpus(iter(mid))
+    assert minilm.dense.backend == "auto" and e5.dense.backend == runtime.EXACT
     monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})                  # no bf16: nothing to hold
     assert BuildConfig().small_corpus(iter(small))[0].dense.backend == "auto"
     assert runtime.choose(runtime.EXACT, "cpu", True, "x", bf16=True, auto_bf16=True) == "onnx"
@@ -163,7 +168,7 @@ def _sharded_as_plain(monkeypatch, tmp_path, ShardedIndex):
     docs = [ldr.Doc(f"d{i}", f"Notes on {t}. " + f"The meeting discussed {t} at length, point by point. " * 3)
             for i, t in enumerate(topics)]
     chars = sum(len(d.text) for d in docs)
-    monkeypatch.setattr(runtime, "BF16_MIN_CHARS", chars // 2)    # the whole over the rule, a quarter under
+    monkeypatch.setattr(runtime, "bf16_min_chars", lambda model: chars // 2)   # the whole over the rule, a quarter under
     one = ldr.Index.build(docs, tmp_path / "one", sparse=None)
     four = ShardedIndex.build(docs, tmp_path / "four", shards=4, sparse=None)
     engines, shards = set(), [p.parent for p in (tmp_path / "four").glob("shards/*/manifest-*.json")]

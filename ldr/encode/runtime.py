@@ -37,11 +37,22 @@ FP32_LAYERS = (0,)
 # and "Encoding per CPU family"). AVX-512 VNNI or AVX2 alone: ONNX fp32 (int8 loses passkeys).
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # below this much text a build keeps `auto` on fp32: bf16 starts PyTorch (~1.3 s on 2 cores since
-# the bf16 engines run BERT folders without transformers, encode/plain_bert.py), which costs more
-# than a small corpus's encoding saves. Default builds, AVX-512 BF16, paired: bf16 1.07-1.09x the
-# time of ONNX at 50k characters, 0.93-0.97x at 100k, 0.62-0.69x at 200k, passages and meetings
-# alike (index/build.py, BuildConfig.small_corpus; bench/README.md "Encoding")
-BF16_MIN_CHARS = 100_000
+# the bf16 engines run BERT folders without transformers, encode/plain_bert.py) and loads the model,
+# which costs more than a small corpus's encoding saves (index/build.py, BuildConfig.small_corpus).
+# Measured per packaged dense model, default builds, AVX-512 BF16, bf16 against ONNX (farm-bench,
+# paired; bench/README.md "Encoding"): all-MiniLM-L6-v2 (with SPLADE-tiny) 1.07-1.09x the time at
+# 50k characters, 0.93-0.97x at 100k, 0.62-0.69x at 200k; e5-small-multilingual (German, no SPLADE:
+# a 250k-token vocabulary to load) 1.04x at 178k, 0.84x at 426k. Any other model: 400k, as measured
+# before the bf16 engines lost transformers' import.
+BF16_MIN_CHARS = {"all-minilm-l6-v2": 100_000}
+BF16_MIN_CHARS_ELSE = 400_000
+
+
+def bf16_min_chars(dense_model: str | None) -> int:
+    """The text a build needs before `auto` pays for bf16, for the dense model it encodes with."""
+    from .models import ALIASES
+
+    return BF16_MIN_CHARS.get(ALIASES.get((dense_model or "").lower()), BF16_MIN_CHARS_ELSE)
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
 EXACT = "auto-fp32"

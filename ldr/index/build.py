@@ -138,35 +138,35 @@ class BuildConfig:
         """(these settings made concrete for `docs`, the same documents): with `language="auto"`
         the language is detected from the first documents, which are then indexed as usual; an
         `auto` engine is fp32 for a corpus too small to pay for bf16's start (small_corpus)."""
-        config, docs = self.small_corpus(docs)
-        if config.language != AUTO:
-            return config.for_language(config.language), docs
+        if self.language != AUTO:
+            return self.for_language(self.language).small_corpus(docs)
         from ..corpus.language import detect_docs
 
+        # the language first: it names the dense model, whose bf16 break-even small_corpus reads
         found, docs = detect_docs(docs)
         log.info("language: %s (%.0f%% of %d sampled documents' letters)", found.language, 100 * found.share,
                  found.sampled)
-        return config.for_language(found.language, found.to_dict()), docs
+        return self.for_language(found.language, found.to_dict()).small_corpus(docs)
 
     def small_corpus(self, docs: Iterable[Doc]) -> tuple["BuildConfig", Iterable[Doc]]:
         """(these settings, the same documents) with the `auto` engines held to fp32 (ONNX, or
-        PyTorch) when bf16 would be auto's choice but the corpus holds less than BF16_MIN_CHARS:
-        bf16 starts PyTorch (~1.3 s on 2 cores), which a small build does not win back (break-even
-        between 50k and 100k characters, runtime.py). The first documents are read ahead and put
-        back in front."""
-        from ..encode.runtime import BF16_MIN_CHARS, EXACT, bf16_fast
+        PyTorch) when bf16 would be auto's choice but the corpus holds less text than the dense
+        model's break-even (runtime.bf16_min_chars: bf16 starts PyTorch and loads the model, which a
+        small build does not win back). The first documents are read ahead and put back in front."""
+        from ..encode.runtime import EXACT, bf16_fast, bf16_min_chars
 
         # the encoders' settings (each has an engine): those left at auto
         auto = [f.name for f in dataclasses.fields(self) if getattr(getattr(self, f.name), "backend", None) == AUTO]
         if not auto or not bf16_fast() or self.engines_decided:
             return self, docs
         it, head, chars = iter(docs), [], 0
+        limit = bf16_min_chars(self.dense.model if self.dense is not None else None)
         for doc in it:
             head.append(doc)
             # what will be encoded: a document skipped as too large (or empty) counts for nothing (a
             # 1 MB file skipped beside 23 short ones made such a build start PyTorch for bf16)
             chars += len(doc.text) if doc.text.strip() and not oversized(doc.text, self.max_doc_mb) else 0
-            if chars >= BF16_MIN_CHARS:
+            if chars >= limit:
                 return dataclasses.replace(self, engines_decided=True), itertools.chain(head, it)
         held = {n: dataclasses.replace(getattr(self, n), backend=EXACT) for n in auto}
         log.info("a small corpus (%d characters): fp32 encoders, not bf16", chars)
