@@ -104,8 +104,11 @@ def _edit(name, **values):
     lambda f: (f / "model.safetensors").unlink(),
     lambda f: (f / "config.json").write_text("{not json"),
     lambda f: (f / "modules.json").write_text("[1, 2]"),
+    lambda f: (f / "modules.json").write_text(json.dumps([1] + json.loads((f / "modules.json").read_text()))),
+    lambda f: (f / "1_Pooling" / "config.json").write_text("[true]"),
+    lambda f: (f / "sentence_bert_config.json").write_text("256"),
 ], ids=["roberta", "mlm", "relative", "gelu_new", "max", "two-modes", "no-prompt", "lower", "config-args",
-        "processing", "dense", "no-weights", "bad-json", "odd-modules"])
+        "processing", "dense", "no-weights", "bad-json", "odd-modules", "shifted-modules", "pooling-list", "config-number"])
 def test_a_folder_of_another_shape_is_left_to_transformers(tmp_path, change):
     assert plain_bert.plain_folder(MINILM) is not None
     assert plain_bert.plain_folder(_copy(tmp_path, change)) is None

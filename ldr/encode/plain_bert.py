@@ -1,12 +1,13 @@
-"""A sentence-transformers BERT folder run by PyTorch alone, for the bf16 engine.
+"""BERT folders run by PyTorch alone, for the bf16 engines (dense and SPLADE).
 
-The bf16 engine ran transformers' BertModel loaded through sentence-transformers: importing the
-two took ~4.5 s of a 27 s dense-only `ldr index` of 2,000 passages (torch alone: ~1.1 s). This
-module runs the same operations in the same order on the same weights (embeddings, post-norm
-layers, exact GELU, ldr's bf16 attention) and the folder's mean or CLS pooling as
-sentence-transformers computes it, so a text gets the same vector to the bit (the test compares
-them). It covers folders of exactly that shape: BertModel with absolute positions, Transformer +
-Pooling (+ Normalize) modules, safetensors weights, tokenizer.json. Any other folder, or an
+The bf16 engines ran transformers' models, the dense one loaded through sentence-transformers:
+importing the two took ~4.5 s of a 27 s dense-only `ldr index` of 2,000 passages (torch alone:
+~1.1 s). This module runs the same operations in the same order on the same weights (embeddings,
+post-norm layers, exact GELU, ldr's bf16 attention; the masked-LM's prediction transform) and a
+sentence-transformers folder's mean or CLS pooling as sentence-transformers computes it, so a text
+gets the same vector and the same SPLADE weights to the bit (the tests compare them). It covers
+folders of exactly that shape: BertModel (Transformer + Pooling (+ Normalize) modules) or
+BertForMaskedLM, absolute positions, float32 safetensors, tokenizer.json. Any other folder, or an
 extension strategy (they patch transformers' modules), loads through transformers as before.
 """
 from __future__ import annotations
@@ -19,9 +20,6 @@ import torch
 from torch import nn
 
 from .bf16_attention import windowed_attention
-
-_KINDS = ("Transformer", "Pooling", "Normalize")
-
 
 def plain_folder(path) -> dict | None:
     """What this module needs of the folder at `path` (config, pooling, length, prompts), or None
@@ -36,9 +34,10 @@ def plain_folder(path) -> dict | None:
         prompts = (json.loads(about.read_text()).get("prompts") or {}) if about.is_file() else {}
     except (OSError, ValueError, AttributeError):
         return None
-    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
-    if not _plain_bert(config, p, "BertModel"):
+    if not (isinstance(modules, list) and isinstance(st, dict) and isinstance(pool, dict)
+            and isinstance(prompts, dict) and _plain_bert(config, p, "BertModel")):
         return None
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] if isinstance(m, dict) else "" for m in modules]
     modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens",
                          "lasttoken") if pool.get(f"pooling_mode_{m}")]
     plain = (kinds[:2] == ["Transformer", "Pooling"] and set(kinds[2:]) <= {"Normalize"} and len(kinds) <= 3
