@@ -48,11 +48,12 @@ BF16_MIN_CHARS = {"all-minilm-l6-v2": 100_000}
 BF16_MIN_CHARS_ELSE = 400_000
 
 
-def bf16_min_chars(dense_model: str | None) -> int:
-    """The text a build needs before `auto` pays for bf16, for the dense model it encodes with."""
-    from .models import ALIASES
+def bf16_min_chars(model_key: str | None) -> int:
+    """The text a build needs before `auto` pays for bf16, for the dense model it encodes with
+    (`model_key`: its packaged name, models.ALIASES' values; None: any other model)."""
+    return BF16_MIN_CHARS.get(model_key, BF16_MIN_CHARS_ELSE)
 
-    return BF16_MIN_CHARS.get(ALIASES.get((dense_model or "").lower()), BF16_MIN_CHARS_ELSE)
+
 # an index written before backends were recorded was encoded by PyTorch: its queries run on an
 # engine that gives the same vectors (ONNX fp32, or PyTorch), never int8
 EXACT = "auto-fp32"

@@ -153,6 +153,7 @@ class BuildConfig:
         PyTorch) when bf16 would be auto's choice but the corpus holds less text than the dense
         model's break-even (runtime.bf16_min_chars: bf16 starts PyTorch and loads the model, which a
         small build does not win back). The first documents are read ahead and put back in front."""
+        from ..encode.models import ALIASES
         from ..encode.runtime import EXACT, bf16_fast, bf16_min_chars
 
         # the encoders' settings (each has an engine): those left at auto
@@ -160,7 +161,7 @@ class BuildConfig:
         if not auto or not bf16_fast() or self.engines_decided:
             return self, docs
         it, head, chars = iter(docs), [], 0
-        limit = bf16_min_chars(self.dense.model if self.dense is not None else None)
+        limit = bf16_min_chars(ALIASES.get(self.dense.model.lower()) if self.dense is not None else None)
         for doc in it:
             head.append(doc)
             # what will be encoded: a document skipped as too large (or empty) counts for nothing (a
