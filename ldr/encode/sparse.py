@@ -239,11 +239,16 @@ class SparseEncoder(_SparseCore):
             head = Path(s.head) if s.head else Path(path) / "sparse_linear.pt"
             self.head = _load_head(head, self.model.config.hidden_size).to(self.device).eval()
             s.head = str(head.resolve())
-        self.vocab_size = self.model.config.vocab_size
+        self._tokens_and_window()
+
+    def _tokens_and_window(self) -> None:
+        """What either engine reads of its model's config and tokenizer: vocabulary, special
+        tokens, window."""
+        self.vocab_size = int(self.model.config.vocab_size)
         self._head_ids, self._tail_ids = special_tokens(self.tokenizer)
         self._special = set(self.tokenizer.all_special_ids)
         trained = int(getattr(self.model.config, "max_position_embeddings", 512))
-        self.window = min(s.max_length or trained, trained)
+        self.window = min(self.settings.max_length or trained, trained)
 
     def _load_plain(self, path: str) -> bool:
         """The model run by plain_bert (no transformers import: the same weights to the bit), where
@@ -262,11 +267,7 @@ class SparseEncoder(_SparseCore):
         # cast once, not by autocast at every window (the same bf16 values)
         self._head = [torch.from_numpy(w).to(torch.bfloat16), torch.from_numpy(bias)]
         self.settings.backend, self.architecture = "bf16", "BertForMaskedLM"
-        self.vocab_size = int(config["vocab_size"])
-        self._head_ids, self._tail_ids = special_tokens(self.tokenizer)
-        self._special = set(self.tokenizer.all_special_ids)
-        trained = int(config.get("max_position_embeddings", 512))
-        self.window = min(self.settings.max_length or trained, trained)
+        self._tokens_and_window()
         return True
 
     def describe(self) -> dict:
