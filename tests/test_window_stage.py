@@ -274,3 +274,79 @@ def test_window_features_cross_processes_as_one_buffer_and_come_back_whole():
                 assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
                 assert b.flags.writeable
     check()
+
+
+def _features_one_at_a_time(indptr, ids, stream, vocab, terms):
+    """The window features of one document as they were counted before postings: every term read
+    (a lookup table of the query's terms over its windows' term ids and its stream)."""
+    table = np.full(len(vocab) + 1, -1, dtype=np.int32)
+    for j, t in enumerate(terms):
+        if t in vocab:
+            table[vocab[t]] = j
+    m = len(indptr) - 1
+    got = np.take(table, ids, mode="clip")
+    hit = np.flatnonzero(got >= 0)
+    rows = np.searchsorted(indptr, hit, side="right") - 1
+    tf = np.bincount(rows * len(terms) + got[hit], minlength=m * len(terms)).reshape(m, len(terms))
+    got = np.take(table, stream, mode="clip")
+    pos = np.flatnonzero(got >= 0)
+    return tf, pos, got[pos]
+
+
+def test_window_features_looked_up_in_postings_equal_every_term_read():
+    """A query's terms are looked up in every candidate's postings at once (window_counts.py): the
+    same counts a window, places in the stream and columns as reading each document's every term,
+    for documents of any length (none, empty windows, one term repeated), terms absent from them
+    or from the vocabulary, any order of columns."""
+    from hypothesis import given, settings, strategies as st
+
+    from ldr.search.window_counts import Postings, in_order, occurrences, window_counts
+
+    words = st.integers(0, 12)
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.lists(st.tuples(st.lists(st.lists(words, max_size=9), max_size=6), st.lists(words, max_size=40)),
+                    min_size=1, max_size=6),
+           st.lists(st.integers(0, 15), max_size=8, unique=True))
+    def check(docs, asked):
+        vocab = {f"t{i}": i for i in range(13)}
+        terms = sorted(f"t{i}" for i in asked)          # t13..t15: not in the vocabulary
+        indptrs, windows, streams = [], [], []
+        for wins, stream in docs:
+            indptrs.append(np.r_[0, np.cumsum([len(w) for w in wins])].astype(np.int64))
+            windows.append(np.array([t for w in wins for t in w], dtype=np.int32))
+            streams.append(np.array(stream, dtype=np.int32))
+        cols = [j for j, t in enumerate(terms) if t in vocab]
+        ids, cols = np.array([vocab[terms[j]] for j in cols], dtype=np.int64), np.array(cols, dtype=np.int64)
+        table, rows = window_counts(indptrs, *occurrences([Postings.of(w) for w in windows], ids, cols), len(terms))
+        places = in_order(len(docs), *occurrences([Postings.of(s) for s in streams], ids, cols))
+        for k in range(len(docs)):
+            tf, pos, col = _features_one_at_a_time(indptrs[k], windows[k], streams[k], vocab, terms)
+            assert np.array_equal(table[rows[k]], tf) and table.dtype == np.uint32
+            assert np.array_equal(places[k][0], pos) and places[k][0].dtype == np.int32
+            assert np.array_equal(places[k][1], col) and places[k][1].dtype == np.uint16
+
+    check()
+
+
+def test_the_share_two_neighbouring_windows_hold_is_taken_for_all_candidates_at_once():
+    """covers() of many documents at once equals each document's own (its windows sorted by their
+    start, two neighbours OR-ed; one window alone), for windows in any order."""
+    from hypothesis import given, settings, strategies as st
+
+    from ldr.search.passages import WindowFeatures
+    from ldr.search.window_counts import _cover, covers
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.lists(st.integers(0, 2), min_size=3, max_size=3)),
+                             max_size=5), max_size=6))
+    def check(docs):
+        feats = {}
+        for d, wins in enumerate(docs):
+            spans = np.array([[a, a + 10] for a, _ in wins], dtype=np.int64).reshape(-1, 2)
+            tf = np.array([c for _, c in wins], dtype=np.uint16).reshape(-1, 3)
+            feats[d] = WindowFeatures(spans, np.full(len(wins), 10, np.int64), tf, {})
+        got = covers(feats, list(feats))
+        assert got == {d: _cover(f) for d, f in feats.items() if len(f.spans)}
+
+    check()

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .passages import WindowFeatures
+from .passages import COVER, WindowFeatures
+from .window_counts import covers
 from .stages.base import Candidates, ListedScores, strictly_falling
 from ..values import Fetched, FirstStage, ShardInfo, ShardStats
 
@@ -163,6 +164,7 @@ class ShardedSource:
         self.missing: set[int] = set()      # shards that failed a call after their first stages
         self.rounds = 0                     # calls to the shards made here (each to every shard concerned at once)
         self.with_meta = False              # the request shows the hits' metadata
+        self._covers: dict[int, float] = {}
 
     def reranker(self, spec):
         return self.bind(spec)
@@ -234,6 +236,7 @@ class ShardedSource:
         feats = self._features(docnos)
         memo: dict = {}            # windows placed for a scale, read again by the aspects
         out = self.finder.best_from(feats, docnos, scales, memo)
+        self._covers.update((d, v[COVER]) for d, v in out.items())
         if phrases or aspects:
             from ..components.analysis import first_terms
 
@@ -255,6 +258,18 @@ class ShardedSource:
                 for d, v in asp.aspect_scores(feats, docnos, parts, terms, k1, b, memo).items():
                     out[d][asp.KEY] = v
         return out
+
+    def covers(self, docnos: list[int]) -> dict:
+        """{docno: the largest share of the query's terms two neighbouring windows of it hold}
+        (window_counts.covers: it depends on the document and the query alone, so the window
+        stage's are read again), {} where no finder analyses this index's windows."""
+        if self.finder is None:
+            return {}
+        want = [d for d in dict.fromkeys(docnos) if d not in self._covers]
+        if want:
+            got = covers(self._features(want), want)
+            self._covers.update((d, got.get(d, 0.0)) for d in want)
+        return {d: self._covers[d] for d in docnos}
 
     def passages(self, docnos: list[int], n: int) -> dict:
         """{docno: its n best passages}: windows ranked here, cut to sentences where the text is."""
@@ -278,3 +293,4 @@ class ShardedSource:
         self.read.clear()
         self.feats.clear()
         self.fetched.clear()
+        self._covers.clear()

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..corpus.text import page_of
 from .normalise import minmax
-from .window_scales import best_at, occurrences, scale_key, term_table
+from .window_counts import covers, in_order, occurrences, window_counts
+from .window_scales import best_at, scale_key
 from .window_features import FeatureMap, WindowFeatures
 from .window_terms import WindowTerms
 
@@ -58,18 +59,6 @@ class Ranked:
     contrib: dict
     total: np.ndarray
     order: dict                # docno → its windows (indices), best first
-
-
-def _counts(indptr: np.ndarray, ids: np.ndarray, table: np.ndarray, n_terms: int) -> np.ndarray:
-    """(windows × terms) counts of the query's terms in each window (`ids`: the windows' term ids,
-    by `indptr`; `table`: term id → column, window_scales.term_table)."""
-    m = len(indptr) - 1
-    if not n_terms or not len(ids):
-        return np.zeros((m, n_terms), dtype=np.uint32)
-    got = np.take(table, ids, mode="clip")
-    hit = np.flatnonzero(got >= 0)
-    rows = np.searchsorted(indptr, hit, side="right") - 1
-    return np.bincount(rows * n_terms + got[hit], minlength=m * n_terms).astype(np.uint32).reshape(m, n_terms)
 
 
 class PassageFinder:
@@ -130,9 +119,9 @@ class PassageFinder:
         each vector kind's similarity. `text_of(d)`: a document's text, read only when its windows
         are not cached yet; `keys` {docno: uid} lets later queries reuse the analysed windows."""
         lengths = self.cache.lengths
-        out, table = FeatureMap(), (None, None, ())
         docnos = list(docnos)
         scored = self._vector_windows(reps, docnos)
+        got = []
         for j, d in enumerate(docnos):
             uid = keys[d] if keys is not None else None
             text = None
@@ -143,25 +132,40 @@ class PassageFinder:
             found = self._windows_of(scored, j, len(text) if text is not None else lengths[uid])
             spans = np.concatenate([sp for _, sp in found.values()]) if found else None
             key = (uid, tuple(found)) if uid is not None else None
-            win, indptr, ids, vocab, stream = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)),
-                                                             spans)
-            m = len(win)
+            entry = self.cache.get(key, text if text is not None else (lambda d=d: text_of(d)), spans)
+            m = len(entry.win)
             vec, at = {}, 0
             for k, (sims, sp) in found.items():       # the windows are the kinds' spans, in this order
                 col = np.full(m, np.nan)
                 col[at:at + len(sp)] = sims
                 vec[k] = col
                 at += len(sp)
-            # one lookup table a query, made again where a vocabulary started afresh or a document
-            # analysed just now brought one of the query's terms into it
-            if table[0] is not vocab or any(t in vocab for t in table[2]):
-                table = (vocab, term_table(vocab, terms), [t for t in terms if t not in vocab])
-            tf = _counts(indptr, ids, table[1], len(terms))
-            if not tf.size or tf.max() < 1 << 16:      # half the bytes a shard sends (counts in a window are small)
-                tf = tf.astype(np.uint16)
-            out[d] = WindowFeatures(np.asarray(win, dtype=np.int64).reshape(-1, 2), np.diff(indptr).astype(np.int64),
-                                    tf, vec, *occurrences(stream, table[1]), len(stream))
-        return out
+            got.append((d, entry, vec))
+        out = FeatureMap()
+        # the query's terms looked up in every document's postings at once, per vocabulary (one,
+        # unless it started afresh during this query), after every document was analysed
+        groups: dict = {}
+        for item in got:
+            groups.setdefault(id(item[1].vocab), []).append(item)
+        for group in groups.values():
+            vocab = group[0][1].vocab
+            cols = [j for j, t in enumerate(terms) if t in vocab]
+            ids = np.array([vocab[terms[j]] for j in cols], dtype=np.int64)
+            cols = np.array(cols, dtype=np.int64)
+            table, rows = window_counts([e.indptr for _, e, _ in group],
+                                        *occurrences([e.in_windows for _, e, _ in group], ids, cols), len(terms))
+            places = in_order(len(group), *occurrences([e.in_stream for _, e, _ in group], ids, cols))
+            # half the bytes a shard sends: a document's counts in uint16 where they fit (they do
+            # unless a window holds a term 65,536 times)
+            small = not table.size or table.max() < 1 << 16
+            if small:
+                table = table.astype(np.uint16)
+            for (d, e, vec), at_rows, (at, at_col) in zip(group, rows, places):
+                tf = table[at_rows]
+                if not small and (not tf.size or tf.max() < 1 << 16):
+                    tf = tf.astype(np.uint16)
+                out[d] = WindowFeatures(e.win, e.lengths, tf, vec, at, at_col, e.n_terms)
+        return FeatureMap((d, out[d]) for d in docnos if d in out)
 
     def cut(self, text: str, spans, n: int, qterms) -> list[tuple]:
         """A document's n passages from its windows `spans` (best first): each cut to whole
@@ -203,21 +207,16 @@ class PassageFinder:
         for size in scales:
             for d, v in best_at(feats, docnos, size, n_cols, self.k1, self.b, memo).items():
                 out[d][scale_key(size)] = v
-        for d in docnos:
-            f = feats.get(d)
-            if f is not None and len(f.spans) and f.tf.shape[1]:
-                present = f.tf[np.argsort(f.spans[:, 0], kind="stable")] > 0
-                # two neighbouring windows: a sentence across the boundary of two is still held whole
-                pairs = present[:-1] | present[1:] if len(present) > 1 else present
-                out[d][COVER] = float(pairs.sum(axis=1).max() / f.tf.shape[1])
+        for d, v in covers(feats, docnos).items():
+            out[d][COVER] = v
         if len(owner):
-            # per document among these (not per docno: an array as long as the index, filled per
-            # kind, cost ~1.5 ms a query at a million documents)
-            docs, at = np.unique(owner, return_inverse=True)
+            # per document among these, each one's windows together (not per docno: an array as
+            # long as the index, filled per kind, cost ~1.5 ms a query at a million documents)
+            first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+            docs = owner[first].tolist()
             for kind, scores in [(self.term_kind, terms)] + list(vec.items()):
-                best = np.full(len(docs), -np.inf)
-                np.fmax.at(best, at, scores)         # fmax: a window a kind did not score is skipped
-                for d, v, ok in zip(docs.tolist(), best.tolist(), np.isfinite(best).tolist()):
+                best = np.fmax.reduceat(scores, first)     # fmax: a window a kind did not score is skipped
+                for d, v, ok in zip(docs, best.tolist(), np.isfinite(best).tolist()):
                     if ok:
                         out[d][kind] = v
         return out

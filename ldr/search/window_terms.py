@@ -6,8 +6,11 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from itertools import chain
+from typing import NamedTuple
 
 import numpy as np
+
+from .window_counts import Postings
 
 WORDS, STRIDE = 160, 80
 VOCAB_FLOOR, VOCAB_SLACK = 100_000, 4     # WindowTerms.retain: when the vocabulary starts afresh
@@ -78,7 +81,7 @@ class WindowTerms:
             lengths = list(self.lengths)
             keep_len = alive(np.asarray(lengths, dtype=np.int64)) if lengths else np.zeros(0, bool)
             self.lengths = {u: self.lengths[u] for u, keep in zip(lengths, keep_len.tolist()) if keep}
-            self._docs, self._tokens = docs, sum(len(e[2]) + len(e[4]) for e in docs.values())
+            self._docs, self._tokens = docs, sum(e.size() for e in docs.values())
             if len(self.vocab) > max(VOCAB_FLOOR, VOCAB_SLACK * self._tokens):
                 self.vocab, self._words, self._docs, self._tokens = {}, {}, OrderedDict(), 0
 
@@ -113,11 +116,10 @@ class WindowTerms:
                     got[j] = known[words[j]] = tuple(vocab.setdefault(t, len(vocab)) for t in self._an.analyze(words[j]))
         return got
 
-    def get(self, key, text, spans) -> tuple:
-        """(spans (m, 2), indptr (m + 1), term ids, the vocabulary they index, the whole text's term
-        ids in order) of a document's windows: `spans` when given
-        (the dense passages), else word windows. `text`: the text, or a function returning it
-        (called only on a miss: reading a long text from the docstore costs more than scoring it)."""
+    def get(self, key, text, spans) -> "Analysed":
+        """A document's analysed windows: `spans` when given (the dense passages), else word
+        windows. `text`: the text, or a function returning it (called only on a miss: reading a
+        long text from the docstore costs more than scoring it)."""
         with self._lock:
             hit = self._docs.get(key) if key is not None else None
             if hit is not None:
@@ -139,11 +141,28 @@ class WindowTerms:
             np.cumsum(counts, out=indptr[1:])
             # the term stream, for windows of any size placed over it (the window stage's scales)
             stream = np.fromiter(chain.from_iterable(self._ids(whole)), dtype=np.int32)
-            entry = (win, indptr, ids, vocab, stream)
+            entry = Analysed(win, indptr, np.diff(indptr), vocab, len(stream), Postings.of(ids), Postings.of(stream))
             if key is not None:
                 self._docs[key] = entry
-                self._tokens += len(ids) + len(stream)
+                self._tokens += entry.size()
                 while self._tokens > self.max_tokens and len(self._docs) > 1:
-                    _, (_, _, old, _, old_stream) = self._docs.popitem(last=False)
-                    self._tokens -= len(old) + len(old_stream)
+                    self._tokens -= self._docs.popitem(last=False)[1].size()
         return entry
+
+
+class Analysed(NamedTuple):
+    """A document's windows as analysed terms: their character spans (m, 2), where each window's
+    terms start among the windows' term ids (m + 1) and how many each holds, the vocabulary the
+    ids index, the length of the whole text's term stream, and the postings of the windows' term
+    ids and of the stream (window_counts.py: a query's terms are looked up, not read for)."""
+    win: np.ndarray
+    indptr: np.ndarray
+    lengths: np.ndarray
+    vocab: dict
+    n_terms: int
+    in_windows: Postings
+    in_stream: Postings
+
+    def size(self) -> int:
+        """The tokens it holds (what the cache's `max_tokens` bounds): its windows' and its stream's."""
+        return len(self.in_windows.where) + len(self.in_stream.where)

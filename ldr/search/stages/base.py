@@ -147,6 +147,7 @@ class QuerySource(Protocol):
     def rep(self, kind: str) -> Any: ...                  # the query encoded for a kind (once)
     def search(self, kind: str, rep: Any, depth: int) -> list: ...   # a kind's top (docno, score), filtered
     def best_windows(self, docnos: list[int], scales=(), phrases: bool = False, aspects: bool = False) -> dict: ...   # {docno: {kind or scale: its best window's score}}
+    def covers(self, docnos: list[int]) -> dict: ...      # {docno: the share of the query's terms two neighbouring windows hold}
     def text(self, docno: int) -> str: ...
     def prefetch(self, docnos) -> None: ...               # read these texts together
     def passages(self, docnos: list[int], n: int) -> dict: ...   # {docno: its n best Passages}

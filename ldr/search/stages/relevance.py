@@ -73,10 +73,10 @@ class Relevance:
                 if (use_query or long_query) and d not in windows:
                     # the window evidence of the next rows together (the window stage read most already)
                     ahead = [r[0] for r in cands.rows[at:at + max(self.k or 10, 10)] if r[0] not in windows]
-                    windows.update({e: {} for e in ahead})
-                    windows.update(source.best_windows(ahead))
+                    windows.update({e: None for e in ahead})
+                    windows.update(source.covers(ahead))
                 at += 1
-                cover = windows.get(d, {}).get(calibration.COVER)
+                cover = windows.get(d)
                 p, x, used = self._estimate({**cands.first_stage(d), **st}, dists, cover, bounds, use_query)
                 if p is None:       # no estimate applies to this index (too few documents for the query fit)
                     if self.min_score is not None:

@@ -1,0 +1,113 @@
+"""A query's terms found in many documents' analysed windows at once, from each document's
+postings: its term ids' positions grouped by term, kept with its windows (window_terms.py).
+
+The window features count the query's terms in every window of the candidates and list where they
+occur in each term stream. Read term by term, a candidate costs its length; looked up in postings,
+it costs its occurrences, and every candidate's lookup is one search over all of them (35
+meetings of ~9k terms: 1.2 ms a query, a document at a time, against 0.7). Also the candidates'
+`covers`, the share of the query's terms two neighbouring windows hold (the relevance reads it).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Postings(NamedTuple):
+    """A sequence of term ids by term: the distinct ids ascending, where each one's positions
+    start among `where` (and the end), its positions in the sequence (ascending within a term)."""
+    terms: np.ndarray       # (k,) int32
+    starts: np.ndarray      # (k + 1,) int32
+    where: np.ndarray       # (n,) int32
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> "Postings":
+        order = np.argsort(ids, kind="stable")
+        ranked = ids[order]
+        first = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]]) if len(ranked) else np.zeros(0, np.int64)
+        return cls(ranked[first].astype(np.int32), np.append(first, len(ranked)).astype(np.int32),
+                   order.astype(np.int32))
+
+
+def occurrences(posts: list[Postings], ids: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(document, position, column) of every occurrence of the term `ids` (their columns `cols`)
+    in the documents of `posts` (positions in each one's own sequence), by document, then term."""
+    n_docs = len(posts)
+    k = np.fromiter((len(p.terms) for p in posts), dtype=np.int64, count=n_docs)
+    if not n_docs or not len(ids) or not k.sum():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    n = np.fromiter((len(p.where) for p in posts), dtype=np.int64, count=n_docs)
+    docs = np.arange(n_docs, dtype=np.int64)
+    by_id = np.argsort(ids, kind="stable")          # the keys asked in order: the search walks them once
+    ids, cols = np.asarray(ids, dtype=np.int64)[by_id], np.asarray(cols, dtype=np.int64)[by_id]
+    # every document's distinct terms as one ascending key (document, term): one search for all
+    key = np.repeat(docs << 32, k) | np.concatenate([p.terms for p in posts]).astype(np.int64)
+    shift = np.repeat(np.cumsum(n) - n, k)          # a document's positions' place among all of them
+    starts = np.concatenate([p.starts[:-1] for p in posts]).astype(np.int64) + shift
+    ends = np.concatenate([p.starts[1:] for p in posts]).astype(np.int64) + shift
+    asked = ((docs[:, None] << 32) | ids[None, :]).ravel()
+    j = np.minimum(np.searchsorted(key, asked), len(key) - 1)
+    hit = key[j] == asked
+    j, doc, col = j[hit], np.repeat(docs, len(ids))[hit], np.tile(cols, n_docs)[hit]
+    a, count = starts[j], ends[j] - starts[j]
+    total = np.cumsum(count)
+    at = np.repeat(a - total + count, count) + np.arange(int(total[-1]) if len(total) else 0)
+    where = np.concatenate([p.where for p in posts])
+    return np.repeat(doc, count), where[at].astype(np.int64), np.repeat(col, count)
+
+
+def window_counts(indptrs: list[np.ndarray], doc: np.ndarray, pos: np.ndarray, col: np.ndarray,
+                  n_terms: int) -> tuple[np.ndarray, list[slice]]:
+    """(the (windows × terms) uint32 counts of the occurrences (`doc`, `pos`: among a document's
+    windows' term ids, by its `indptr`; `col`) in every document's windows, one after another;
+    each document's rows)."""
+    m = np.fromiter((len(ip) - 1 for ip in indptrs), dtype=np.int64, count=len(indptrs))
+    first = np.cumsum(m) - m
+    rows_of = [slice(a, a + w) for a, w in zip(first.tolist(), m.tolist())]
+    if not n_terms or not len(pos):
+        return np.zeros((int(m.sum()), n_terms), dtype=np.uint32), rows_of
+    lengths = np.fromiter((ip[-1] for ip in indptrs), dtype=np.int64, count=len(indptrs))
+    base = np.cumsum(lengths) - lengths
+    # every window's first term among all documents' (a window is the last one starting at or before a position)
+    bounds = np.concatenate([ip[:-1] for ip in indptrs] + [lengths.sum(keepdims=True)]) + np.append(np.repeat(base, m), 0)
+    rows = np.searchsorted(bounds, base[doc] + pos, side="right") - 1
+    table = np.bincount(rows * n_terms + col, minlength=int(m.sum()) * n_terms)
+    return table.astype(np.uint32).reshape(-1, n_terms), rows_of
+
+
+def in_order(n_docs: int, doc: np.ndarray, pos: np.ndarray, col: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each document's (positions holding one of the query's terms, ascending, int32; their
+    columns, uint16) from occurrences(), as views of two arrays."""
+    order = np.argsort((doc << 32) | pos)            # a position holds one term: no ties
+    doc, pos, col = doc[order], pos[order].astype(np.int32), col[order].astype(np.uint16)
+    cut = np.searchsorted(doc, np.arange(n_docs + 1)).tolist()
+    return [(pos[a:e], col[a:e]) for a, e in zip(cut[:-1], cut[1:])]
+
+
+def covers(feats: dict, docnos) -> dict[int, float]:
+    """{docno: the largest share of the query's terms two neighbouring windows of it hold (a
+    sentence across the boundary of two is still held whole)} of those with windows and terms."""
+    got = [(d, f) for d in docnos if (f := feats.get(d)) is not None and len(f.spans) and f.tf.shape[1]]
+    if not got or len({f.tf.shape[1] for _, f in got}) > 1:
+        return {d: _cover(f) for d, f in got}
+    rows = np.fromiter((len(f.spans) for _, f in got), dtype=np.int64, count=len(got))
+    doc = np.repeat(np.arange(len(got)), rows)
+    order = np.lexsort((np.concatenate([f.spans[:, 0] for _, f in got]), doc))   # each one's by start
+    present = np.concatenate([f.tf for _, f in got])[order] > 0
+    held = present.sum(axis=1)
+    if len(present) > 1:
+        # a window and the next one of its document (a document's last window alone holds no
+        # more than its pair with the one before: the max is the same)
+        pairs = (present[:-1] | present[1:]).sum(axis=1)
+        held[:-1] = np.where(doc[:-1] == doc[1:], pairs, held[:-1])
+    best = np.maximum.reduceat(held, np.cumsum(rows) - rows)
+    n_cols = got[0][1].tf.shape[1]
+    return {d: float(v / n_cols) for (d, _), v in zip(got, best.tolist())}
+
+
+def _cover(f) -> float:
+    """covers() of one document's windows (WindowFeatures)."""
+    present = f.tf[np.argsort(f.spans[:, 0], kind="stable")] > 0
+    pairs = present[:-1] | present[1:] if len(present) > 1 else present
+    return float(pairs.sum(axis=1).max() / f.tf.shape[1])
