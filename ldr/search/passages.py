@@ -188,7 +188,8 @@ class PassageFinder:
         got = [(d, feats[d]) for d in docnos if d in feats and len(feats[d].spans)]
         if not got:
             return np.zeros(0, np.int64), np.zeros((0, 2), np.int64), {k: np.zeros(0) for k in self.vectors}, np.zeros(0)
-        owner = np.concatenate([np.full(len(f.spans), d, dtype=np.int64) for d, f in got])
+        owner = np.repeat(np.fromiter((d for d, _ in got), dtype=np.int64, count=len(got)),
+                          np.fromiter((len(f.spans) for _, f in got), dtype=np.int64, count=len(got)))
         spans = np.concatenate([f.spans for _, f in got])
         vec = {k: np.concatenate([f.vec.get(k, np.full(len(f.spans), np.nan)) for _, f in got]) for k in self.vectors}
         lengths = np.concatenate([f.lengths for _, f in got]).astype(np.float64)

@@ -43,15 +43,18 @@ def pair_scores(feats: dict, docnos: list[int], pairs: dict[int, int], n_cols: i
     qtf = np.fromiter(pairs.values(), dtype=np.float64, count=len(pairs))
     order = np.argsort(codes)
     ordered = codes[order]
-    tf = np.zeros((len(got), len(codes)))
-    for i, (_, f) in enumerate(got):
-        at, cols = np.asarray(f.at, dtype=np.int64), np.asarray(f.at_col, dtype=np.int64)
-        nxt = np.flatnonzero(at[1:] - at[:-1] == 1)          # two query terms side by side
-        found = cols[nxt] * n_cols + cols[nxt + 1]
-        at_pair = np.searchsorted(ordered, found)
-        ok = at_pair < len(codes)
-        ok[ok] = ordered[at_pair[ok]] == found[ok]
-        tf[i] = np.bincount(order[at_pair[ok]], minlength=len(codes))
+    # every candidate's occurrences together, each pair within one document
+    sizes = np.fromiter((len(f.at) for _, f in got), dtype=np.int64, count=len(got))
+    doc = np.repeat(np.arange(len(got)), sizes)
+    at = np.concatenate([f.at for _, f in got]).astype(np.int64)
+    cols = np.concatenate([f.at_col for _, f in got]).astype(np.int64)
+    nxt = np.flatnonzero((at[1:] - at[:-1] == 1) & (doc[1:] == doc[:-1]))     # two query terms side by side
+    found = cols[nxt] * n_cols + cols[nxt + 1]
+    at_pair = np.searchsorted(ordered, found)
+    ok = at_pair < len(codes)
+    ok[ok] = ordered[at_pair[ok]] == found[ok]
+    tf = np.bincount(doc[nxt[ok]] * len(codes) + order[at_pair[ok]],
+                     minlength=len(got) * len(codes)).reshape(len(got), len(codes)).astype(np.float64)
     n = len(docnos)
     df = (tf > 0).sum(axis=0)
     idf = np.log1p((n - df + 0.5) / (df + 0.5))
