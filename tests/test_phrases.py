@@ -55,6 +55,16 @@ def test_pairs_are_counted_as_a_brute_force_count_gives():
     assert np.allclose([got[d] for d in range(5)], want)
 
 
+def test_a_pair_never_spans_two_candidates():
+    """Every candidate's occurrences are read together: one ending at position 5 and the next
+    starting at 6 hold no pair between them."""
+    one = lambda at, col: WindowFeatures(np.zeros((0, 2)), np.zeros(0), np.zeros((0, 2)), {},
+                                         np.array(at, np.int32), np.array(col, np.uint16), 10)
+    feats = {0: one([5], [0]), 1: one([6], [1]), 2: one([2, 3], [0, 1])}
+    got = pair_scores(feats, [0, 1, 2], {0 * 2 + 1: 1}, 2, 1.2, 0.75)
+    assert got[0] == got[1] == 0.0 and got[2] > 0
+
+
 def test_the_document_holding_the_querys_phrases_wins_by_the_documented_mix(idx):
     assert len(idx.query_side("bm25").encode(QUERY).split()) >= MIN_TERMS
     off = idx.search(QUERY, k=8, phrase_weight=0, passages=0, relevance=False)
