@@ -104,11 +104,12 @@ def _cells(got: list, size: int, n_cols: int, k1: float, b: float, memo: dict | 
     pos = np.concatenate([f.at for _, f in got]).astype(np.int64)
     cols = np.concatenate([f.at_col for _, f in got]).astype(np.int64)
     last = np.minimum(pos // step, m[owner] - 1)                # the last window holding each position
-    cells = []
-    for back in range(-(-size // step)):                        # and the ones before it that reach it
+    key = starts[owner] * n_cols + cols                         # a cell: (window, column) as one number
+    cells = [last * n_cols + key]
+    for back in range(1, -(-size // step)):                     # and the ones before it that reach it
         j = last - back
         ok = (j >= 0) & (j * step + size > pos)
-        cells.append((j[ok] + starts[owner[ok]]) * n_cols + cols[ok])
+        cells.append((j * n_cols + key)[ok])
     cells = np.concatenate(cells)
     if at * n_cols <= min(DENSE_CELLS, DENSE_RATIO * len(cells)):
         counts = np.bincount(cells, minlength=at * n_cols)
