@@ -230,8 +230,11 @@ class PassageFinder:
         contrib[self.term_kind] = self.w_terms * minmax(term_scores, np.ones(len(win), bool))
         total = sum(contrib.values()) if len(win) else np.zeros(0)
         order: dict[int, list[int]] = {d: [] for d in docnos}
-        for i in np.lexsort((win[:, 0], -total)).tolist():
-            order[int(owner[i])].append(i)
+        if len(win):        # each document's windows, best first (then by start): one sort for all of them
+            ranked = np.lexsort((win[:, 0], -total, owner))
+            first = np.flatnonzero(np.r_[True, owner[ranked][1:] != owner[ranked][:-1]])
+            for a, e in zip(first.tolist(), np.append(first[1:], len(ranked)).tolist()):
+                order[int(owner[ranked[a]])] = ranked[a:e].tolist()
         return Ranked(win, vec, term_scores, contrib, total, order)
 
     def passages_of(self, ranked: "Ranked", d: int, cuts: list[tuple], texts: list[str]) -> list[Passage]:
