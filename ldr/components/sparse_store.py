@@ -134,10 +134,16 @@ class SparseIndex:
         """Exact Σ_t w_q(t)·w_d(t) for every document (zeros where no term is shared)."""
         ip, docs, w = self.arrays["term_indptr"], self.arrays["term_docs"], self.arrays["term_weights"]
         scores = np.zeros(self.n_docs, dtype=np.float32)
-        for t, wq in zip(q_terms, q_weights):
-            s, e = ip[t], ip[t + 1]
-            if e > s:
-                scores[docs[s:e]] += wq * w[s:e]  # a document appears once per term: no collisions
+        q_terms = np.asarray(q_terms, dtype=np.int64)
+        start = np.asarray(ip[q_terms], dtype=np.int64)
+        count = np.asarray(ip[q_terms + 1], dtype=np.int64) - start
+        total = np.cumsum(count)
+        if not len(total) or not total[-1]:
+            return scores
+        at = np.repeat(start - total + count, count) + np.arange(int(total[-1]))
+        # every term's postings at once, added in the query's term order: each document's float32
+        # sum is made in the order a term at a time made it (the same scores to the bit)
+        np.add.at(scores, docs[at], np.repeat(np.asarray(q_weights), count) * w[at])
         return scores
 
     def top_k(self, q_terms, q_weights, k: int) -> list[tuple[int, float]]:
