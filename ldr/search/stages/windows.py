@@ -119,10 +119,11 @@ class Windows:
                 raw[detail(Stage.WINDOWS, ASPECTS)] = parts
                 final = (1 - self.aspects) * minmax(final) + self.aspects * minmax(parts)
             out = []
-            for i, (d, _, st) in enumerate(head):
-                st = dict(st, **{k: float(v[i]) for k, v in raw.items() if not np.isnan(v[i])})
-                st[self.name] = float(final[i])
-                out.append((d, float(final[i]), st))
+            columns = [(k, v.tolist()) for k, v in raw.items()]        # floats: no numpy scalar a row
+            for i, ((d, _, st), value) in enumerate(zip(head, final.tolist())):
+                st = dict(st, **{k: v[i] for k, v in columns if v[i] == v[i]})     # NaN: not shown
+                st[self.name] = value
+                out.append((d, value, st))
             tiebreak = source.tiebreak()
             out.sort(key=lambda r: (-r[1], r[0] if tiebreak is None else tiebreak[r[0]]))
             # the rows below keep their order on the same scale, under every rescored one
