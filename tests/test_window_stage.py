@@ -293,15 +293,20 @@ def _features_one_at_a_time(indptr, ids, stream, vocab, terms):
     return tf, pos, got[pos]
 
 
-def test_window_features_looked_up_in_postings_equal_every_term_read():
+@pytest.mark.parametrize("packed", [None, (20, 16)])     # (20, 16): positions past 15 sorted the other way
+def test_window_features_looked_up_in_postings_equal_every_term_read(packed, monkeypatch):
     """A query's terms are looked up in every candidate's postings at once (window_counts.py): the
     same counts a window, places in the stream and columns as reading each document's every term,
     for documents of any length (none, empty windows, one term repeated), terms absent from them
-    or from the vocabulary, any order of columns."""
+    or from the vocabulary, any order of columns; positions past what one number sorts (in_order's
+    other way) too."""
     from hypothesis import given, settings, strategies as st
 
+    from ldr.search import window_counts as counting
     from ldr.search.window_counts import Postings, in_order, occurrences, window_counts
 
+    if packed:
+        monkeypatch.setattr(counting, "PACKED", packed)
     words = st.integers(0, 12)
 
     @settings(max_examples=80, deadline=None)
@@ -318,8 +323,9 @@ def test_window_features_looked_up_in_postings_equal_every_term_read():
             streams.append(np.array(stream, dtype=np.int32))
         cols = [j for j, t in enumerate(terms) if t in vocab]
         ids, cols = np.array([vocab[terms[j]] for j in cols], dtype=np.int64), np.array(cols, dtype=np.int64)
-        table, rows = window_counts(indptrs, *occurrences([Postings.of(w) for w in windows], ids, cols), len(terms))
-        places = in_order(len(docs), *occurrences([Postings.of(s) for s in streams], ids, cols))
+        table, rows = window_counts([len(ip) - 1 for ip in indptrs], *occurrences(
+            [Postings.of_windows(w, ip) for w, ip in zip(windows, indptrs)], ids, cols), len(terms))
+        places = in_order(len(docs), *occurrences([Postings.of(s) for s in streams], ids, cols)[:3])
         for k in range(len(docs)):
             tf, pos, col = _features_one_at_a_time(indptrs[k], windows[k], streams[k], vocab, terms)
             assert np.array_equal(table[rows[k]], tf) and table.dtype == np.uint32

@@ -152,9 +152,9 @@ class PassageFinder:
             cols = [j for j, t in enumerate(terms) if t in vocab]
             ids = np.array([vocab[terms[j]] for j in cols], dtype=np.int64)
             cols = np.array(cols, dtype=np.int64)
-            table, rows = window_counts([e.indptr for _, e, _ in group],
+            table, rows = window_counts([len(e.win) for _, e, _ in group],
                                         *occurrences([e.in_windows for _, e, _ in group], ids, cols), len(terms))
-            places = in_order(len(group), *occurrences([e.in_stream for _, e, _ in group], ids, cols))
+            places = in_order(len(group), *occurrences([e.in_stream for _, e, _ in group], ids, cols)[:3])
             # half the bytes a shard sends: a document's counts in uint16 where they fit (they do
             # unless a window holds a term 65,536 times)
             small = not table.size or table.max() < 1 << 16

@@ -15,11 +15,14 @@ import numpy as np
 
 
 class Postings(NamedTuple):
-    """A sequence of term ids by term: the distinct ids ascending, where each one's positions
-    start among `where` (and the end), its positions in the sequence (ascending within a term)."""
-    terms: np.ndarray       # (k,) int32
-    starts: np.ndarray      # (k + 1,) int32
-    where: np.ndarray       # (n,) int32
+    """A sequence of term ids by term: the distinct ids ascending, where each one's entries start
+    among `where` (and the end), and the entries: its positions in the sequence (ascending within
+    a term), or, for windows (`of_windows`), the windows holding it (ascending) with its count in
+    each (`counts`)."""
+    terms: np.ndarray               # (k,) int32
+    starts: np.ndarray              # (k + 1,) int32
+    where: np.ndarray               # (n,) int32
+    counts: np.ndarray | None = None
 
     @classmethod
     def of(cls, ids: np.ndarray) -> "Postings":
@@ -29,21 +32,39 @@ class Postings(NamedTuple):
         return cls(ranked[first].astype(np.int32), np.append(first, len(ranked)).astype(np.int32),
                    order.astype(np.int32))
 
+    @classmethod
+    def of_windows(cls, ids: np.ndarray, indptr: np.ndarray) -> "Postings":
+        """The (term, window) cells of windows whose term ids are `ids` (window i's: ids[indptr[i]:
+        indptr[i + 1]]), each with its count: a query counts its terms in the windows from these."""
+        m = len(indptr) - 1
+        if not len(ids):
+            empty = np.zeros(0, np.int32)
+            return cls(empty, np.zeros(1, np.int32), empty, empty)
+        window = np.repeat(np.arange(m, dtype=np.int64), np.diff(indptr))
+        cells, counts = np.unique(ids.astype(np.int64) * m + window, return_counts=True)   # by term, then window
+        term, window = np.divmod(cells, m)
+        first = np.flatnonzero(np.r_[True, term[1:] != term[:-1]])
+        return cls(term[first].astype(np.int32), np.append(first, len(cells)).astype(np.int32),
+                   window.astype(np.int32), counts.astype(np.int32))
 
-def occurrences(posts: list[Postings], ids: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(document, position, column) of every occurrence of the term `ids` (their columns `cols`)
-    in the documents of `posts` (positions in each one's own sequence), by document, then term."""
+
+def occurrences(posts: list[Postings], ids: np.ndarray, cols: np.ndarray) -> tuple:
+    """(document, entry, column, count or None) of every entry of the term `ids` (their columns
+    `cols`) in the documents of `posts` (a position in each one's own sequence, or a window with the
+    term's count in it), by document, then term."""
     n_docs = len(posts)
     k = np.fromiter((len(p.terms) for p in posts), dtype=np.int64, count=n_docs)
+    counted = bool(n_docs) and posts[0].counts is not None
     if not n_docs or not len(ids) or not k.sum():
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        none = np.zeros(0, np.int64)
+        return none, none, none, (none if counted else None)
     n = np.fromiter((len(p.where) for p in posts), dtype=np.int64, count=n_docs)
     docs = np.arange(n_docs, dtype=np.int64)
     by_id = np.argsort(ids, kind="stable")          # the keys asked in order: the search walks them once
     ids, cols = np.asarray(ids, dtype=np.int64)[by_id], np.asarray(cols, dtype=np.int64)[by_id]
     # every document's distinct terms as one ascending key (document, term): one search for all
     key = np.repeat(docs << 32, k) | np.concatenate([p.terms for p in posts]).astype(np.int64)
-    shift = np.repeat(np.cumsum(n) - n, k)          # a document's positions' place among all of them
+    shift = np.repeat(np.cumsum(n) - n, k)          # a document's entries' place among all of them
     starts = np.concatenate([p.starts[:-1] for p in posts]).astype(np.int64) + shift
     ends = np.concatenate([p.starts[1:] for p in posts]).astype(np.int64) + shift
     asked = ((docs[:, None] << 32) | ids[None, :]).ravel()
@@ -53,34 +74,40 @@ def occurrences(posts: list[Postings], ids: np.ndarray, cols: np.ndarray) -> tup
     a, count = starts[j], ends[j] - starts[j]
     total = np.cumsum(count)
     at = np.repeat(a - total + count, count) + np.arange(int(total[-1]) if len(total) else 0)
-    where = np.concatenate([p.where for p in posts])
-    return np.repeat(doc, count), where[at].astype(np.int64), np.repeat(col, count)
+    where = np.concatenate([p.where for p in posts])[at].astype(np.int64)
+    times = np.concatenate([p.counts for p in posts])[at] if counted else None
+    return np.repeat(doc, count), where, np.repeat(col, count), times
 
 
-def window_counts(indptrs: list[np.ndarray], doc: np.ndarray, pos: np.ndarray, col: np.ndarray,
+def window_counts(windows: list[int], doc: np.ndarray, window: np.ndarray, col: np.ndarray, count: np.ndarray,
                   n_terms: int) -> tuple[np.ndarray, list[slice]]:
-    """(the (windows × terms) uint32 counts of the occurrences (`doc`, `pos`: among a document's
-    windows' term ids, by its `indptr`; `col`) in every document's windows, one after another;
-    each document's rows)."""
-    m = np.fromiter((len(ip) - 1 for ip in indptrs), dtype=np.int64, count=len(indptrs))
+    """(the (windows × terms) uint32 counts of the cells (`doc`, `window`: among its `windows`,
+    `col`, `count`) of every document's windows, one after another; each document's rows)."""
+    m = np.asarray(windows, dtype=np.int64)
     first = np.cumsum(m) - m
     rows_of = [slice(a, a + w) for a, w in zip(first.tolist(), m.tolist())]
-    if not n_terms or not len(pos):
-        return np.zeros((int(m.sum()), n_terms), dtype=np.uint32), rows_of
-    lengths = np.fromiter((ip[-1] for ip in indptrs), dtype=np.int64, count=len(indptrs))
-    base = np.cumsum(lengths) - lengths
-    # every window's first term among all documents' (a window is the last one starting at or before a position)
-    bounds = np.concatenate([ip[:-1] for ip in indptrs] + [lengths.sum(keepdims=True)]) + np.append(np.repeat(base, m), 0)
-    rows = np.searchsorted(bounds, base[doc] + pos, side="right") - 1
-    table = np.bincount(rows * n_terms + col, minlength=int(m.sum()) * n_terms)
-    return table.astype(np.uint32).reshape(-1, n_terms), rows_of
+    table = np.zeros(int(m.sum()) * n_terms, dtype=np.uint32)
+    if n_terms and len(window):      # a (window, term) cell is listed once: no two add to one place
+        table[(first[doc] + window) * n_terms + col] = count
+    return table.reshape(int(m.sum()), n_terms), rows_of
+
+
+PACKED = 40, 16         # in_order's one-number sort: document << 40 | position << 16 | column
 
 
 def in_order(n_docs: int, doc: np.ndarray, pos: np.ndarray, col: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each document's (positions holding one of the query's terms, ascending, int32; their
     columns, uint16) from occurrences(), as views of two arrays."""
-    order = np.argsort((doc << 32) | pos)            # a position holds one term: no ties
-    doc, pos, col = doc[order], pos[order].astype(np.int32), col[order].astype(np.uint16)
+    shift, low = PACKED
+    if not len(pos) or (int(pos.max()) < 1 << (shift - low) and n_docs < 1 << (63 - shift)
+                        and int(col.max()) < 1 << low):
+        # the three in one number: numpy sorts int64 values in SIMD (a position holds one term: no ties)
+        packed = np.sort((doc << shift) | (pos << low) | col)
+        doc, pos, col = packed >> shift, (packed >> low) & ((1 << (shift - low)) - 1), packed & ((1 << low) - 1)
+    else:
+        order = np.argsort((doc << 32) | pos)
+        doc, pos, col = doc[order], pos[order], col[order]
+    pos, col = pos.astype(np.int32), col.astype(np.uint16)
     cut = np.searchsorted(doc, np.arange(n_docs + 1)).tolist()
     return [(pos[a:e], col[a:e]) for a, e in zip(cut[:-1], cut[1:])]
 

@@ -141,7 +141,8 @@ class WindowTerms:
             np.cumsum(counts, out=indptr[1:])
             # the term stream, for windows of any size placed over it (the window stage's scales)
             stream = np.fromiter(chain.from_iterable(self._ids(whole)), dtype=np.int32)
-            entry = Analysed(win, indptr, np.diff(indptr), vocab, len(stream), Postings.of(ids), Postings.of(stream))
+            entry = Analysed(win, indptr, np.diff(indptr), vocab, len(stream), Postings.of_windows(ids, indptr),
+                             Postings.of(stream))
             if key is not None:
                 self._docs[key] = entry
                 self._tokens += entry.size()
@@ -154,7 +155,8 @@ class Analysed(NamedTuple):
     """A document's windows as analysed terms: their character spans (m, 2), where each window's
     terms start among the windows' term ids (m + 1) and how many each holds, the vocabulary the
     ids index, the length of the whole text's term stream, and the postings of the windows' term
-    ids and of the stream (window_counts.py: a query's terms are looked up, not read for)."""
+    ids (by window, counted) and of the stream (window_counts.py: a query's terms are looked up, not
+    read for)."""
     win: np.ndarray
     indptr: np.ndarray
     lengths: np.ndarray
@@ -165,4 +167,4 @@ class Analysed(NamedTuple):
 
     def size(self) -> int:
         """The tokens it holds (what the cache's `max_tokens` bounds): its windows' and its stream's."""
-        return len(self.in_windows.where) + len(self.in_stream.where)
+        return int(self.indptr[-1]) + len(self.in_stream.where)
