@@ -356,3 +356,34 @@ def test_the_share_two_neighbouring_windows_hold_is_taken_for_all_candidates_at_
         assert got == {d: _cover(f) for d, f in feats.items() if len(f.spans)}
 
     check()
+
+
+def test_window_features_are_each_documents_own_past_uint16_and_across_a_fresh_vocabulary():
+    """The features of documents looked up together equal each one's alone: a window holding a
+    term 70,000 times (its counts in uint32, the others' in uint16), and a vocabulary that starts
+    afresh during the query (its documents looked up in two groups)."""
+    from ldr.components.analysis import Analyzer
+    from ldr.search.passages import PassageFinder, WindowTerms
+
+    texts = {0: "bridge " * 70_000 + "bearing", 1: "bridge bearing corrosion",
+             2: " ".join(f"w{i}" for i in range(400)) + " bridge", 3: "bearing bridge bearing"}
+
+    class WholeDocument:            # a vector kind whose one window a document is the whole text
+        def passage_scores(self, rep, docnos):
+            return [(np.array([0.5]), np.array([[0, len(texts[d])]])) for d in docnos]
+
+    def finder(max_terms=1_000_000):
+        return PassageFinder(WindowTerms(Analyzer(), max_terms=max_terms), vectors={"dense": WholeDocument()})
+
+    together = finder(max_terms=300)
+    terms = together.term_list("bridge bearing")
+    got = together.features({"dense": np.zeros(3)}, list(texts), texts.__getitem__, {d: 10 + d for d in texts}, terms)
+    assert len({id(e.vocab) for e in together.cache._docs.values()}) == 1 and len(together.cache.vocab) < 10
+    for d in texts:
+        alone = finder().features({"dense": np.zeros(3)}, [d], texts.__getitem__, {d: 10 + d}, terms)[d]
+        mine = got[d]
+        for name in ("spans", "lengths", "tf", "at", "at_col"):
+            assert np.array_equal(getattr(mine, name), getattr(alone, name)), (d, name)
+            assert getattr(mine, name).dtype == getattr(alone, name).dtype, (d, name)
+        assert mine.n_terms == alone.n_terms and np.array_equal(mine.vec["dense"], alone.vec["dense"])
+    assert got[0].tf.dtype == np.uint32 and got[0].tf.max() == 70_000 and got[1].tf.dtype == np.uint16
