@@ -387,3 +387,18 @@ def test_window_features_are_each_documents_own_past_uint16_and_across_a_fresh_v
             assert getattr(mine, name).dtype == getattr(alone, name).dtype, (d, name)
         assert mine.n_terms == alone.n_terms and np.array_equal(mine.vec["dense"], alone.vec["dense"])
     assert got[0].tf.dtype == np.uint32 and got[0].tf.max() == 70_000 and got[1].tf.dtype == np.uint16
+
+
+def test_ranges_are_each_start_s_indices_one_after_another():
+    from hypothesis import given, settings, strategies as st
+
+    from ldr.arrays import ranges
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 7)), max_size=12))
+    def check(pairs):
+        want = [i for s, c in pairs for i in range(s, s + c)]
+        got = ranges(np.array([s for s, _ in pairs], dtype=np.int64), np.array([c for _, c in pairs], dtype=np.int64))
+        assert got.dtype == np.int64 and got.tolist() == want
+
+    check()

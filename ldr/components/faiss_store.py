@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import npy
+from ..arrays import ranges
 from ..errors import ConfigError, IndexFormatError
 from ..encode.pipeline import BatchedWriter
 from . import compressed, exact_vectors
@@ -376,7 +377,7 @@ class DenseSearcher:
         each of `rows`: their vectors read and scored together (a window stage asks for 50)."""
         lo, hi = np.searchsorted(self.owner, rows, side="left"), np.searchsorted(self.owner, rows, side="right")
         n = np.maximum(hi - lo, 0)
-        at = np.repeat(lo - np.cumsum(n) + n, n) + np.arange(int(n.sum()))     # lo..hi of each, in order
+        at = ranges(lo, n)          # lo..hi of each, in order
         sims = self._cosines(at, qvec).astype(np.float64)
         ends = np.cumsum(n).tolist()
         return [(sims[e - k:e], np.array(self.spans[a:a + k]) if self.spans is not None else None) if k

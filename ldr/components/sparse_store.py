@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import npy
+from ..arrays import ranges
 from ..errors import IndexFormatError
 from ..encode.pipeline import BatchedWriter
 from .topk import top_k_dense
@@ -137,10 +138,9 @@ class SparseIndex:
         q_terms = np.asarray(q_terms, dtype=np.int64)
         start = np.asarray(ip[q_terms], dtype=np.int64)
         count = np.asarray(ip[q_terms + 1], dtype=np.int64) - start
-        total = np.cumsum(count)
-        if not len(total) or not total[-1]:
+        at = ranges(start, count)
+        if not len(at):
             return scores
-        at = np.repeat(start - total + count, count) + np.arange(int(total[-1]))
         # every term's postings at once, added in the query's term order: each document's float32
         # sum is made in the order a term at a time made it (the same scores to the bit)
         np.add.at(scores, docs[at], np.repeat(np.asarray(q_weights), count) * w[at])

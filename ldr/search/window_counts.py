@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..arrays import ranges
+
 
 class Postings(NamedTuple):
     """A sequence of term ids by term: the distinct ids ascending, where each one's entries start
@@ -73,9 +75,8 @@ def occurrences(posts: list[Postings], ids: np.ndarray, cols: np.ndarray) -> tup
     j = np.minimum(np.searchsorted(key, asked), len(key) - 1)
     hit = key[j] == asked
     j, doc, col = j[hit], np.repeat(docs, len(ids))[hit], np.tile(cols, n_docs)[hit]
-    a, count = starts[j], ends[j] - starts[j]
-    total = np.cumsum(count)
-    at = np.repeat(a - total + count, count) + np.arange(int(total[-1]) if len(total) else 0)
+    count = ends[j] - starts[j]
+    at = ranges(starts[j], count)
     where = np.concatenate([p.where for p in posts])[at].astype(np.int64)
     times = np.concatenate([p.counts for p in posts])[at] if counted else None
     return np.repeat(doc, count), where, np.repeat(col, count), times
