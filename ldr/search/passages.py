@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..corpus.text import page_of
+from .marks import marks
 from .normalise import minmax
 from .window_counts import covers, in_order, occurrences, window_counts
 from .window_scales import best_at, scale_key
 from .window_features import FeatureMap, WindowFeatures
 from .window_terms import WindowTerms
 
-_MARKABLE = re.compile(r"\w+", re.UNICODE)
 COVER = "cover"     # best_from: the largest share of the query's terms two neighbouring windows hold
 
 
@@ -284,33 +284,9 @@ class PassageFinder:
         return (idf * tf / (tf + norm[:, None])).sum(axis=1)
 
     def marks(self, text: str, qterms: set[str]) -> list[tuple[int, int]]:
-        """Character ranges of the words in `text` that match a query term (for highlighting); the
-        question and function words BM25's stop list keeps ("what", "does") are not marked where
-        other words are: marked everywhere, they hide the words that answer."""
-        found = list(_MARKABLE.finditer(text))
-        words = [m.group(0).lower() for m in found]
-        if not self.cache.pretokenizes:            # a word is one piece: its terms are the word's
-            ids, vocab = self.cache.word_ids(words)
-            wanted = {vocab[t] for t in qterms if t in vocab}
-            hit = [(m, w) for m, w, got in zip(found, words, ids) if not wanted.isdisjoint(got)]
-            content = [(m.start(), m.end()) for m, w in hit if w not in QUIET_WORDS]
-            return content or [(m.start(), m.end()) for m, _ in hit]
-        pieces = [self.cache.words(w) for w in words]
-        ids, vocab = self.cache.word_ids([p for ps in pieces for p in ps])
-        wanted = {vocab[t] for t in qterms if t in vocab}
-        out, at = [], 0
-        for m, ps in zip(found, pieces):
-            if any(not wanted.isdisjoint(ids[j]) for j in range(at, at + len(ps))):
-                out.append((m.start(), m.end()))
-            at += len(ps)
-        return out
+        """Character ranges of the words in `text` that match a query term (search/marks.py)."""
+        return marks(self.cache, text, qterms)
 
-
-# English question and function words outside Lucene's stop list (which BM25 keeps scoring): not
-# marked in a passage when it holds other query words
-QUIET_WORDS = frozenset("""what who whom whose which when where why how does do did done has have had having i
-you he she we me my your his her its our them can could would should may might must shall from about than so
-too very just also am were been being any all some each other own same only both few more most""".split())
 
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s|\n\s*\n")
 SNAP = 240   # characters a passage may grow by at each edge to end on whole sentences
