@@ -16,6 +16,7 @@ from . import recent_queries
 
 class QuerySide(Protocol):
     kind: str
+    runs_a_model: bool      # its encode runs a model (a search runs such sides side by side)
 
     # `terms`: the TermSet the index's documents hold (values.py; None: every term); a side that
     # weighs terms (learned-sparse) weighs those alone, any other ignores it
@@ -28,6 +29,8 @@ class QuerySide(Protocol):
 class Encoded:
     """A model's query encoding (dense, sparse, ColBERT): the model loads on the first query, and
     a query asked again recently is not encoded again (recent_queries.py)."""
+
+    runs_a_model = True
 
     def __init__(self, kind: str, load: Callable[[], Any], method: str, batched: bool = True,
                  single_vector: bool = False, narrows: bool = False):
@@ -76,6 +79,7 @@ class Terms:
     index would."""
 
     single_vector = False
+    runs_a_model = False
 
     def __init__(self, kind: str, sums: bool = False):
         self.kind, self.sums = kind, sums

@@ -12,6 +12,7 @@ changes nothing it returns, and the coordinator never reads a shard's files.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -103,22 +104,66 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     """The query encoded once per kind (`reps`: already encoded, a batch's); a kind that scores
     with collection statistics (BM25) gets every shard's summed (`stats`) when there are several.
     `spent`: each kind's encoding time in seconds is added there (`encode.<kind>`), so that a
-    search's timings show where most of a query goes (its query encoders)."""
+    search's timings show where most of a query goes (its query encoders; run side by side, their
+    times overlap)."""
     out = dict(reps or {})
+    fresh = [k for k in kinds if k not in out]
+    # a kind that narrows its queries (sparse) is given its index's terms (found here: a snapshot's
+    # memos are filled on the caller's thread alone)
+    asks = [(k, snap.side(k), snap.terms(k)) for k in fresh]
+    models = [a for a in asks if getattr(a[1], "runs_a_model", False)]
+    took: dict = {}
+    if len(models) > 1 and _SEARCHING[0] <= 1 and _SIDE_BY_SIDE.acquire(blocking=False):
+        try:
+            job = _worker().submit(_encode_each, query, models[1:])
+            try:
+                out.update(_encode_each(query, [a for a in asks if a not in models[1:]], took))
+            finally:
+                got, aside = job.result()       # the worker's error, if any, is raised here
+            out.update(got)
+            took.update(aside)
+        finally:
+            _SIDE_BY_SIDE.release()
+    else:
+        out.update(_encode_each(query, asks, took))
+    if spent is not None:
+        spent.update((f"{ENCODE}.{k}", took[k]) for k in fresh)
+    done = dict(reps or {})
+    done.update((k, out[k]) for k in fresh)
     for kind in kinds:
-        side = snap.side(kind)
-        t = time.perf_counter()
-        if kind not in out:     # a kind that narrows its queries (sparse) is given its index's terms
-            terms = snap.terms(kind)
-            rep = side.encode(query) if terms is None else side.encode(query, terms)
-        else:
-            rep = out[kind]
-        if spent is not None and kind not in (reps or {}):
-            spent[f"{ENCODE}.{kind}"] = time.perf_counter() - t
         if stats is not None and kind in stats[0]:
-            rep = side.with_collection_stats(rep, [st[kind] for st in stats])
-        out[kind] = rep
-    return out
+            done[kind] = snap.side(kind).with_collection_stats(done[kind], [st[kind] for st in stats])
+    return done
+
+
+# A search's query models run side by side: the first on the searching thread, the others on one
+# worker. ONNX Runtime's two threads leave gaps in a MiniLM query (its operators are small), which a
+# SPLADE query fills (bench/README.md: "Warm search"). Only a search running alone in its process
+# does so: where searches run at once (a server), the cores are busy already.
+_SIDE_BY_SIDE = threading.Lock()
+_WORKER = None
+_SEARCHING = [0]        # searches running in this process now
+_COUNT = threading.Lock()
+
+
+def _worker():
+    global _WORKER
+    if _WORKER is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldr-query-encoder")
+    return _WORKER
+
+
+def _encode_each(query: str, asks: list, took: dict | None = None) -> tuple | dict:
+    """{kind: the query's representation} of `asks` [(kind, side, terms)], each kind's seconds
+    in `took` (with none given: returned beside them)."""
+    mine = {} if took is None else took
+    out = {}
+    for kind, side, terms in asks:
+        t = time.perf_counter()
+        out[kind] = side.encode(query) if terms is None else side.encode(query, terms)
+        mine[kind] = time.perf_counter() - t
+    return out if took is not None else (out, mine)
 
 
 @dataclass
@@ -151,6 +196,17 @@ def search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, *,
     most often: the first stages (with what scores native BM25's lists exactly, the documents the
     filters leave and the likely window candidates' features), then the final hits' passages and
     fields (search/exact_lists.py and the module's docstring say when a third is needed)."""
+    with _COUNT:
+        _SEARCHING[0] += 1
+    try:
+        return _search(snap, query, request, run, spec, t0, reps)
+    finally:
+        with _COUNT:
+            _SEARCHING[0] -= 1
+
+
+def _search(snap: Snapshot, query: str, request: QueryOptions, run: Run, spec, t0: float | None,
+            reps: dict | None) -> SearchResult:
     conds = snap.conditions(request.filters)
     plan = compile_for(snap, query, request, len(snap), bool(conds), run.device, spec)
     if len(snap) == 0:
