@@ -92,8 +92,8 @@ def test_a_bf16_index_queries_in_fp32_without_torch_and_adds_like_a_fresh_build(
     m = json.loads(sorted((tmp_path / "fresh").glob("manifest-*.json"))[-1].read_text())
     comp = m["components"]["dense"]
     assert comp["model"]["settings"]["backend"] == "bf16" and comp["model"]["backend"]["name"] == "bf16"
-    # queries: the fp32 engine (ONNX), not bf16 and not torch
-    assert runtime.for_queries(model_settings(comp, DenseSettings, False, None)).backend == runtime.EXACT
+    # queries: ONNX (int8 on a CPU with VNNI, else fp32), not bf16 and not torch
+    assert runtime.for_queries(model_settings(comp, DenseSettings, False, None), "dense").backend == runtime.QUERY_INT8
     assert isinstance(fresh.query_side("dense").encoder, OnnxDenseEncoder)
     child = search_in_child(tmp_path / "fresh", "termination of the agreement", mode="dense", absent=("torch",))
     # incremental = fresh: the add encodes on the recorded bf16 engine, rows of one length

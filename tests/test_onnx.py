@@ -290,8 +290,8 @@ def test_a_writer_hands_back_the_arena_of_its_largest_batch(tmp_path, sample_cor
     assert sorted(set(released)) == ["dense", "splade"]
 
 
-def test_an_index_without_a_recorded_backend_never_queries_int8(monkeypatch):
-    # written by PyTorch before backends were recorded: queries must give the same vectors
+def test_an_index_without_a_recorded_backend_encodes_in_fp32_and_queries_as_any_cpu_built_one(monkeypatch):
+    # written by PyTorch before backends were recorded: an add encodes in fp32 (ONNX or PyTorch)
     from ldr.encode.models import model_settings
     monkeypatch.setattr(runtime, "CPU_DEFAULT", "onnx-int8")
     comp = {"model": {"name": "m", "settings": {"model": "all-MiniLM-L6-v2", "strategy": "maxp"}}}
@@ -300,6 +300,37 @@ def test_an_index_without_a_recorded_backend_never_queries_int8(monkeypatch):
     assert runtime.choose(s.backend, "cpu", True, "x") == "onnx"
     assert runtime.choose("auto", "cpu", True, "x") == "onnx-int8"
     assert runtime.choose(s.backend, "cpu", False, "x") == "torch"
+    assert runtime.for_queries(s, "dense").backend == runtime.QUERY_INT8
+
+
+def test_a_dense_query_runs_int8_where_the_cpu_has_vnni_and_the_documents_were_encoded_on_it(monkeypatch):
+    for recorded in ("auto", runtime.EXACT, "bf16", "onnx", None):
+        assert runtime.for_queries(DenseSettings(backend=recorded), "dense").backend == runtime.QUERY_INT8
+    assert runtime.for_queries(DenseSettings(backend="torch"), "dense").backend == "torch"   # built on PyTorch
+    assert runtime.for_queries(DenseSettings(backend="onnx-int8"), "dense").backend == "onnx-int8"
+    assert runtime.for_queries(SparseSettings(backend="bf16"), "sparse").backend == runtime.EXACT   # measured: dense
+    assert runtime.for_queries(SparseSettings(backend="onnx"), "sparse").backend == "onnx"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni"})
+    assert runtime.choose(runtime.QUERY_INT8, "cpu", True, "x") == "onnx-int8"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx_vnni"})
+    assert runtime.choose(runtime.QUERY_INT8, "cpu", True, "x") == "onnx-int8"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f"})     # int8 without VNNI: fp32
+    assert runtime.choose(runtime.QUERY_INT8, "cpu", True, "x") == "onnx"
+    assert runtime.choose(runtime.QUERY_INT8, "cpu", False, "x") == "torch"    # a strategy that patches PyTorch
+    assert runtime.choose(runtime.QUERY_INT8, "cuda", True, "x") == "torch"
+
+
+def test_an_index_answers_its_queries_on_the_engine_its_cpu_gives(tmp_path):
+    import ldr
+    idx = ldr.Index.build([{"id": "a", "text": "the keeper relit the lamp at the harbour"},
+                           {"id": "b", "text": "the bridge bearings were corroded"}], tmp_path / "i", sparse=None)
+    enc = idx.query_side("dense").encoder
+    assert isinstance(enc, OnnxDenseEncoder)
+    assert enc.describe()["backend"]["name"] == ("onnx-int8" if runtime.vnni() else "onnx")
+    assert [h.id for h in idx.search("lamp keeper", k=1, mode="dense")] == ["a"]
+    # the build exported the graph its queries run on: the first search exports nothing
+    key, _ = onnx_export.export_key("dense", Path(enc.path), runtime.vnni())
+    assert (onnx_export.cache_root() / "onnx" / f"dense-{key}" / "model.onnx").is_file()
 
 
 def test_a_pre_exported_dense_folder_runs_as_it_is(tmp_path):

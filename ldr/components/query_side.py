@@ -137,7 +137,7 @@ class QuerySides:
             raise ConfigError(f"this index has no {kind!r} component (it has: {have})")
         impl = get(kind)
         settings = impl.encoder_settings(comp, self.trust_remote_code, self.device, self.where)
-        settings = for_queries(settings) if settings is not None else None
+        settings = for_queries(settings, kind) if settings is not None else None
         key = json.dumps(asdict(settings) if settings is not None else comp, sort_keys=True, default=str)
         with self._lock:
             held = self._sides.get(kind)

@@ -163,7 +163,8 @@ class DenseEncoder(_DenseCore):
         to the bit as transformers would; False: load it through sentence-transformers."""
         from . import plain_bert
         from .extend import position_kind, trained_length
-        from .runtime import FastTokenizer, folder_meta
+        from .fast_tokenizer import FastTokenizer
+        from .runtime import folder_meta
 
         facts = plain_bert.plain_folder(path)
         if facts is None:
@@ -248,6 +249,8 @@ class OnnxDenseEncoder(_DenseCore):
         self.device = "cpu"
         onnx_export.WRAPPERS.setdefault("dense", _onnx_module)
         self.path, self.model = onnx_export.load("dense", settings, backend, settings.trust_remote_code)
+        if backend == "onnx":       # its queries may run another graph (runtime.for_queries)
+            onnx_export.query_engine_ready("dense", self.path, settings.trust_remote_code)
         m = self.model.meta
         self.tokenizer = self.model.tokenizer
         self.kind, self.trained = m["positions"], m["trained_length"]

@@ -104,15 +104,17 @@ def exported(kind: str, model_dir: str, int8: bool = False, trust_remote_code: b
 
 
 def query_engine_ready(kind: str, path: str, trust_remote_code: bool = False, wrapper=None) -> None:
-    """A bf16 build exports the fp32 ONNX graph its queries will run on (for_queries), once per
+    """A build exports the ONNX graph its queries will run on (runtime.for_queries), once per
     model, so that the first search does not pay the export; a failed export is only noted
     (queries then run on PyTorch). `wrapper`: the kind's export module (onnx_export.WRAPPERS)."""
+    from .runtime import INT8_QUERY_KINDS, vnni
+
     if not onnxruntime_available() or not os.path.isdir(path):
         return
     if wrapper is not None:
         WRAPPERS.setdefault(kind, wrapper)
     try:
-        exported(kind, path, int8=False, trust_remote_code=trust_remote_code, temporary=False)
+        exported(kind, path, kind in INT8_QUERY_KINDS and vnni(), trust_remote_code, temporary=False)
     except CacheUnwritable:
         pass                # said once already; queries run on PyTorch
     except Exception as e:  # noqa: BLE001 - the build itself does not need the graph
@@ -187,12 +189,10 @@ def load(kind: str, settings, backend: str, trust_remote_code: bool = False):
     """(model folder, OrtModel) for an encoder's `settings` on an ONNX `backend`, exported on a
     cache miss; records the absolute model path and the backend in `settings`."""
     from .models import resolve
-    from .runtime import OrtModel
-
-    from .runtime import EXACT
+    from .runtime import AUTOMATIC, OrtModel
 
     path, _ = resolve(settings.model)
-    explicit = getattr(settings, "backend", None) not in (None, "auto", EXACT) and not getattr(settings, "from_index", False)
+    explicit = getattr(settings, "backend", None) not in AUTOMATIC and not getattr(settings, "from_index", False)
     if os.path.isdir(settings.model):   # an absolute path: search may run from another directory
         settings.model = path
     if not os.path.isdir(path):

@@ -256,7 +256,8 @@ class SparseEncoder(_SparseCore):
         import torch
 
         from . import plain_bert
-        from .runtime import FastTokenizer, folder_meta
+        from .fast_tokenizer import FastTokenizer
+        from .runtime import folder_meta
 
         config = plain_bert.plain_mlm(path)
         if config is None:
