@@ -64,8 +64,8 @@ class DenseSettings:
                            help="Engine for the dense and sparse models: auto is ONNX Runtime fp32 on a CPU (same "
                                 "vectors as PyTorch), bf16 on CPUs with AMX or AVX-512 BF16 (vectors at cosine "
                                 "0.9999 to fp32), PyTorch on a GPU; onnx-int8 is faster with slightly different "
-                                "vectors (first layer in fp32). Recorded in the index; queries use the same (bf16 "
-                                "indexes: fp32 queries).")
+                                "vectors (first layer in fp32). Recorded in the index; its dense queries run in ONNX "
+                                "int8 on CPUs with VNNI (quality measured), else ONNX fp32.")
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
