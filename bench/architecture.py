@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[1] / "ldr"
 # bottom to top; a package may import its own modules and every package of a lower layer
 LAYERS: list[tuple[str, ...]] = [
     ("ldr.errors", "ldr._version", "ldr.stages", "ldr.schema", "ldr.paths",
-     "ldr.language_defaults", "ldr.crash_signals", "ldr.ray_session", "ldr.npy", "ldr.arrays", "ldr.values"),
+     "ldr.language_defaults", "ldr.crash_signals", "ldr.ray_session", "ldr.npy", "ldr.arrays", "ldr.values",
+     "ldr.pools"),
     # foundations (a language's search defaults: the build records, the query applies; how ldr joins Ray;
-    # npy: np.load safe from many threads; arrays: helpers the stages share)
+    # npy: np.load safe from many threads; arrays: helpers the stages share; pools: a process's threads)
     ("ldr.corpus",),                 # documents in
     ("ldr.encode",),                 # models and engines
     ("ldr.components",),             # retriever kinds as codecs (and the registry)

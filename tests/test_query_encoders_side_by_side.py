@@ -2,11 +2,14 @@
 the others on one worker) when the search runs alone, one after another when others run: the
 answers are the same either way, each encoder's time is reported, and an encoder's error reaches
 the caller and frees the worker."""
+import os
+import signal
 import threading
 
 import pytest
 
 import ldr
+from ldr.encode.runtime import OrtModel
 from ldr.errors import LdrError
 from ldr.search import searcher
 
@@ -73,3 +76,21 @@ def test_an_encoder_error_on_the_worker_reaches_the_caller_and_frees_it(idx):
     assert seen == [("sparse", "ldr-query-encoder_0")]
     assert not searcher._SIDE_BY_SIDE.locked() and searcher._SEARCHING[0] == 0
     assert idx.search("lamp keeper storm", k=3)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_forked_child_encodes_and_loads_models_on_threads_of_its_own(idx):
+    """gunicorn --preload or multiprocessing's fork after a search: the child holds none of the
+    parent's pool threads, and a query or a model handed to their pools would wait forever."""
+    assert idx.search("harbour lamp keeper", k=2)                 # the parent's pools have threads
+    folder = idx.query_side("dense").encoder.model.folder
+    pid = os.fork()
+    if pid == 0:                                                  # the child: 60 s, then SIGALRM
+        signal.alarm(60)
+        try:
+            ok = bool(idx.search("storm over the river flood", k=2))
+            ok = ok and OrtModel(folder).session is not None      # a model loaded on the loader's pool
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import npy
 from ..errors import ConfigError, ModelError
+from ..pools import ProcessPool
 from .fast_tokenizer import FastTokenizer
 
 log = logging.getLogger(__name__)
@@ -249,14 +250,15 @@ def folder_meta(folder: Path) -> dict:
             "special_ids": sorted(t["id"] for t in added if isinstance(t, dict) and t.get("special"))}
 
 
+_LOADER = ProcessPool(2, "ldr-ort-load")     # sessions load beside a cold search's other work
+
+
 class OrtModel:
     """An exported model folder (model.onnx, tokenizer.json, meta.json) ready to run.
 
     The session (reading and initialising ~100 MB of graph) is created on a background thread:
     a cold search loads its dense and sparse models side by side and opens the index meanwhile;
     the first run waits for it."""
-
-    _loader = None
 
     def __init__(self, folder: Path):
         try:
@@ -275,10 +277,7 @@ class OrtModel:
         # query's SPLADE encoding, numpy, tantivy; figures in bench/README.md)
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.log_severity_level = 3
-        if OrtModel._loader is None:
-            from concurrent.futures import ThreadPoolExecutor
-            OrtModel._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ldr-ort-load")
-        self._session = OrtModel._loader.submit(
+        self._session = _LOADER.get().submit(
             ort.InferenceSession, str(self.folder / "model.onnx"), so, providers=["CPUExecutionProvider"])
         self.tokenizer = FastTokenizer(self.folder, self.meta)
 

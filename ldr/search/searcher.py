@@ -21,6 +21,7 @@ from . import exact_lists
 from .gather import Exact, ShardMap, ShardedSource, gather
 from .hits import SearchResult, origin, to_hits
 from .options import QueryOptions
+from ..pools import ProcessPool
 from ..stages import ENCODE
 
 
@@ -112,20 +113,22 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     # memos are filled on the caller's thread alone)
     asks = [(k, snap.side(k), snap.terms(k)) for k in fresh]
     models = [a for a in asks if getattr(a[1], "runs_a_model", False)]
-    took: dict = {}
     if len(models) > 1 and _SEARCHING[0] <= 1 and _SIDE_BY_SIDE.acquire(blocking=False):
         try:
-            job = _worker().submit(_encode_each, query, models[1:])
+            job = _WORKER.get().submit(_encode_each, query, models[1:])
+            parts = []
             try:
-                out.update(_encode_each(query, [a for a in asks if a not in models[1:]], took))
+                parts.append(_encode_each(query, [a for a in asks if a not in models[1:]]))
             finally:
-                got, aside = job.result()       # the worker's error, if any, is raised here
-            out.update(got)
-            took.update(aside)
+                parts.append(job.result())      # the worker's error, if any, is raised here
         finally:
             _SIDE_BY_SIDE.release()
     else:
-        out.update(_encode_each(query, asks, took))
+        parts = [_encode_each(query, asks)]
+    took: dict = {}
+    for got, seconds in parts:
+        out.update(got)
+        took.update(seconds)
     if spent is not None:
         spent.update((f"{ENCODE}.{k}", took[k]) for k in fresh)
     done = dict(reps or {})
@@ -141,29 +144,19 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
 # SPLADE query fills (bench/README.md: "Warm search"). Only a search running alone in its process
 # does so: where searches run at once (a server), the cores are busy already.
 _SIDE_BY_SIDE = threading.Lock()
-_WORKER = None
+_WORKER = ProcessPool(1, "ldr-query-encoder")
 _SEARCHING = [0]        # searches running in this process now
 _COUNT = threading.Lock()
 
 
-def _worker():
-    global _WORKER
-    if _WORKER is None:
-        from concurrent.futures import ThreadPoolExecutor
-        _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldr-query-encoder")
-    return _WORKER
-
-
-def _encode_each(query: str, asks: list, took: dict | None = None) -> tuple | dict:
-    """{kind: the query's representation} of `asks` [(kind, side, terms)], each kind's seconds
-    in `took` (with none given: returned beside them)."""
-    mine = {} if took is None else took
-    out = {}
+def _encode_each(query: str, asks: list) -> tuple[dict, dict]:
+    """({kind: the query's representation}, {kind: seconds}) of `asks` [(kind, side, terms)]."""
+    out, took = {}, {}
     for kind, side, terms in asks:
         t = time.perf_counter()
         out[kind] = side.encode(query) if terms is None else side.encode(query, terms)
-        mine[kind] = time.perf_counter() - t
-    return out if took is not None else (out, mine)
+        took[kind] = time.perf_counter() - t
+    return out, took
 
 
 @dataclass
