@@ -141,16 +141,17 @@ class Handle:
         return list(self._pool().map(call, snap.shards))
 
     def _pool(self):
-        """One thread pool for every search of this handle (a pool per query cost ~1 ms)."""
+        """One thread pool for every search of this handle (a pool per query cost ~1 ms), made
+        again in a forked child (pools.py)."""
         with self._load_lock:
             if getattr(self, "_threads", None) is None:
-                from concurrent.futures import ThreadPoolExecutor
-                self._threads = ThreadPoolExecutor(8, thread_name_prefix="ldr-shard")
-        return self._threads
+                from .pools import ProcessPool
+                self._threads = ProcessPool(8, "ldr-shard")
+        return self._threads.get()
 
     def _close_pool(self) -> None:
         if getattr(self, "_threads", None) is not None:
-            self._threads.shutdown(wait=False)
+            self._threads.close()
             self._threads = None
 
     # -- searching ----------------------------------------------------------------------------

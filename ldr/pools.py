@@ -25,3 +25,9 @@ class ProcessPool:
                     self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=self.name)
                     self._pid = pid
         return self._pool
+
+    def close(self) -> None:
+        """Let this process's threads end once idle (a pool of another process is left alone)."""
+        if self._pool is not None and self._pid == os.getpid():
+            self._pool.shutdown(wait=False)
+        self._pool, self._pid = None, -1

@@ -79,16 +79,22 @@ def test_an_encoder_error_on_the_worker_reaches_the_caller_and_frees_it(idx):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
-def test_a_forked_child_encodes_and_loads_models_on_threads_of_its_own(idx):
+def test_a_forked_child_encodes_and_loads_models_on_threads_of_its_own(idx, tmp_path):
     """gunicorn --preload or multiprocessing's fork after a search: the child holds none of the
     parent's pool threads, and a query or a model handed to their pools would wait forever."""
     assert idx.search("harbour lamp keeper", k=2)                 # the parent's pools have threads
     folder = idx.query_side("dense").encoder.model.folder
+    from ldr.sharded import ShardedIndex
+    docs = [{"id": f"d{i}", "text": f"harbour lamp keeper {i} and the storm over the river"} for i in range(8)]
+    two = ShardedIndex.build(docs, tmp_path / "two", shards=2, dense=None, sparse=None, progress=False)
+    for q in ("lamp keeper", "storm", "river"):                    # its shards answer on the handle's pool
+        assert two.search(q, k=3)
     pid = os.fork()
     if pid == 0:                                                  # the child: 60 s, then SIGALRM
         signal.alarm(60)
+        ok = False
         try:
-            ok = bool(idx.search("storm over the river flood", k=2))
+            ok = bool(idx.search("storm over the river flood", k=2)) and bool(two.search("river storm", k=3))
             ok = ok and OrtModel(folder).session is not None      # a model loaded on the loader's pool
         finally:
             os._exit(0 if ok else 1)
