@@ -290,8 +290,8 @@ def test_a_writer_hands_back_the_arena_of_its_largest_batch(tmp_path, sample_cor
     assert sorted(set(released)) == ["dense", "splade"]
 
 
-def test_an_index_without_a_recorded_backend_encodes_in_fp32_and_queries_as_any_cpu_built_one(monkeypatch):
-    # written by PyTorch before backends were recorded: an add encodes in fp32 (ONNX or PyTorch)
+def test_an_index_without_a_recorded_backend_never_queries_int8(monkeypatch):
+    # written by PyTorch before backends were recorded: queries must give the same vectors
     from ldr.encode.models import model_settings
     monkeypatch.setattr(runtime, "CPU_DEFAULT", "onnx-int8")
     comp = {"model": {"name": "m", "settings": {"model": "all-MiniLM-L6-v2", "strategy": "maxp"}}}
@@ -300,11 +300,11 @@ def test_an_index_without_a_recorded_backend_encodes_in_fp32_and_queries_as_any_
     assert runtime.choose(s.backend, "cpu", True, "x") == "onnx"
     assert runtime.choose("auto", "cpu", True, "x") == "onnx-int8"
     assert runtime.choose(s.backend, "cpu", False, "x") == "torch"
-    assert runtime.for_queries(s, "dense").backend == runtime.QUERY_INT8
+    assert runtime.for_queries(s, "dense").backend == runtime.EXACT
 
 
 def test_a_dense_query_runs_int8_where_the_cpu_has_vnni_and_the_documents_were_encoded_on_it(monkeypatch):
-    for recorded in ("auto", runtime.EXACT, "bf16", "onnx", None):
+    for recorded in ("auto", "bf16", "onnx", None):
         assert runtime.for_queries(DenseSettings(backend=recorded), "dense").backend == runtime.QUERY_INT8
     assert runtime.for_queries(DenseSettings(backend="torch"), "dense").backend == "torch"   # built on PyTorch
     assert runtime.for_queries(DenseSettings(backend="onnx-int8"), "dense").backend == "onnx-int8"

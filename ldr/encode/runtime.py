@@ -57,7 +57,8 @@ def bf16_min_chars(model_key: str | None) -> int:
 
 
 # an engine ldr chose in fp32 (a small corpus held to fp32; an index written before backends were
-# recorded, encoded by PyTorch): ONNX fp32 or PyTorch, never int8 or bf16
+# recorded, encoded by PyTorch, whose queries must answer as they did): ONNX fp32 or PyTorch, never
+# int8 or bf16
 EXACT = "auto-fp32"
 # a dense query of an index encoded on the CPU in fp32 or bf16: ONNX int8 on a CPU with VNNI (else
 # as EXACT), the documents' vectors as built: default and dense-leg nDCG@10 and passkeys kept, an
@@ -156,9 +157,10 @@ def for_queries(settings, kind: str):
     """Query-time settings of a `kind`: bf16 documents are searched with ONNX queries (no torch
     import: cold search stays fast; fp32's vectors and bf16's agree at cosine >= 0.9999), and a
     dense query of documents encoded on the CPU (ONNX, bf16) runs in int8 where the CPU has VNNI
-    (QUERY_INT8); an index built on PyTorch (--backend torch) is queried on it."""
+    (QUERY_INT8); an index built on PyTorch (--backend torch) is queried on it, one written before
+    backends were recorded (EXACT) in fp32."""
     backend = getattr(settings, "backend", None)
-    if kind in INT8_QUERY_KINDS and backend in AUTOMATIC + ("bf16", "onnx"):
+    if kind in INT8_QUERY_KINDS and backend in (None, "auto", QUERY_INT8, "bf16", "onnx"):
         settings.backend = QUERY_INT8
     elif backend == "bf16":
         settings.backend = EXACT
