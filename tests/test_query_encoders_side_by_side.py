@@ -5,6 +5,7 @@ the caller and frees the worker."""
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -20,7 +21,7 @@ def idx(tmp_path_factory):
     return ldr.Index.build(SAMPLE, tmp_path_factory.mktemp("sbs") / "idx", progress=False)
 
 
-def _watch(idx, kind, seen, fail=False):
+def _watch(idx, kind, seen, fail=False, sleep=0.0):
     enc = idx.query_side(kind).encoder
     real = enc.encode_queries if kind == "dense" else enc.query_terms
 
@@ -28,6 +29,7 @@ def _watch(idx, kind, seen, fail=False):
         seen.append((kind, threading.current_thread().name))
         if fail:
             raise LdrError(f"the {kind} encoder failed")
+        time.sleep(sleep)
         return real(*a, **kw)
     setattr(enc, "encode_queries" if kind == "dense" else "query_terms", spy)
     return lambda: delattr(enc, "encode_queries" if kind == "dense" else "query_terms")
@@ -63,6 +65,22 @@ def test_a_lone_search_encodes_side_by_side_and_answers_as_one_after_another(idx
     finally:
         for u in undo:
             u()
+
+
+def test_an_encoder_beside_another_counts_the_time_the_search_waited_for_it(idx):
+    """A search's timings add up to no more than it took: two encoders of 0.3 s side by side take
+    ~0.3 s of it, so the one on the worker counts what the search waited for it, not its 0.3 s."""
+    seen: list = []
+    undo = [_watch(idx, "dense", seen, sleep=0.3), _watch(idx, "sparse", seen, sleep=0.3)]
+    try:
+        hits = idx.search("the lamp keeper of the harbour in the storm", k=3)
+    finally:
+        for u in undo:
+            u()
+    assert len({t for _, t in seen}) == 2                       # side by side
+    t = hits.timings_ms
+    assert t["encode.dense"] >= 300 and t["encode.sparse"] < 150, t
+    assert hits.took_ms >= sum(t.values())
 
 
 def test_an_encoder_error_on_the_worker_reaches_the_caller_and_frees_it(idx):

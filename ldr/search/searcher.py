@@ -105,8 +105,8 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     """The query encoded once per kind (`reps`: already encoded, a batch's); a kind that scores
     with collection statistics (BM25) gets every shard's summed (`stats`) when there are several.
     `spent`: each kind's encoding time in seconds is added there (`encode.<kind>`), so that a
-    search's timings show where most of a query goes (its query encoders; run side by side, their
-    times overlap)."""
+    search's timings show where most of a query goes (its query encoders; one encoded beside
+    another: the time the search waited for it)."""
     out = dict(reps or {})
     fresh = [k for k in kinds if k not in out]
     # a kind that narrows its queries (sparse) is given its index's terms (found here: a snapshot's
@@ -115,12 +115,19 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     models = [a for a in asks if getattr(a[1], "runs_a_model", False)]
     if len(models) > 1 and _SEARCHING[0] <= 1 and _SIDE_BY_SIDE.acquire(blocking=False):
         try:
+            t = time.perf_counter()
             job = _WORKER.get().submit(_encode_each, query, models[1:])
             parts = []
             try:
                 parts.append(_encode_each(query, [a for a in asks if a not in models[1:]]))
             finally:
                 parts.append(job.result())      # the worker's error, if any, is raised here
+            # a kind encoded beside the searching thread's counts the time the search waited for
+            # it, so that a search's timings still add up to no more than it took
+            waited = max(time.perf_counter() - t - sum(parts[0][1].values()), 0.0)
+            aside = parts[1][1]
+            whole = sum(aside.values()) or 1.0
+            parts[1] = (parts[1][0], {k: waited * v / whole for k, v in aside.items()})
         finally:
             _SIDE_BY_SIDE.release()
     else:
