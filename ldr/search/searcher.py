@@ -107,39 +107,22 @@ def encode(snap: Snapshot, query: str, kinds, reps: dict | None = None, stats: l
     `spent`: each kind's encoding time in seconds is added there (`encode.<kind>`), so that a
     search's timings show where most of a query goes (its query encoders; one encoded beside
     another: the time the search waited for it)."""
-    out = dict(reps or {})
-    fresh = [k for k in kinds if k not in out]
+    done = dict(reps or {})
+    fresh = [k for k in kinds if k not in done]
     # a kind that narrows its queries (sparse) is given its index's terms (found here: a snapshot's
     # memos are filled on the caller's thread alone)
     asks = [(k, snap.side(k), snap.terms(k)) for k in fresh]
     models = [a for a in asks if getattr(a[1], "runs_a_model", False)]
     if len(models) > 1 and _SEARCHING[0] <= 1 and _SIDE_BY_SIDE.acquire(blocking=False):
         try:
-            t = time.perf_counter()
-            job = _WORKER.get().submit(_encode_each, query, models[1:])
-            parts = []
-            try:
-                parts.append(_encode_each(query, [a for a in asks if a not in models[1:]]))
-            finally:
-                parts.append(job.result())      # the worker's error, if any, is raised here
-            # a kind encoded beside the searching thread's counts the time the search waited for
-            # it, so that a search's timings still add up to no more than it took
-            waited = max(time.perf_counter() - t - sum(parts[0][1].values()), 0.0)
-            aside = parts[1][1]
-            whole = sum(aside.values()) or 1.0
-            parts[1] = (parts[1][0], {k: waited * v / whole for k, v in aside.items()})
+            got, took = _side_by_side(query, [a for a in asks if a not in models[1:]], models[1:])
         finally:
             _SIDE_BY_SIDE.release()
     else:
-        parts = [_encode_each(query, asks)]
-    took: dict = {}
-    for got, seconds in parts:
-        out.update(got)
-        took.update(seconds)
+        got, took = _encode_each(query, asks)
     if spent is not None:
         spent.update((f"{ENCODE}.{k}", took[k]) for k in fresh)
-    done = dict(reps or {})
-    done.update((k, out[k]) for k in fresh)
+    done.update((k, got[k]) for k in fresh)
     for kind in kinds:
         if stats is not None and kind in stats[0]:
             done[kind] = snap.side(kind).with_collection_stats(done[kind], [st[kind] for st in stats])
@@ -154,6 +137,22 @@ _SIDE_BY_SIDE = threading.Lock()
 _WORKER = ProcessPool(1, "ldr-query-encoder")
 _SEARCHING = [0]        # searches running in this process now
 _COUNT = threading.Lock()
+
+
+def _side_by_side(query: str, own: list, aside: list) -> tuple[dict, dict]:
+    """_encode_each of `own` on this thread and of `aside` on the worker at once. A kind encoded
+    aside counts the time the search waited for it (a share of the wait past this thread's own
+    encoding), so that a search's timings still add up to no more than it took."""
+    t = time.perf_counter()
+    job = _WORKER.get().submit(_encode_each, query, aside)
+    try:
+        got, took = _encode_each(query, own)
+    finally:
+        theirs, their_took = job.result()      # the worker's error, if any, is raised here
+    waited = max(time.perf_counter() - t - sum(took.values()), 0.0)
+    whole = sum(their_took.values()) or 1.0
+    took.update((k, waited * v / whole) for k, v in their_took.items())
+    return {**got, **theirs}, took
 
 
 def _encode_each(query: str, asks: list) -> tuple[dict, dict]:
