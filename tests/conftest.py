@@ -182,6 +182,70 @@ def pytest_runtest_teardown(item, nextitem):
         _stop_ray_cluster()      # its processes and their memory are not kept beside the next modules
 
 
+class ServerOutput:
+    """A started server's stdout, drained as it comes (a full pipe would stall the server), and the
+    address its "serving ... on URL" line names: tests start `ldr serve --port 0`, so no port is
+    chosen here and taken by another process before the server binds it."""
+
+    def __init__(self, proc):
+        import threading
+
+        self.proc, self.lines, self.url = proc, [], None
+        self.named, self.ended = threading.Event(), threading.Event()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        import re
+
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            found = self.url is None and re.search(r"serving .* on (http://[^ ]+) \(", line)
+            if found:
+                self.url = found.group(1)
+                self.named.set()
+        self.named.set()
+        self.ended.set()
+
+    def wait_url(self, seconds: float = 120) -> str:
+        self.named.wait(seconds)
+        assert self.url, "the server did not say where it serves: " + self.text(1)
+        return self.url
+
+    def text(self, seconds: float = 30) -> str:
+        """What it printed; once it exited, all of it."""
+        if self.proc.poll() is not None:
+            self.ended.wait(seconds)
+        return "".join(self.lines)
+
+
+def start_server(cmd: list, env=None, seconds: float = 120):
+    """Start `cmd` (an `ldr serve` command without --port) on a free port the server picks; returns
+    the process (its `.output` a ServerOutput) and the URL it serves on."""
+    import subprocess
+
+    proc = subprocess.Popen([*cmd, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    proc.output = ServerOutput(proc)
+    try:
+        return proc, proc.output.wait_url(seconds)
+    except BaseException:
+        proc.kill()
+        raise
+
+
+def stop_server(proc, seconds: float = 60) -> str:
+    """Terminate a server from `start_server` (killed if it does not exit); returns all it printed."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return proc.output.text()
+
+
 def wait_healthy(http, proc, seconds: float = 120) -> None:
     """Poll a started server's GET /health through the client `http` (one client: each `httpx.get`
     builds a TLS context, ~40 ms of CPU) until it answers 200; the process exiting first, or
@@ -192,7 +256,9 @@ def wait_healthy(http, proc, seconds: float = 120) -> None:
 
     deadline = time.time() + seconds
     while True:
-        assert proc.poll() is None, "the server exited: " + (proc.stdout.read() if proc.stdout else "")
+        if proc.poll() is not None:
+            out = proc.output.text() if hasattr(proc, "output") else proc.stdout.read() if proc.stdout else ""
+            raise AssertionError("the server exited: " + out)
         assert time.time() < deadline, "the server did not start"
         try:
             if http.get("/health", timeout=1).status_code == 200:

@@ -141,18 +141,18 @@ def test_a_server_open_to_the_network_makes_a_write_key_and_a_busy_port_is_one_c
         r = subprocess.run([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path / "idx"), "--port",
                             str(port)], capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == 2 and "--port" in r.stderr and "serving" not in r.stderr
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # --port 0: the server picks a free port and names it (a port chosen here could be taken first)
     p = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path / "idx"), "--host", "0.0.0.0",
-                          "--port", str(port)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+                          "--port", "0"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     try:
         for _ in range(50):                 # the generated key follows the line that announces it
             if "no --api-key was given" in p.stderr.readline():
                 break
         key = p.stderr.readline().strip()
         assert len(key) >= 24
-        url = f"http://127.0.0.1:{port}"
+        serving = p.stderr.readline()
+        assert serving.startswith("serving ") and "http://0.0.0.0:" in serving, serving
+        url = "http://127.0.0.1:" + serving.split("http://0.0.0.0:")[1].split(" ")[0]
         with httpx.Client(base_url=url) as http:
             wait_healthy(http, p, 60)
             doc = {"documents": [{"id": "b", "text": "an added document"}]}

@@ -14,7 +14,7 @@ import pytest
 import ldr
 from ldr.sharded import ShardedIndex
 
-from conftest import manifest_of, wait_healthy
+from conftest import manifest_of, start_server, stop_server, wait_healthy
 
 httpx = pytest.importorskip("httpx")
 ray = None      # imported by the module's fixture: collecting this module (every worker does) imports no Ray Serve
@@ -101,7 +101,6 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
 
     from ldr.cli import main
     from test_sharded import _docs
-    from test_serve import _free_port
 
     import test_point_in_time as pit
 
@@ -112,14 +111,12 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     (tmp_path / "start.json").write_text(json.dumps([f"doc-{n}" for n in range(pit.START)]))
     one = ldr.Index.build(docs, tmp_path / "one", dense=None, sparse=None)
     ShardedIndex.build(docs, idx, shards=2, dense=None, sparse=None)
-    port = _free_port()
     env = {**os.environ, "LDR_API_KEY": ""}
-    proc = subprocess.Popen(_unshared(idx, local) + [sys.executable, "-m", "ldr.cli", "serve", "-i", str(idx),
-                            "--port", str(port), "--ray", cluster, "--replicas", "2", "--replica-root", str(local),
-                            "--read-only"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc, url = start_server(_unshared(idx, local) + [sys.executable, "-m", "ldr.cli", "serve", "-i", str(idx),
+                             "--ray", cluster, "--replicas", "2", "--replica-root", str(local), "--read-only"], env, 300)
     http = None
     try:
-        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
+        http = httpx.Client(base_url=url, timeout=120)
         wait_healthy(http, proc, 300)
 
         def same(queries):
@@ -155,8 +152,7 @@ def test_the_coordinator_answers_without_seeing_a_shard_file(cluster, tmp_path):
     finally:
         if http is not None:
             http.close()
-        proc.terminate()
-        out, _ = proc.communicate(timeout=60)
+        out = stop_server(proc)
         for app in ("ldr-shard-0", "ldr-shard-1"):
             try:
                 serve.delete(app)

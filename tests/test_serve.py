@@ -10,7 +10,7 @@ import time
 import pytest
 
 import ldr
-from conftest import wait_healthy
+from conftest import start_server, stop_server, wait_healthy
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -26,23 +26,15 @@ def _free_port() -> int:
 
 class Server:
     def __init__(self, index, *args):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "LDR_API_KEY": ""}
-        self.proc = subprocess.Popen([sys.executable, "-m", "ldr.cli", "serve", "-i", str(index), "--port", str(self.port),
-                                      *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc, self.url = start_server([sys.executable, "-m", "ldr.cli", "serve", "-i", str(index), *args], env)
+        self.port = int(self.url.rsplit(":", 1)[1])
         self.http = httpx.Client(base_url=self.url, timeout=60)
         wait_healthy(self.http, self.proc)
 
     def stop(self) -> str:
         self.http.close()
-        self.proc.terminate()
-        try:
-            out, _ = self.proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate()
-        return out
+        return stop_server(self.proc, 30)
 
 
 def _docs(n=20):

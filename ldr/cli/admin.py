@@ -16,7 +16,8 @@ _LIMITS = _Limits()     # the server's limits, written once (ldr/serve/limits.py
 @main.command("serve")
 @click.option("-i", "--index", "index_path", required=True, type=click.Path(), help="Index directory.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every interface).")
-@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="0: a free port the system picks (the line that says where it serves names it).")
 @click.option("--api-key", default=None, envvar="LDR_API_KEY", show_envvar=True,
               help="Key the write endpoints require (X-API-Key or Authorization: Bearer).")
 @click.option("--read-only", is_flag=True, help="Turn the write endpoints off.")
@@ -60,6 +61,9 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
     from ..index.remote import is_uri
     from ..index.view import holds_index
 
+    # held from the start: a Ray deployment takes seconds, in which its processes could take the port
+    sock = _listen(host, port)
+    port = sock.getsockname()[1]
     if is_uri(index_path) and not (ray_address and replica_root):
         from ..errors import ConfigError
         raise ConfigError(f"{index_path} is a URI: serve it with --ray and --replica-root (each node's replicas copy "
@@ -74,7 +78,6 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
                               "CORPUS -o IDX --shards N`)")
     # with --ray the index need not be here: the replicas read it where they run
     opener = _ray_opener(index_path, ray_address, replicas, device, replica_root) if ray_address else None
-    _check_port(host, port)
     if not (api_key or read_only or host in LOCAL_HOSTS):
         # open to the network: writes need a key; as Elasticsearch does on first start, make one
         import secrets
@@ -87,7 +90,7 @@ def serve_cmd(index_path, host, port, api_key, read_only, max_body_mb, max_query
                               max_pending_bytes=int(max_pending_mb * (1 << 20)), body_stall_seconds=body_stall_seconds)
     click.echo(f"serving {index_path} on http://{host}:{port} ({'API docs: /docs, ' if _api_docs() else ''}a search page: /)"
                + ("; read-only" if read_only else "; writes need the API key" if settings.api_key else ""), err=True)
-    serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
+    serve(index_path, host, port, settings, device=device, trust_remote_code=trust_remote_code, opener=opener, sock=sock)
 
 
 def _ray_opener(index_path, address, replicas, device, local=None):
@@ -106,20 +109,26 @@ def _ray_opener(index_path, address, replicas, device, local=None):
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def _check_port(host: str, port: int) -> None:
-    """A busy port is one clear line naming --port, before the server says it is serving."""
+def _listen(host: str, port: int):
+    """The server's socket, bound and listening before anything slow starts: a busy port is one clear
+    line naming --port, and no other process takes the port while the models load (connections wait
+    in the backlog until the server answers)."""
     import socket
 
     from ..errors import ConfigError
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise ConfigError(f"cannot serve on {host}:{port} ({e.strerror or e}): another program uses that port? "
-                              "choose another with --port") from None
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as uvicorn: a restart need not wait out TIME_WAIT
+    try:
+        s.bind((host, port))
+        s.listen(2048)                                              # uvicorn's backlog
+    except OSError as e:
+        s.close()
+        raise ConfigError(f"cannot serve on {host}:{port} ({e.strerror or e}): another program uses that port? "
+                          "choose another with --port (0: any free one)") from None
+    s.set_inheritable(True)
+    return s
 
 
 @main.command("info")

@@ -222,9 +222,12 @@ def _version() -> str:
 
 
 def serve(index_path: str, host: str = "127.0.0.1", port: int = 8080, settings: ServerSettings | None = None,
-          device: str | None = None, trust_remote_code: bool = False, log_level: str = "info", opener=None) -> None:
-    """Run the server until interrupted (uvicorn, one process: the models are loaded once)."""
+          device: str | None = None, trust_remote_code: bool = False, log_level: str = "info", opener=None,
+          sock=None) -> None:
+    """Run the server until interrupted (uvicorn, one process: the models are loaded once). `sock`: a
+    socket already bound (`ldr serve` binds before it loads anything); else uvicorn binds host:port."""
     import uvicorn
 
     app = create_app(index_path, settings, device=device, trust_remote_code=trust_remote_code, opener=opener)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)
