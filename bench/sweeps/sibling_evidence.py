@@ -6,13 +6,18 @@
   idf of its rare query terms (df <= 8, `rare`); BM25 nearly binary in tf (k1 0.3); the idf of
   the query terms a candidate holds that most other candidates lack (`disc`);
 - dense: each query sentence's best MaxP passage (MiniLM) in the candidate, summed (`sum`), as a
-  z-score among the candidates (`z`), the sentences it wins (`wins`), the whole query's (`whole`).
+  z-score among the candidates (`z`), the sentences it wins (`wins`), the whole query's (`whole`);
+- order: a summary tells its meeting in order; each query sentence's best window of 200 terms
+  (overlapping by half, BM25-like term weights), then Kendall's tau between the sentences' order
+  and their windows' (`order tau`), and the longest increasing run's share (`order run`); queries of
+  3 sentences or more.
 
     python bench/sweeps/sibling_evidence.py --index IDX --data ../shared/data/qmsum-train
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import re
@@ -52,6 +57,23 @@ def dense(sent_vecs: np.ndarray, query_vec: np.ndarray, ids: list[str], passages
             "dense whole": np.array([(passages[d] @ query_vec).max() for d in ids])}
 
 
+def order(sentences: list[set], ids: list[str], windows: dict, idf: dict) -> dict:
+    tau, run = np.zeros(len(ids)), np.zeros(len(ids))
+    if len(sentences) < 3:
+        return {"order tau": tau, "order run": run}
+    for j, d in enumerate(ids):
+        pos = [int(np.argmax([sum(idf.get(t, 0) * c.get(t, 0) / (c.get(t, 0) + 1.2) for t in s) for c in windows[d]]))
+               for s in sentences]
+        pairs = [np.sign(pos[b] - pos[a]) for a in range(len(pos)) for b in range(a + 1, len(pos))]
+        tau[j] = sum(pairs) / max(1, sum(p != 0 for p in pairs))
+        tails: list[int] = []
+        for p in pos:
+            k = bisect.bisect_right(tails, p)
+            tails[k:k + 1] = [p]
+        run[j] = len(tails) / len(pos)
+    return {"order tau": tau, "order run": run}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--index", required=True)
@@ -72,6 +94,10 @@ def main() -> None:
     df = Counter(t for c in tf.values() for t in c)
     idf = {t: math.log(1 + (len(tf) - n + 0.5) / (n + 0.5)) for t, n in df.items()}
     length = {d: sum(c.values()) for d, c in tf.items()}
+    windows = {}
+    for d in corpus:
+        terms = an.analyze(d["text"])
+        windows[d["_id"]] = [Counter(terms[i:i + 200]) for i in range(0, max(1, len(terms) - 100), 100)]
     avg = float(np.mean(list(length.values())))
     enc = load_dense(DenseSettings())
     vecs, owner = enc.encode_documents([d["text"] for d in corpus])
@@ -89,7 +115,8 @@ def main() -> None:
         s = flat[at:at + len(sentences[q])]
         at += len(sentences[q])
         feats.append({**lexical(Counter(an.analyze(queries[q])), ids, tf, df, idf, length, avg),
-                      **dense(s, whole[i], ids, passages)})
+                      **dense(s, whole[i], ids, passages),
+                      **order([set(an.analyze(x)) for x in sentences[q]], ids, windows, idf)})
 
     def scored(name: str | None, w: float):
         out, missed = [], 0
