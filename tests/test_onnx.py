@@ -333,6 +333,20 @@ def test_an_index_answers_its_queries_on_the_engine_its_cpu_gives(tmp_path):
     assert (onnx_export.cache_root() / "onnx" / f"dense-{key}" / "model.onnx").is_file()
 
 
+def test_ldr_query_int8_0_keeps_queries_fp32_on_every_cpu(tmp_path, monkeypatch):
+    """The same query vectors with or without VNNI, for whoever compares runs across machines."""
+    import ldr
+    docs = [{"id": "a", "text": "the keeper relit the lamp at the harbour"}]
+    ldr.Index.build(docs, tmp_path / "i", sparse=None, bm25=None)
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni"})
+    assert ldr.open(tmp_path / "i").query_side("dense").encoder.describe()["backend"]["name"] == "onnx-int8"
+    monkeypatch.setenv("LDR_QUERY_INT8", "0")
+    enc = ldr.open(tmp_path / "i").query_side("dense").encoder
+    assert enc.describe()["backend"]["name"] == "onnx"
+    np.testing.assert_array_equal(enc.encode_queries(["lamp keeper"]),
+                                  load_dense(DenseSettings(backend="onnx")).encode_queries(["lamp keeper"]))
+
+
 def test_a_pre_exported_dense_folder_runs_as_it_is(tmp_path):
     """Models as data: ldr's own export of MiniLM copied to a folder of model.onnx, its token
     embedding table + tokenizer files (+ the sentence-transformers configs) loads without torch,

@@ -160,7 +160,9 @@ def for_queries(settings, kind: str):
     (QUERY_INT8); an index built on PyTorch (--backend torch) is queried on it, one written before
     backends were recorded (EXACT) in fp32."""
     backend = getattr(settings, "backend", None)
-    if kind in INT8_QUERY_KINDS and backend in (None, "auto", QUERY_INT8, "bf16", "onnx"):
+    # LDR_QUERY_INT8=0: fp32 queries on every CPU (the same query vectors with or without VNNI)
+    int8 = os.environ.get("LDR_QUERY_INT8", "1").strip().lower() not in ("0", "false", "no", "off")
+    if int8 and kind in INT8_QUERY_KINDS and backend in (None, "auto", QUERY_INT8, "bf16", "onnx"):
         settings.backend = QUERY_INT8
     elif backend == "bf16":
         settings.backend = EXACT
