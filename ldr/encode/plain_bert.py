@@ -91,12 +91,23 @@ def _float32(weights: Path) -> bool:
         return False
 
 
+class _Linear(nn.Linear):
+    def reset_parameters(self):
+        """Nothing: the checkpoint's weights replace these (a random init on the meta device runs
+        through torch._refs, whose first call imports torch._dynamo: ~0.8 s of every load)."""
+
+
+class _Embedding(nn.Embedding):
+    def reset_parameters(self):
+        """Nothing, as _Linear's."""
+
+
 class _Embeddings(nn.Module):
     def __init__(self, c: dict):
         super().__init__()
-        self.word_embeddings = nn.Embedding(c["vocab_size"], c["hidden_size"], padding_idx=c.get("pad_token_id"))
-        self.position_embeddings = nn.Embedding(c["max_position_embeddings"], c["hidden_size"])
-        self.token_type_embeddings = nn.Embedding(c.get("type_vocab_size", 2), c["hidden_size"])
+        self.word_embeddings = _Embedding(c["vocab_size"], c["hidden_size"], padding_idx=c.get("pad_token_id"))
+        self.position_embeddings = _Embedding(c["max_position_embeddings"], c["hidden_size"])
+        self.token_type_embeddings = _Embedding(c.get("type_vocab_size", 2), c["hidden_size"])
         self.LayerNorm = nn.LayerNorm(c["hidden_size"], eps=c.get("layer_norm_eps", 1e-12))
 
     def forward(self, input_ids, token_type_ids, position_ids):
@@ -114,13 +125,13 @@ class _Layer(nn.Module):
         self.attention = nn.Module()
         self.attention.self = nn.Module()
         for name in ("query", "key", "value"):
-            setattr(self.attention.self, name, nn.Linear(h, h))
+            setattr(self.attention.self, name, _Linear(h, h))
         self.attention.output = nn.Module()
-        self.attention.output.dense, self.attention.output.LayerNorm = nn.Linear(h, h), nn.LayerNorm(h, eps=eps)
+        self.attention.output.dense, self.attention.output.LayerNorm = _Linear(h, h), nn.LayerNorm(h, eps=eps)
         self.intermediate = nn.Module()
-        self.intermediate.dense = nn.Linear(h, c["intermediate_size"])
+        self.intermediate.dense = _Linear(h, c["intermediate_size"])
         self.output = nn.Module()
-        self.output.dense = nn.Linear(c["intermediate_size"], h)
+        self.output.dense = _Linear(c["intermediate_size"], h)
         self.output.LayerNorm = nn.LayerNorm(h, eps=eps)
 
     def forward(self, x, mask):
@@ -189,7 +200,7 @@ class PlainMlm(nn.Module):
         self.cls = nn.Module()
         self.cls.predictions = nn.Module()
         self.cls.predictions.transform = nn.Module()
-        self.cls.predictions.transform.dense = nn.Linear(h, h)
+        self.cls.predictions.transform.dense = _Linear(h, h)
         self.cls.predictions.transform.LayerNorm = nn.LayerNorm(h, eps=config.get("layer_norm_eps", 1e-12))
 
     def forward(self, input_ids, attention_mask):
