@@ -218,6 +218,28 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
     _train("dense", s, data, split, out, index_path, dev_fraction, device, quiet, pseudo=pseudo)
 
 
+@train_group.command("whitening")
+@click.option("-i", "--index", "index_path", required=True, type=click.Path(exists=True, file_okay=False),
+              help="The index whose passage vectors are fitted (its dense model is the one adapted).")
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Model folder to write.")
+@click.option("--eps", type=click.FloatRange(min=0, min_open=True), default=0.01, show_default=True,
+              help="Each eigenvalue is raised by this share of their mean (smaller: whiter, noisier).")
+@click.option("--max-passages", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Passages fitted at most (a seeded sample beyond).")
+def train_whitening_cmd(index_path, out, eps, max_passages):
+    """No labels, seconds: whiten the index's passage vectors into a copy of its dense model (their
+    mean out, their covariance the identity); then `ldr index CORPUS --dense MODEL`."""
+    import time
+
+    from ..train.whitening import whiten
+
+    t = time.perf_counter()
+    about = whiten(index_path, out, eps=eps, limit=max_passages)
+    click.echo(f"fitted on {about['passages']} passage vectors of {index_path} in {time.perf_counter() - t:.1f}s; "
+               f"model written to {out} ({about['base_name']} + whitening). Use it: ldr index CORPUS -o IDX "
+               f"--dense {out}")
+
+
 @train_group.command("reranker")
 @train_options
 @click.option("--base", "base_model", default=None, help="Model to start from (default: the packaged MiniLM).")

@@ -136,10 +136,13 @@ class DenseEncoder(_DenseCore):
         self.hf = st[0].auto_model
         self.architecture = type(self.hf).__name__
         self.tokenizer = st.tokenizer
-        # every module after the transformer (Pooling, Dense projections, LayerNorm, ...) but Normalize,
-        # which ldr applies itself after a Matryoshka cut: a Dense projection left out gave vectors of
-        # the transformer's width where the model's are its projection's (LaBSE, GTR)
-        self.after = [m for i, m in enumerate(st) if i > 0 and type(m).__name__ != "Normalize"]
+        # every module after the transformer (Pooling, Dense projections, LayerNorm, ...) but the last
+        # Normalize, which ldr applies itself after a Matryoshka cut: a Dense projection left out gave
+        # vectors of the transformer's width where the model's are its projection's (LaBSE, GTR); a
+        # Normalize before a projection stays (a whitened model: train/whitening.py)
+        self.after = [m for m in list(st)[1:]]
+        if self.after and type(self.after[-1]).__name__ == "Normalize":
+            self.after.pop()
         if self.device == "cuda":
             self.hf.half()
         self.hf.eval()

@@ -1,0 +1,120 @@
+"""`ldr train whitening`: a label-free adaptation of the dense leg in seconds. The index's own
+passage vectors are whitened (their mean taken out, their covariance made the identity, each
+eigenvalue regularised by `eps` times their mean) and the transform is written into a copy of
+the dense model as two more sentence-transformers modules, Dense then Normalize, after the
+model's own Normalize. An index built with the copy (`ldr index CORPUS --dense MODEL`), its
+`ldr add`s and its queries all run it, as they run any model with a Dense projection.
+
+Why: one corpus's MiniLM vectors crowd along the few directions all its passages share (a
+meeting's small talk, a judgment's formulae), and cosine then weighs what passages share over
+what tells them apart; whitening spreads them. Measured on the passages of each set's default
+index, queries never seen (bench/README.md, "Second stages and adapted models")."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..encode.models import TRAIN_CARD as CARD
+from ..errors import ConfigError
+
+EPS = 0.01              # eigenvalues + EPS x their mean: the smallest directions are mostly noise
+MAX_VECTORS = 100_000   # passages fitted at most (a seeded sample beyond): 384² sums, not a memory bound
+
+
+def index_vectors(index_path: Path, limit: int = MAX_VECTORS, seed: int = 0) -> tuple[np.ndarray, dict]:
+    """(the passage vectors of the index's newest generation, a seeded sample of `limit` at most;
+    its dense component's record), every shard's for a sharded index."""
+    from ..components.faiss_store import load_vectors
+    from ..index.cluster import is_cluster, read_cluster
+    from ..index.manifest import read_manifest
+
+    roots = [index_path / s["path"] for s in read_cluster(index_path)["shards"]] if is_cluster(index_path) \
+        else [index_path]
+    parts, comp = [], None
+    for root in roots:
+        m = read_manifest(root)
+        comp = m["components"].get("dense")
+        if comp is None:
+            raise ConfigError(f"{index_path} has no dense component to adapt (it has: "
+                              f"{', '.join(m['components']) or 'none'})")
+        for seg in m["segments"]:
+            entry = seg.get("dense")
+            if entry and entry.get("vectors"):
+                parts.append(np.asarray(load_vectors(root / seg["path"] / entry["path"], entry, comp["dim"]),
+                                        dtype=np.float32))
+    vectors = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+    if len(vectors) > limit:
+        vectors = vectors[np.sort(np.random.default_rng(seed).choice(len(vectors), limit, replace=False))]
+    return vectors, comp
+
+
+def fit(vectors: np.ndarray, eps: float = EPS) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, matrix) with (v - mean) @ matrix whitened: covariance in float64, its eigenvalues
+    regularised by eps x their mean."""
+    n, dim = vectors.shape
+    if n < 2 * dim:
+        raise ConfigError(f"whitening {dim}-dimensional vectors needs at least {2 * dim} passages; the index "
+                          f"holds {n} (index more text, or keep the model as it is)")
+    mean = vectors.mean(axis=0, dtype=np.float64)
+    centred = vectors.astype(np.float64) - mean
+    values, vecs = np.linalg.eigh(centred.T @ centred / n)
+    values = np.clip(values, 0, None)
+    return mean.astype(np.float32), (vecs / np.sqrt(values + eps * values.mean())).astype(np.float32)
+
+
+def write_model(base: Path, out: Path, mean: np.ndarray, matrix: np.ndarray, about: dict) -> None:
+    """A copy of the sentence-transformers folder `base` with Dense (x - mean) @ matrix and
+    Normalize after its modules; `about` (what was fitted on) in CARD, whose `base_name` keeps the
+    language's measured search defaults on it as on a model `ldr train` fine-tuned."""
+    from safetensors.numpy import save_file
+
+    modules = json.loads((base / "modules.json").read_text())
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    if not kinds or kinds[-1] != "Normalize":
+        raise ConfigError(f"{base} does not end in a Normalize module: whitening is fitted on the unit vectors "
+                          "the index holds")
+    shutil.copytree(base, out, ignore=shutil.ignore_patterns(".git*", "onnx", "*.onnx"))
+    dim = matrix.shape[0]
+    n = len(modules)
+    dense = out / f"{n}_Dense"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps({"in_features": dim, "out_features": matrix.shape[1],
+                                                   "bias": True,
+                                                   "activation_function": "torch.nn.modules.linear.Identity"}))
+    save_file({"linear.weight": np.ascontiguousarray(matrix.T), "linear.bias": -(mean @ matrix)},
+              str(dense / "model.safetensors"))
+    (out / f"{n + 1}_Normalize").mkdir()
+    modules += [{"idx": n, "name": str(n), "path": dense.name, "type": "sentence_transformers.models.Dense"},
+                {"idx": n + 1, "name": str(n + 1), "path": f"{n + 1}_Normalize",
+                 "type": "sentence_transformers.models.Normalize"}]
+    (out / "modules.json").write_text(json.dumps(modules, indent=2))
+    (out / CARD).write_text(json.dumps(about, indent=2))
+
+
+def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int = MAX_VECTORS,
+           seed: int = 0) -> dict:
+    """Fit the whitening of the index's passage vectors and write the adapted model to `out`;
+    returns what was fitted (also in the model's CARD)."""
+    from ..encode.models import resolve
+
+    index_path, out = Path(index_path), Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists and is not empty: choose a new folder for the model")
+    vectors, comp = index_vectors(index_path, limit, seed)
+    settings = comp["model"].get("settings", {})
+    if settings.get("strategy", "maxp") != "maxp":
+        raise ConfigError("whitening is fitted on MaxP passage vectors: the index's dense strategy is "
+                          f"{settings.get('strategy')}")
+    mean, matrix = fit(vectors, eps)
+    recorded = comp["model"].get("path")
+    base, _ = resolve(recorded if recorded and Path(recorded).is_dir() else comp["model"]["name"])
+    name = comp["model"].get("trained_from") or comp["model"]["name"]
+    about = {"adaptation": "whitening", "index": str(index_path.resolve()), "base_name": name,
+             "base_model": str(base), "passages": int(len(vectors)), "eps": eps, "seed": seed}
+    if out.exists():
+        out.rmdir()
+    write_model(Path(base), out, mean, matrix, about)
+    return about

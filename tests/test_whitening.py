@@ -1,0 +1,91 @@
+"""`ldr train whitening`: the index's passage vectors whitened into a copy of its dense model,
+which builds, adds to and queries an index as any model with a Dense projection does."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import ldr
+from ldr.cli import main
+from ldr.encode.dense import DenseSettings, load_dense
+from ldr.train import whitening
+
+TOPICS = ["harbour tides and the lighthouse keeper", "bridge bearings and corrosion of steel",
+          "the school budget and its teachers", "a remote control shaped like a banana",
+          "contract clauses on termination and damages", "the orchestra rehearsal of a symphony"]
+
+
+FILLER = "the notes of today say that we met and talked about it again at length before the end".split()
+
+
+def _docs(n=150):
+    rng = np.random.default_rng(0)
+    return [{"id": f"d{i}", "text": " ".join(f"{TOPICS[i % len(TOPICS)]} {' '.join(rng.choice(FILLER, 8))}."
+                                             for _ in range(12))} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A dense index of short windows: ~1,000 passage vectors, more than twice MiniLM's 384 dims."""
+    path = tmp_path_factory.mktemp("whiten") / "base"
+    ldr.Index.build(_docs(), path, dense=DenseSettings(max_length=32, backend="onnx"), sparse=None, bm25="native")
+    return path
+
+
+def test_the_adapted_model_whitens_the_base_model_s_vectors(base, tmp_path):
+    out = CliRunner().invoke(main, ["train", "whitening", "-i", str(base), "-o", str(tmp_path / "m")])
+    assert out.exit_code == 0, out.output
+    assert "fitted on" in out.output and "--dense" in out.output
+    card = json.loads((tmp_path / "m" / whitening.CARD).read_text())
+    vectors, _ = whitening.index_vectors(base)
+    assert card["passages"] == len(vectors) > 2 * 384 and card["eps"] == whitening.EPS
+    mean, matrix = whitening.fit(vectors)
+    # the fitted passages come out with their mean at 0 and their covariance near the identity
+    white = (vectors - mean) @ matrix
+    assert np.abs(white.mean(axis=0)).max() < 1e-3
+    cov = white.T @ white / len(white)
+    top = np.linalg.eigvalsh(cov)[-10:]
+    assert np.all(top < 1.0 + 1e-3) and np.all(top > 0.5), top
+    # the model folder runs the same transform after the base model, on both CPU engines
+    texts = ["the lighthouse keeper", "steel corrosion of the bearings"]
+    manual = (load_dense(DenseSettings(backend="onnx")).encode_queries(texts) - mean) @ matrix
+    manual /= np.linalg.norm(manual, axis=1, keepdims=True)
+    for engine in ("onnx", "torch"):
+        got = load_dense(DenseSettings(model=str(tmp_path / "m"), backend=engine)).encode_queries(texts)
+        np.testing.assert_allclose(got, manual, atol=2e-4)
+
+
+def test_an_index_of_the_adapted_model_builds_adds_and_answers(base, tmp_path):
+    whitening.whiten(base, tmp_path / "m")
+    docs = _docs()
+    idx = ldr.Index.build(docs[:-1], tmp_path / "adapted", dense=DenseSettings(model=str(tmp_path / "m"),
+                                                                               max_length=32), sparse=None)
+    idx.add([docs[-1]])                  # a second segment, encoded by the adapted model too
+    assert len(idx) == len(docs)
+    # every passage the base index holds, whitened: what the adapted index holds
+    vectors, _ = whitening.index_vectors(base)
+    mean, matrix = whitening.fit(vectors)
+    want = (vectors - mean) @ matrix
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    got, comp = whitening.index_vectors(tmp_path / "adapted")
+    np.testing.assert_allclose(got, want, atol=2e-4)
+    assert comp["model"]["trained_from"] == "all-MiniLM-L6-v2"      # the English search defaults apply
+    hits = idx.search(TOPICS[3], k=5, mode="dense")
+    assert len(hits) == 5 and hits[0].scores["dense"] > hits[-1].scores["dense"]
+
+
+def test_whitening_refuses_what_it_cannot_fit(base, tmp_path):
+    small = tmp_path / "small"
+    ldr.Index.build(_docs(6), small, dense=DenseSettings(max_length=32, backend="onnx"), sparse=None)
+    out = CliRunner().invoke(main, ["train", "whitening", "-i", str(small), "-o", str(tmp_path / "m")])
+    assert out.exit_code == 2 and "at least 768 passages" in out.output and "Traceback" not in out.output
+    no_dense = tmp_path / "bm25"
+    ldr.Index.build(_docs(6), no_dense, dense=None, sparse=None)
+    out = CliRunner().invoke(main, ["train", "whitening", "-i", str(no_dense), "-o", str(tmp_path / "m")])
+    assert out.exit_code == 2 and "no dense component" in out.output
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    out = CliRunner().invoke(main, ["train", "whitening", "-i", str(base), "-o", str(tmp_path / "full")])
+    assert out.exit_code == 2 and "not empty" in out.output
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
