@@ -10,7 +10,10 @@ Prints a table row and writes JSON: the figures, the pseudo-queries kept, the ti
 and the training's time per 100 documents.
 
     python bench/bench_adapt_from_corpus.py --data ../shared/data/qmsum-train --work /tmp/adapt [--index BASE]
-        [--shapes "summaries,keyword sets,document keywords"]
+        [--shapes "summaries,keyword sets,document keywords"] [--method whitening]
+
+`--method whitening` runs `ldr train whitening -i BASE -o MODEL` in place of the fine-tuning (the
+index's passage vectors whitened into a copy of its dense model; no pseudo-query).
 """
 from __future__ import annotations
 
@@ -51,12 +54,15 @@ def scores(index_path: str, data: Path, mode: str) -> dict[str, float]:
 def main() -> None:
     from scipy import stats
 
+    from ldr import open as ldr_open
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--index", default=None, help="the default index of DATA's corpus, built before")
     ap.add_argument("--queries", type=int, default=None, help="pseudo-queries (default: ldr's)")
     ap.add_argument("--shapes", default=None, help="the pseudo-queries' shapes (default: ldr's)")
+    ap.add_argument("--method", choices=("pseudo-queries", "whitening"), default="pseudo-queries")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     corpus = str(a.data / "corpus.jsonl")
@@ -66,15 +72,20 @@ def main() -> None:
     if not a.index:
         took["base index"] = run(ldr_cli + ["index", corpus, "-o", base, "-q"])
     model = a.work / "model"
-    took["train --from-corpus"] = run(ldr_cli + ["train", "dense", "--from-corpus", "-i", base, "-o", str(model), "-q"]
-                                      + (["--queries", str(a.queries)] if a.queries else [])
-                                      + (["--shapes", a.shapes] if a.shapes else []))
+    if a.method == "whitening":
+        took["train --from-corpus"] = run(ldr_cli + ["train", "whitening", "-i", base, "-o", str(model)])
+    else:
+        took["train --from-corpus"] = run(ldr_cli + ["train", "dense", "--from-corpus", "-i", base, "-o", str(model),
+                                                     "-q"] + (["--queries", str(a.queries)] if a.queries else [])
+                                          + (["--shapes", a.shapes] if a.shapes else []))
     card = json.loads((model / "ldr-train.json").read_text())
     adapted = str(a.work / "adapted")
     took["adapted index"] = run(ldr_cli + ["index", corpus, "-o", adapted, "--dense", str(model), "-q"])
-    out = {"data": str(a.data), "documents": card["documents"], "pseudo": card["pseudo"], "dev": card["dev"],
-           "seconds": {k: round(v, 1) for k, v in took.items()},
-           "train_s_per_100_docs": round(100 * took["train --from-corpus"] / card["documents"], 1)}
+    with ldr_open(base) as index:
+        documents = len(index)
+    out = {"data": str(a.data), "method": a.method, "documents": documents, "pseudo": card.get("pseudo"),
+           "dev": card.get("dev"), "seconds": {k: round(v, 1) for k, v in took.items()},
+           "train_s_per_100_docs": round(100 * took["train --from-corpus"] / documents, 1)}
     for mode in ("dense", "default"):
         before, after = scores(base, a.data, mode), scores(adapted, a.data, mode)
         q = sorted(before)
@@ -83,7 +94,7 @@ def main() -> None:
                      "better": int((y > x).sum()), "worse": int((y < x).sum())}
         print(f"{a.data.name} {mode}: {x.mean():.2f} -> {y.mean():.2f} (p {out[mode]['p']:.2g}; "
               f"{out[mode]['better']} better, {out[mode]['worse']} worse)", flush=True)
-    print(f"training {took['train --from-corpus']:.0f} s for {card['documents']} documents "
+    print(f"training {took['train --from-corpus']:.1f} s for {documents} documents "
           f"({out['train_s_per_100_docs']:.0f} s per 100); re-indexing {took['adapted index']:.0f} s")
     (a.work / "adapt.json").write_text(json.dumps(out, indent=1) + "\n")
 
