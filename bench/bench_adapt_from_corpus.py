@@ -95,7 +95,7 @@ def main() -> None:
         print(f"{a.data.name} {mode}: {x.mean():.2f} -> {y.mean():.2f} (p {out[mode]['p']:.2g}; "
               f"{out[mode]['better']} better, {out[mode]['worse']} worse)", flush=True)
     print(f"training {took['train --from-corpus']:.1f} s for {documents} documents "
-          f"({out['train_s_per_100_docs']:.0f} s per 100); re-indexing {took['adapted index']:.0f} s")
+          f"({out['train_s_per_100_docs']:.1f} s per 100); re-indexing {took['adapted index']:.0f} s")
     (a.work / "adapt.json").write_text(json.dumps(out, indent=1) + "\n")
 
 
