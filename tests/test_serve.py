@@ -290,6 +290,13 @@ def test_a_read_only_server_refuses_writes(tmp_path):
         assert "Traceback" not in s.stop()
 
 
+def test_serve_says_which_option_to_change_when_it_cannot_bind(tmp_path):
+    # 198.51.100.7 (TEST-NET-2, for documentation) is no address of this machine
+    r = subprocess.run([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path), "--host", "198.51.100.7",
+                        "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--host" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_serve_reports_a_bad_index_before_starting(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ldr.cli", "serve", "-i", str(tmp_path / "missing"), "--port",
                         str(_free_port())], capture_output=True, text=True, timeout=60)

@@ -40,6 +40,8 @@ def test_the_adapted_model_whitens_the_base_model_s_vectors(base, tmp_path):
     card = json.loads((tmp_path / "m" / whitening.CARD).read_text())
     vectors, _ = whitening.index_vectors(base)
     assert card["passages"] == len(vectors) > 2 * 384 and card["eps"] == whitening.EPS
+    sample, _ = whitening.index_vectors(base, limit=800)        # a seeded sample, read a segment at a time
+    assert sample.shape == (800, 384) and np.isin(sample[:, 0], vectors[:, 0]).all()
     mean, matrix = whitening.fit(vectors)
     # the fitted passages come out with their mean at 0 and their covariance near the identity
     white = (vectors - mean) @ matrix

@@ -152,7 +152,8 @@ def train_options(f):
 
 @main.group("train")
 def train_group():
-    """Fine-tune ldr's models on your own qrels (sentence-transformers trainers)."""
+    """Adapt ldr's models: fine-tune them on your own qrels (sentence-transformers trainers), or
+    learn your corpus without labels (`whitening`, `dense --from-corpus`)."""
 
 
 def _train(kind, settings, data, split, out, index_path, dev_fraction, device, quiet, base_model=None, pseudo=None):

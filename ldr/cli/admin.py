@@ -117,17 +117,21 @@ def _listen(host: str, port: int):
 
     from ..errors import ConfigError
 
+    import errno
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
+    s = socket.socket(family, socket.SOCK_STREAM)     # not inherited: a child must not hold the port
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as uvicorn: a restart need not wait out TIME_WAIT
     try:
         s.bind((host, port))
         s.listen(2048)                                              # uvicorn's backlog
     except OSError as e:
         s.close()
-        raise ConfigError(f"cannot serve on {host}:{port} ({e.strerror or e}): another program uses that port? "
-                          "choose another with --port (0: any free one)") from None
-    s.set_inheritable(True)
+        hint = ("another program uses that port? choose another with --port (0: any free one)"
+                if e.errno == errno.EADDRINUSE else
+                "ports below 1024 need privileges: choose another with --port" if e.errno == errno.EACCES else
+                "is --host an address of this machine?")
+        raise ConfigError(f"cannot serve on {host}:{port} ({e.strerror or e}): {hint}") from None
     return s
 
 

@@ -12,6 +12,7 @@ index, queries never seen (bench/README.md, "Second stages and adapted models").
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -25,42 +26,51 @@ MAX_VECTORS = 100_000   # passages fitted at most (a seeded sample beyond): 384Â
 
 
 def index_vectors(index_path: Path, limit: int = MAX_VECTORS, seed: int = 0) -> tuple[np.ndarray, dict]:
-    """(the passage vectors of the index's newest generation, a seeded sample of `limit` at most;
-    its dense component's record), every shard's for a sharded index."""
+    """(the passage vectors of the index's newest generation, a seeded sample of `limit` at most,
+    read a segment at a time; its dense component's record), every shard's for a sharded index."""
     from ..components.faiss_store import load_vectors
     from ..index.cluster import is_cluster, read_cluster
     from ..index.manifest import read_manifest
 
+    index_path = Path(index_path)
     roots = [index_path / s["path"] for s in read_cluster(index_path)["shards"]] if is_cluster(index_path) \
         else [index_path]
-    parts, comp = [], None
+    segments, comp = [], None
     for root in roots:
         m = read_manifest(root)
         comp = m["components"].get("dense")
         if comp is None:
             raise ConfigError(f"{index_path} has no dense component to adapt (it has: "
                               f"{', '.join(m['components']) or 'none'})")
-        for seg in m["segments"]:
-            entry = seg.get("dense")
-            if entry and entry.get("vectors"):
-                parts.append(np.asarray(load_vectors(root / seg["path"] / entry["path"], entry, comp["dim"]),
-                                        dtype=np.float32))
-    vectors = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
-    if len(vectors) > limit:
-        vectors = vectors[np.sort(np.random.default_rng(seed).choice(len(vectors), limit, replace=False))]
-    return vectors, comp
+        segments += [(root / seg["path"] / seg["dense"]["path"], seg["dense"]) for seg in m["segments"]
+                     if (seg.get("dense") or {}).get("vectors")]
+    sizes = np.array([int(entry["vectors"]) for _, entry in segments], dtype=np.int64)
+    total = int(sizes.sum())
+    keep = np.sort(np.random.default_rng(seed).choice(total, limit, replace=False)) if total > limit else None
+    parts, start = [], 0
+    for (folder, entry), n in zip(segments, sizes):
+        rows = None if keep is None else keep[(keep >= start) & (keep < start + n)] - start
+        start += n
+        if rows is not None and not len(rows):
+            continue
+        vectors = load_vectors(folder, entry, comp["dim"])
+        parts.append(np.asarray(vectors if rows is None else vectors[rows], dtype=np.float32))
+    return (np.concatenate(parts) if parts else np.zeros((0, comp["dim"]), np.float32)), comp
 
 
-def fit(vectors: np.ndarray, eps: float = EPS) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, matrix) with (v - mean) @ matrix whitened: covariance in float64, its eigenvalues
-    regularised by eps x their mean."""
+def fit(vectors: np.ndarray, eps: float = EPS, chunk: int = 16_384) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, matrix) with (v - mean) @ matrix whitened: the covariance summed in float64 a chunk
+    at a time, its eigenvalues regularised by eps x their mean."""
     n, dim = vectors.shape
     if n < 2 * dim:
         raise ConfigError(f"whitening {dim}-dimensional vectors needs at least {2 * dim} passages; the index "
                           f"holds {n} (index more text, or keep the model as it is)")
     mean = vectors.mean(axis=0, dtype=np.float64)
-    centred = vectors.astype(np.float64) - mean
-    values, vecs = np.linalg.eigh(centred.T @ centred / n)
+    cov = np.zeros((dim, dim))
+    for s in range(0, n, chunk):
+        centred = vectors[s:s + chunk].astype(np.float64) - mean
+        cov += centred.T @ centred
+    values, vecs = np.linalg.eigh(cov / n)
     values = np.clip(values, 0, None)
     return mean.astype(np.float32), (vecs / np.sqrt(values + eps * values.mean())).astype(np.float32)
 
@@ -114,7 +124,14 @@ def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int
     name = comp["model"].get("trained_from") or comp["model"]["name"]
     about = {"adaptation": "whitening", "index": str(index_path.resolve()), "base_name": name,
              "base_model": str(base), "passages": int(len(vectors)), "eps": eps, "seed": seed}
-    if out.exists():
-        out.rmdir()
-    write_model(Path(base), out, mean, matrix, about)
+    # written beside, then renamed: a failed write leaves no half a model where `out` is asked
+    work = out.parent / f".{out.name}.writing-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        write_model(Path(base), work, mean, matrix, about)
+        if out.exists():
+            out.rmdir()
+        os.replace(work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return about
