@@ -91,3 +91,18 @@ def test_whitening_refuses_what_it_cannot_fit(base, tmp_path):
     out = CliRunner().invoke(main, ["train", "whitening", "-i", str(base), "-o", str(tmp_path / "full")])
     assert out.exit_code == 2 and "not empty" in out.output
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def test_a_model_that_leaves_normalising_to_ldr_gets_its_normalize_first(tmp_path):
+    """e5's converted folder ends in Pooling (ldr normalises): the index holds unit vectors, and the
+    fitted transform must see unit vectors in the adapted model too."""
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    whitening.write_model(base, tmp_path / "m", np.zeros(4, np.float32), np.eye(4, dtype=np.float32), {})
+    modules = json.loads((tmp_path / "m" / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize", "Dense",
+                                                               "Normalize"]
+    assert all((tmp_path / "m" / m["path"]).is_dir() for m in modules[2:])

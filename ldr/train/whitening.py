@@ -82,13 +82,17 @@ def write_model(base: Path, out: Path, mean: np.ndarray, matrix: np.ndarray, abo
     from safetensors.numpy import save_file
 
     modules = json.loads((base / "modules.json").read_text())
-    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
-    if not kinds or kinds[-1] != "Normalize":
-        raise ConfigError(f"{base} does not end in a Normalize module: whitening is fitted on the unit vectors "
-                          "the index holds")
+    if not modules:
+        raise ConfigError(f"{base}/modules.json lists no module")
     shutil.copytree(base, out, ignore=shutil.ignore_patterns(".git*", "onnx", "*.onnx"))
-    dim = matrix.shape[0]
     n = len(modules)
+    if str(modules[-1].get("type", "")).rsplit(".", 1)[-1] != "Normalize":
+        # the index holds unit vectors whatever the folder ends in (ldr normalises): so does the fit
+        (out / f"{n}_Normalize").mkdir()
+        modules.append({"idx": n, "name": str(n), "path": f"{n}_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+        n += 1
+    dim = matrix.shape[0]
     dense = out / f"{n}_Dense"
     dense.mkdir()
     (dense / "config.json").write_text(json.dumps({"in_features": dim, "out_features": matrix.shape[1],
