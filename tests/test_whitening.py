@@ -106,3 +106,14 @@ def test_a_model_that_leaves_normalising_to_ldr_gets_its_normalize_first(tmp_pat
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize", "Dense",
                                                                "Normalize"]
     assert all((tmp_path / "m" / m["path"]).is_dir() for m in modules[2:])
+
+
+def test_a_folder_that_is_not_a_model_is_a_clear_error_and_nothing_is_written(tmp_path):
+    from ldr.errors import ConfigError
+
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "secret").write_text("not a model")
+    with pytest.raises(ConfigError, match="not a sentence-transformers model folder"):
+        whitening.write_model(tmp_path / "etc", tmp_path / "m", np.zeros(4, np.float32), np.eye(4, dtype=np.float32),
+                              {})
+    assert not (tmp_path / "m").exists()

@@ -81,10 +81,14 @@ def write_model(base: Path, out: Path, mean: np.ndarray, matrix: np.ndarray, abo
     language's measured search defaults on it as on a model `ldr train` fine-tuned."""
     from safetensors.numpy import save_file
 
-    modules = json.loads((base / "modules.json").read_text())
-    if not modules:
+    try:
+        modules = json.loads((base / "modules.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{base} is not a sentence-transformers model folder ({e})") from None
+    if not isinstance(modules, list) or not modules or not all(isinstance(m, dict) for m in modules):
         raise ConfigError(f"{base}/modules.json lists no module")
-    shutil.copytree(base, out, ignore=shutil.ignore_patterns(".git*", "onnx", "*.onnx"))
+    # links stay links: nothing outside the folder is read to copy it
+    shutil.copytree(base, out, symlinks=True, ignore=shutil.ignore_patterns(".git*", "onnx", "*.onnx"))
     n = len(modules)
     if str(modules[-1].get("type", "")).rsplit(".", 1)[-1] != "Normalize":
         # the index holds unit vectors whatever the folder ends in (ldr normalises): so does the fit
@@ -123,8 +127,8 @@ def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int
         raise ConfigError("whitening is fitted on MaxP passage vectors: the index's dense strategy is "
                           f"{settings.get('strategy')}")
     mean, matrix = fit(vectors, eps)
-    recorded = comp["model"].get("path")
-    base, _ = resolve(recorded if recorded and Path(recorded).is_dir() else comp["model"]["name"])
+    # the model as the index's searches load it (its recorded settings), not a path copied blindly
+    base, _ = resolve(settings.get("model") or comp["model"]["name"])
     name = comp["model"].get("trained_from") or comp["model"]["name"]
     about = {"adaptation": "whitening", "index": str(index_path.resolve()), "base_name": name,
              "base_model": str(base), "passages": int(len(vectors)), "eps": eps, "seed": seed}
