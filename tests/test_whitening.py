@@ -58,23 +58,57 @@ def test_the_adapted_model_whitens_the_base_model_s_vectors(base, tmp_path):
         np.testing.assert_allclose(got, manual, atol=2e-4)
 
 
+def _whitened(vectors, mean, matrix):
+    out = (vectors - mean) @ matrix
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
 def test_an_index_of_the_adapted_model_builds_adds_and_answers(base, tmp_path):
+    from ldr.encode.dense_core import with_context
+
     whitening.whiten(base, tmp_path / "m")
     docs = _docs()
     idx = ldr.Index.build(docs[:-1], tmp_path / "adapted", dense=DenseSettings(model=str(tmp_path / "m"),
                                                                                max_length=32), sparse=None)
     idx.add([docs[-1]])                  # a second segment, encoded by the adapted model too
     assert len(idx) == len(docs)
-    # every passage the base index holds, whitened: what the adapted index holds
+    # every passage the base index holds, whitened, then mixed with its document's mean direction
+    # at the card's weight: what the adapted index holds
     vectors, _ = whitening.index_vectors(base)
     mean, matrix = whitening.fit(vectors)
-    want = (vectors - mean) @ matrix
-    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    _, owner = load_dense(DenseSettings(max_length=32, backend="onnx")).encode_documents([d["text"] for d in docs])
+    assert len(owner) == len(vectors)
+    want = with_context(_whitened(vectors, mean, matrix), owner, len(docs), whitening.CONTEXT)
     got, comp = whitening.index_vectors(tmp_path / "adapted")
     np.testing.assert_allclose(got, want, atol=2e-4)
+    assert comp["model"]["settings"]["context"] == whitening.CONTEXT > 0     # recorded: `ldr add`s mix alike
     assert comp["model"]["trained_from"] == "all-MiniLM-L6-v2"      # the English search defaults apply
     hits = idx.search(TOPICS[3], k=5, mode="dense")
     assert len(hits) == 5 and hits[0].scores["dense"] > hits[-1].scores["dense"]
+    # --doc-context 0 keeps the whitened passages as they are; the card's weight is only a default
+    plain, _ = load_dense(DenseSettings(model=str(tmp_path / "m"), max_length=32, context=0,
+                                        backend="onnx")).encode_documents([d["text"] for d in docs])
+    np.testing.assert_allclose(plain, _whitened(vectors, mean, matrix), atol=2e-4)
+
+
+def test_an_index_recorded_before_the_document_context_adds_without_it(base, tmp_path):
+    """An index whose recorded settings have no `context` was built without one: its adds must not
+    take the card's weight, or its old and new passages would be of two kinds."""
+    from ldr.encode.models import model_settings
+
+    whitening.whiten(base, tmp_path / "m")
+    comp = {"model": {"name": str(tmp_path / "m"), "settings": {
+        "model": str(tmp_path / "m"), "strategy": "maxp", "max_length": 32, "backend": "onnx"}}}
+    settings = model_settings(comp, DenseSettings, False, None)
+    assert settings.context is None
+    assert load_dense(settings).settings.context == 0.0
+    assert load_dense(DenseSettings(model=str(tmp_path / "m"), max_length=32, backend="onnx")).settings.context \
+        == whitening.CONTEXT                                              # a new build takes the card's
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("a short note")
+    out = CliRunner().invoke(main, ["index", str(tmp_path / "c"), "-o", str(tmp_path / "x"), "--doc-context", "-1"])
+    assert out.exit_code == 2 and "--doc-context -1.0 is out of range" in out.output
+    assert not (tmp_path / "x").exists()
 
 
 def test_whitening_refuses_what_it_cannot_fit(base, tmp_path):

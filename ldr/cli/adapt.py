@@ -227,7 +227,10 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
               help="Each eigenvalue is raised by this share of their mean (smaller: whiter, noisier).")
 @click.option("--max-passages", type=click.IntRange(min=1), default=100_000, show_default=True,
               help="Passages fitted at most (a seeded sample beyond).")
-def train_whitening_cmd(index_path, out, eps, max_passages):
+@click.option("--context", type=click.FloatRange(0, 16), default=0.6, show_default=True,
+              help="The document context the model's indexes use by default (each passage vector mixed with its "
+                   "document's mean at this weight; `ldr index --doc-context` overrides it; 0: none).")
+def train_whitening_cmd(index_path, out, eps, max_passages, context):
     """No labels, seconds: whiten the index's passage vectors into a copy of its dense model (their
     mean out, their covariance the identity); then `ldr index CORPUS --dense MODEL`."""
     import time
@@ -235,7 +238,7 @@ def train_whitening_cmd(index_path, out, eps, max_passages):
     from ..train.whitening import whiten
 
     t = time.perf_counter()
-    about = whiten(index_path, out, eps=eps, limit=max_passages)
+    about = whiten(index_path, out, eps=eps, limit=max_passages, context=context)
     click.echo(f"fitted on {about['passages']} passage vectors of {index_path} in {time.perf_counter() - t:.1f}s; "
                f"model written to {out} ({about['base_name']} + whitening). Use it: ldr index CORPUS -o IDX "
                f"--dense {out}")

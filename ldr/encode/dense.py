@@ -49,6 +49,9 @@ class DenseSettings:
     attn_scaling: bool = setting(False, "--attn-scaling",
                                  help="Scale attention logits by log(n)/log(L_o) beyond the trained length.")
     dim: int | None = setting(None, "--dim", help="Matryoshka: keep the first DIM dimensions.")
+    context: float | None = setting(None, "--doc-context", help="Mix each passage vector with its document's mean "
+                                    "vector at this weight (0: off; default: the model card's, which `ldr train "
+                                    "whitening` writes, else 0).")
     query_prefix: str | None = setting(None, "--query-prefix", help="Text put before queries (default: the model's "
                                                                     "prompt).")
     doc_prefix: str | None = setting(None, "--doc-prefix", help="Text put before documents (default: the model's "
@@ -70,6 +73,8 @@ class DenseSettings:
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown document strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.context is not None and not 0 <= self.context <= 16:
+            raise ConfigError(f"--doc-context {self.context} is out of range: a weight from 0 to 16")
 
     def to_dict(self) -> dict:
         d = asdict(self)

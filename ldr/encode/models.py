@@ -159,19 +159,34 @@ def pick_device(device: str | None) -> str:
 TRAIN_CARD = "ldr-train.json"      # what `ldr train` writes beside the weights it trained
 
 
-def trained_from(model: str | None) -> str | None:
-    """The model a folder `ldr train` wrote was fine-tuned from (its card's `base_name`), or None
-    (a language's measured search defaults apply to a model ldr fine-tuned from a measured one)."""
+def train_card(model: str | None) -> dict:
+    """What `ldr train` wrote beside a model folder's weights (TRAIN_CARD), or {} (none, unreadable,
+    over 1 MiB, not an object): read as data, never trusted past its keys' types."""
     import json
 
     card = Path(model) / TRAIN_CARD if model else None
     try:
         if card is None or not card.is_file() or card.stat().st_size > 1 << 20:
-            return None
-        name = json.loads(card.read_text(encoding="utf-8")).get("base_name")
-    except (OSError, ValueError, AttributeError):
-        return None
+            return {}
+        out = json.loads(card.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def trained_from(model: str | None) -> str | None:
+    """The model a folder `ldr train` wrote was fine-tuned from (its card's `base_name`), or None
+    (a language's measured search defaults apply to a model ldr fine-tuned from a measured one)."""
+    name = train_card(model).get("base_name")
     return name if isinstance(name, str) and name else None
+
+
+def card_context(model: str | None) -> float:
+    """The document context (DenseSettings.context) a model's card asks for: 0 unless `ldr train
+    whitening` wrote one (measured for whitened vectors only: bench/README.md)."""
+    value = train_card(model).get("doc_context", 0.0)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and 0 <= value <= 16 else 0.0
 
 
 def model_revision(path: str) -> str | None:

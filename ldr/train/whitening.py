@@ -3,7 +3,9 @@ passage vectors are whitened (their mean taken out, their covariance made the id
 eigenvalue regularised by `eps` times their mean) and the transform is written into a copy of
 the dense model as two more sentence-transformers modules, Dense then Normalize, after the
 model's own Normalize. An index built with the copy (`ldr index CORPUS --dense MODEL`), its
-`ldr add`s and its queries all run it, as they run any model with a Dense projection.
+`ldr add`s and its queries all run it, as they run any model with a Dense projection. The card
+also asks those indexes for a document context (DenseSettings.context): each passage vector
+mixed with its document's mean direction, which in whitened space is what the document is about.
 
 Why: one corpus's MiniLM vectors crowd along the few directions all its passages share (a
 meeting's small talk, a judgment's formulae), and cosine then weighs what passages share over
@@ -22,6 +24,9 @@ from ..encode.models import TRAIN_CARD as CARD
 from ..errors import ConfigError
 
 EPS = 0.01              # eigenvalues + EPS x their mean: the smallest directions are mostly noise
+# the document context the card asks its indexes for (DenseSettings.context): chosen on qmsum-train
+# (0.6 of 0-2; 5-fold CV picks 0.6-0.8), legal and klexikon held out (bench/README.md)
+CONTEXT = 0.6
 MAX_VECTORS = 100_000   # passages fitted at most (a seeded sample beyond): 384² sums, not a memory bound
 
 
@@ -113,7 +118,7 @@ def write_model(base: Path, out: Path, mean: np.ndarray, matrix: np.ndarray, abo
 
 
 def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int = MAX_VECTORS,
-           seed: int = 0) -> dict:
+           seed: int = 0, context: float = CONTEXT) -> dict:
     """Fit the whitening of the index's passage vectors and write the adapted model to `out`;
     returns what was fitted (also in the model's CARD)."""
     from ..encode.models import resolve
@@ -131,7 +136,8 @@ def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int
     base, _ = resolve(settings.get("model") or comp["model"]["name"])
     name = comp["model"].get("trained_from") or comp["model"]["name"]
     about = {"adaptation": "whitening", "index": str(index_path.resolve()), "base_name": name,
-             "base_model": str(base), "passages": int(len(vectors)), "eps": eps, "seed": seed}
+             "base_model": str(base), "passages": int(len(vectors)), "eps": eps, "seed": seed,
+             "doc_context": context}
     # written beside, then renamed: a failed write leaves no half a model where `out` is asked
     work = out.parent / f".{out.name}.writing-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
