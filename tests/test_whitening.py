@@ -4,6 +4,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from click.testing import CliRunner
 
 import ldr
@@ -85,6 +87,9 @@ def test_an_index_of_the_adapted_model_builds_adds_and_answers(base, tmp_path):
     assert comp["model"]["trained_from"] == "all-MiniLM-L6-v2"      # the English search defaults apply
     hits = idx.search(TOPICS[3], k=5, mode="dense")
     assert len(hits) == 5 and hits[0].scores["dense"] > hits[-1].scores["dense"]
+    # its passages are mixed, its queries are not: a whitening fitted on them would not fit its queries
+    out = CliRunner().invoke(main, ["train", "whitening", "-i", str(tmp_path / "adapted"), "-o", str(tmp_path / "m2")])
+    assert out.exit_code == 2 and "--doc-context 0" in out.output and not (tmp_path / "m2").exists()
     # --doc-context 0 keeps the whitened passages as they are; the card's weight is only a default
     plain, _ = load_dense(DenseSettings(model=str(tmp_path / "m"), max_length=32, context=0,
                                         backend="onnx")).encode_documents([d["text"] for d in docs])
@@ -151,3 +156,26 @@ def test_a_folder_that_is_not_a_model_is_a_clear_error_and_nothing_is_written(tm
         whitening.write_model(tmp_path / "etc", tmp_path / "m", np.zeros(4, np.float32), np.eye(4, dtype=np.float32),
                               {})
     assert not (tmp_path / "m").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=6), st.floats(0, 4), st.integers(0, 2 ** 32 - 1))
+def test_the_document_context_is_each_document_s_own(sizes, weight, seed):
+    """Unit rows; weight 0 and one-passage documents unchanged; a document's rows the same whatever
+    other documents share its batch (an `ldr add` mixes as the build did)."""
+    from ldr.encode.dense_core import with_context
+
+    rng = np.random.default_rng(seed)
+    vecs = rng.normal(size=(sum(sizes), 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    got = with_context(vecs, owner, len(sizes), weight)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    np.testing.assert_allclose(with_context(vecs, owner, len(sizes), 0.0), vecs, atol=1e-6)
+    single = np.isin(owner, np.flatnonzero(np.array(sizes) == 1))
+    np.testing.assert_allclose(got[single], vecs[single], atol=1e-5)
+    start = 0
+    for d, n in enumerate(sizes):        # each document alone, as one `ldr add`
+        alone = with_context(vecs[start:start + n], np.zeros(n, np.int64), 1, weight)
+        np.testing.assert_array_equal(alone, got[start:start + n])
+        start += n

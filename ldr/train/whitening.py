@@ -131,6 +131,9 @@ def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int
     if settings.get("strategy", "maxp") != "maxp":
         raise ConfigError("whitening is fitted on MaxP passage vectors: the index's dense strategy is "
                           f"{settings.get('strategy')}")
+    if settings.get("context"):     # queries are never mixed: a fit on mixed passages would not fit them
+        raise ConfigError(f"the index's passage vectors are mixed with their documents' means (document context "
+                          f"{settings['context']}): fit on an index built with --doc-context 0")
     mean, matrix = fit(vectors, eps)
     # the model as the index's searches load it (its recorded settings), not a path copied blindly
     base, _ = resolve(settings.get("model") or comp["model"]["name"])
