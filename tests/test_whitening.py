@@ -87,6 +87,8 @@ def test_an_index_of_the_adapted_model_builds_adds_and_answers(base, tmp_path):
     assert comp["model"]["trained_from"] == "all-MiniLM-L6-v2"      # the English search defaults apply
     hits = idx.search(TOPICS[3], k=5, mode="dense")
     assert len(hits) == 5 and hits[0].scores["dense"] > hits[-1].scores["dense"]
+    info = CliRunner().invoke(main, ["info", str(tmp_path / "adapted")])
+    assert info.exit_code == 0 and f"document context {whitening.CONTEXT:g}" in info.output
     # its passages are mixed, its queries are not: a whitening fitted on them would not fit its queries
     out = CliRunner().invoke(main, ["train", "whitening", "-i", str(tmp_path / "adapted"), "-o", str(tmp_path / "m2")])
     assert out.exit_code == 2 and "--doc-context 0" in out.output and not (tmp_path / "m2").exists()

@@ -356,6 +356,7 @@ class Dense(ModelComponent):
         return model_lines(comp, f"{m.get('name')} ({m.get('architecture')}, {m.get('positions')} positions, "
                            f"trained {m.get('trained_length')} tokens), strategy={st.get('strategy')}"
                            + (f" to {ext.get('target_length')}" if ext else "")
+                           + (f", document context {st['context']:g}" if st.get("context") else "")
                            + f", {comp.get('vectors', '?')} vectors x {comp['dim']}, faiss={comp['faiss'].get('index')}"
                            + (f" (segments: {', '.join(comp['parts'])})" if comp.get("parts") else "")
                            + (f", {comp['bytes']['ram_per_vector']:g} B/vector in RAM, "
