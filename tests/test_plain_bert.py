@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,3 +162,59 @@ def test_a_config_the_weights_do_not_match_fails_before_allocating(tmp_path, siz
     splade = _copy(tmp_path, _edit("config.json", **sizes), resolve(SparseSettings().model)[0])
     with pytest.raises((KeyError, ValueError), match="model.safetensors"):
         plain_bert.load_mlm(splade, plain_bert.plain_mlm(splade))
+
+
+def _whitened(tmp_path, seed=0):
+    from ldr.train.whitening import write_model
+
+    rng = np.random.default_rng(seed)
+    matrix = (np.eye(384) + 0.3 * rng.normal(size=(384, 384)) / np.sqrt(384)).astype(np.float32)
+    mean = (0.05 * rng.normal(size=384)).astype(np.float32)
+    write_model(Path(MINILM), tmp_path / "white", mean, matrix, {"base_name": "all-MiniLM-L6-v2"})
+    return tmp_path / "white", mean, matrix
+
+
+def test_a_whitened_folder_runs_its_head_in_float32_on_the_plain_engine(engines, tmp_path):
+    """`ldr train whitening`'s layout (Pooling, Normalize, Dense, Normalize) is encoded without
+    transformers: the base model's vectors through (v - mean) @ matrix in float32."""
+    folder, mean, matrix = _whitened(tmp_path)
+    facts = plain_bert.plain_folder(folder)
+    assert facts is not None and facts["head"]["out"] == 384 and facts["dim"] == 384
+    white = DenseEncoder(DenseSettings(model=str(folder), device="cpu", max_length=48, context=0), bf16=True)
+    assert isinstance(white.hf, plain_bert.PlainBert)
+    base, _ = engines[0].encode_documents(TEXTS)
+    got, _ = white.encode_documents(TEXTS)
+    want = (base.astype(np.float64) - mean) @ matrix
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    assert white.describe()["pooling"][-1]["dense"]["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("change", ["outside", "link", "tanh", "width", "bf16", "extra"])
+def test_a_head_of_another_shape_is_left_to_sentence_transformers(tmp_path, change):
+    import os
+
+    from safetensors.numpy import load_file, save_file
+
+    folder, _, _ = _whitened(tmp_path)
+    dense = folder / "3_Dense"
+    if change == "outside":
+        modules = json.loads((folder / "modules.json").read_text())
+        modules[3]["path"] = "../elsewhere"
+        (folder / "modules.json").write_text(json.dumps(modules))
+    elif change == "link":
+        shutil.move(dense, tmp_path / "elsewhere")
+        os.symlink(tmp_path / "elsewhere", dense)
+    elif change == "tanh":
+        _edit("3_Dense/config.json", activation_function="torch.nn.modules.activation.Tanh")(folder)
+    elif change == "width":
+        _edit("3_Dense/config.json", in_features=768)(folder)
+    else:
+        w = load_file(str(dense / "model.safetensors"))
+        if change == "bf16":
+            import torch
+            from safetensors.torch import save_file as save_torch
+            save_torch({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in w.items()}, str(dense / "model.safetensors"))
+        else:
+            save_file({**w, "linear.extra": np.zeros(3, np.float32)}, str(dense / "model.safetensors"))
+    assert plain_bert.plain_folder(folder) is None

@@ -180,7 +180,9 @@ class DenseEncoder(_DenseCore):
         with loading(self.settings.model, path):
             self.hf = plain_bert.load(path, facts)
             self.tokenizer = FastTokenizer(path, folder_meta(Path(path)))
-        self.st, self.after = None, [plain_bert.Pooling(facts["pooling"], facts["dim"])]
+        self.st, self.after = None, [plain_bert.Pooling(facts["pooling"], facts["width"])]
+        if facts["head"]:
+            self.after.append(plain_bert.LinearHead(facts["head"]))
         self.architecture = "BertModel"     # what transformers would have loaded
         self.kind, self.trained = position_kind(self.hf), trained_length(self.hf)
         self.settings.backend = "bf16"

@@ -40,6 +40,13 @@ def plain_folder(path) -> dict | None:
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] if isinstance(m, dict) else "" for m in modules]
     modes = [m for m in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens",
                          "lasttoken") if pool.get(f"pooling_mode_{m}")]
+    width = int(pool.get("word_embedding_dimension") or config.get("hidden_size") or 0)
+    head = None
+    if kinds[2:] in (["Normalize", "Dense"], ["Normalize", "Dense", "Normalize"]):   # `ldr train whitening`'s
+        head = _linear_head(p, modules[3].get("path"), width)
+        if head is None:
+            return None
+        kinds = kinds[:2]
     plain = (kinds[:2] == ["Transformer", "Pooling"] and set(kinds[2:]) <= {"Normalize"} and len(kinds) <= 3
              and modules[0].get("path") in ("", None) and modules[1].get("path") == "1_Pooling"
              and modes in (["cls_token"], ["mean_tokens"]) and pool.get("include_prompt", True)
@@ -49,8 +56,34 @@ def plain_folder(path) -> dict | None:
     if not plain:
         return None
     return {"config": config, "pooling": "cls" if modes == ["cls_token"] else "mean",
-            "max_seq_length": st["max_seq_length"], "prompts": dict(prompts),
-            "dim": int(pool.get("word_embedding_dimension") or config["hidden_size"])}
+            "max_seq_length": st["max_seq_length"], "prompts": dict(prompts), "width": width, "head": head,
+            "dim": head["out"] if head else width}
+
+
+def _linear_head(folder: Path, sub, width: int) -> dict | None:
+    """A Dense module after a Normalize that this module runs (identity activation, float32
+    safetensors inside the model folder, `width` inputs): {"path", "out", "bias"}, or None."""
+    if not isinstance(sub, str) or not sub or Path(sub).is_absolute() or ".." in Path(sub).parts:
+        return None
+    where = folder / sub
+    try:
+        if not where.resolve().is_relative_to(folder.resolve()):
+            return None          # a link out of the model folder: not read
+        cfg = json.loads((where / "config.json").read_text())
+        weights = where / "model.safetensors"
+        if not (isinstance(cfg, dict) and cfg.get("activation_function") == "torch.nn.modules.linear.Identity"
+                and cfg.get("in_features") == width and isinstance(cfg.get("out_features"), int)
+                and cfg["out_features"] > 0 and _float32(weights)):
+            return None
+        from safetensors import safe_open
+
+        with safe_open(str(weights), "pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (OSError, ValueError):
+        return None
+    bias = bool(cfg.get("bias", True))
+    want = {"linear.weight": (cfg["out_features"], width), **({"linear.bias": (cfg["out_features"],)} if bias else {})}
+    return {"path": str(weights), "out": cfg["out_features"], "bias": bias} if shapes == want else None
 
 
 def plain_mlm(path) -> dict | None:
@@ -186,6 +219,29 @@ class Pooling:
 
     def get_config_dict(self) -> dict:
         return {"embedding_dimension": self.dim, "pooling_mode": self.mode, "include_prompt": True}
+
+
+class LinearHead:
+    """sentence-transformers' Normalize then Dense (identity activation) after the pooling, in
+    float32 even under bf16 autocast: a whitening's matrix raises the faint directions, where
+    bf16's rounding would be raised with them."""
+
+    def __init__(self, head: dict):
+        from safetensors.torch import load_file
+
+        w = load_file(head["path"])
+        self.weight, self.bias = w["linear.weight"], w.get("linear.bias")
+        self.out = head["out"]
+
+    def __call__(self, features: dict) -> dict:
+        with torch.autocast("cpu", enabled=False):
+            x = nn.functional.normalize(features["sentence_embedding"].float(), dim=-1)
+            features["sentence_embedding"] = nn.functional.linear(x, self.weight, self.bias)
+        return features
+
+    def get_config_dict(self) -> dict:
+        return {"normalize": True, "dense": {"in_features": self.weight.shape[1], "out_features": self.out,
+                                             "bias": self.bias is not None, "dtype": "float32"}}
 
 
 class PlainMlm(nn.Module):
