@@ -38,7 +38,7 @@ def base(tmp_path_factory):
 def test_the_adapted_model_whitens_the_base_model_s_vectors(base, tmp_path):
     out = CliRunner().invoke(main, ["train", "whitening", "-i", str(base), "-o", str(tmp_path / "m")])
     assert out.exit_code == 0, out.output
-    assert "fitted on" in out.output and "--dense" in out.output
+    assert "fitted on" in out.output and "--dense" in out.output and "document's mean at 0.6" in out.output
     card = json.loads((tmp_path / "m" / whitening.CARD).read_text())
     vectors, _ = whitening.index_vectors(base)
     assert card["passages"] == len(vectors) > 2 * 384 and card["eps"] == whitening.EPS
@@ -119,6 +119,8 @@ def test_an_index_recorded_before_the_document_context_adds_without_it(base, tmp
 
 
 def test_whitening_refuses_what_it_cannot_fit(base, tmp_path):
+    from ldr.errors import ConfigError
+
     small = tmp_path / "small"
     ldr.Index.build(_docs(6), small, dense=DenseSettings(max_length=32, backend="onnx"), sparse=None)
     out = CliRunner().invoke(main, ["train", "whitening", "-i", str(small), "-o", str(tmp_path / "m")])
@@ -127,6 +129,9 @@ def test_whitening_refuses_what_it_cannot_fit(base, tmp_path):
     ldr.Index.build(_docs(6), no_dense, dense=None, sparse=None)
     out = CliRunner().invoke(main, ["train", "whitening", "-i", str(no_dense), "-o", str(tmp_path / "m")])
     assert out.exit_code == 2 and "no dense component" in out.output
+    with pytest.raises(ConfigError, match="out of range"):
+        whitening.whiten(base, tmp_path / "m", context=-0.5)
+    assert not (tmp_path / "m").exists()
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     out = CliRunner().invoke(main, ["train", "whitening", "-i", str(base), "-o", str(tmp_path / "full")])

@@ -240,8 +240,9 @@ def train_whitening_cmd(index_path, out, eps, max_passages, context):
     t = time.perf_counter()
     about = whiten(index_path, out, eps=eps, limit=max_passages, context=context)
     click.echo(f"fitted on {about['passages']} passage vectors of {index_path} in {time.perf_counter() - t:.1f}s; "
-               f"model written to {out} ({about['base_name']} + whitening). Use it: ldr index CORPUS -o IDX "
-               f"--dense {out}")
+               f"model written to {out} ({about['base_name']} + whitening"
+               + (f"; its indexes mix each passage with its document's mean at {context:g}" if context else "")
+               + f"). Use it: ldr index CORPUS -o IDX --dense {out}")
 
 
 @train_group.command("reranker")

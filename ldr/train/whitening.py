@@ -124,6 +124,8 @@ def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int
     from ..encode.models import resolve
 
     index_path, out = Path(index_path), Path(out)
+    if not 0 <= context <= 16:
+        raise ConfigError(f"a document context of {context} is out of range: a weight from 0 to 16")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} exists and is not empty: choose a new folder for the model")
     vectors, comp = index_vectors(index_path, limit, seed)
