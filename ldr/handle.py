@@ -284,11 +284,13 @@ class Handle:
         self.refresh()
         return result
 
-    def merge(self, max_segments: int = 1, *, faiss: str | None = None, wait: bool | float = False) -> dict:
+    def merge(self, max_segments: int = 1, *, faiss: str | None = None, wait: bool | float = False,
+              rewrite: dict | None = None) -> dict:
         """Merge segments (deleted documents dropped, nothing re-encoded) and commit; `faiss`: the
-        dense index type from now on ("rabitq": compressed), the merged segments rewritten with it."""
+        dense index type from now on ("rabitq": compressed), the merged segments rewritten with it;
+        `rewrite`: {kind: (its entry from now on, a map of its rows)} (`ldr train whitening --apply`)."""
         with self._writer(wait) as w:
-            result = w.merge(max_segments, faiss=faiss)
+            result = w.merge(max_segments, faiss=faiss, rewrite=rewrite)
         self.refresh()
         return result
 

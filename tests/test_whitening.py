@@ -186,3 +186,69 @@ def test_the_document_context_is_each_document_s_own(sizes, weight, seed):
         alone = with_context(vecs[start:start + n], np.zeros(n, np.int64), 1, weight)
         np.testing.assert_array_equal(alone, got[start:start + n])
         start += n
+
+
+def test_apply_commits_the_index_s_passages_as_the_adapted_model_gives_them(base, tmp_path):
+    """`--apply`: seconds, nothing re-encoded; the index then holds what a build with the model
+    holds, answers with it, and its adds run it; a kill before the commit leaves it as it was."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from ldr.encode.dense_core import with_context
+
+    idx_path = tmp_path / "idx"
+    shutil.copytree(base, idx_path)
+    before, _ = whitening.index_vectors(idx_path)
+    # killed after the rewritten segment is written, before the commit: the last commit answers
+    env = {**os.environ, "LDR_CRASH_AT": "merge:segment-written"}
+    crashed = subprocess.run([sys.executable, "-m", "ldr.cli", "train", "whitening", "-i", str(idx_path), "-o",
+                              str(tmp_path / "m0"), "--apply"], env=env, capture_output=True, text=True)
+    assert crashed.returncode != 0
+    kept, comp = whitening.index_vectors(idx_path)
+    assert np.array_equal(kept, before) and comp["model"]["name"] == "all-MiniLM-L6-v2"
+    out = CliRunner().invoke(main, ["train", "whitening", "-i", str(idx_path), "-o", str(tmp_path / "m"), "--apply"])
+    assert out.exit_code == 0, out.output
+    assert "now holds its passages as the model gives them (generation 2)" in out.output   # the killed write took none
+    got, comp = whitening.index_vectors(idx_path)
+    mean, matrix = whitening.fit(before)
+    docs = _docs()
+    _, owner = load_dense(DenseSettings(max_length=32, backend="onnx")).encode_documents([d["text"] for d in docs])
+    want = with_context(_whitened(before, mean, matrix), owner, len(docs), whitening.CONTEXT)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert comp["model"]["path"] == str((tmp_path / "m").resolve()) and comp["model"]["settings"]["context"] == 0.6
+    with ldr.open(idx_path) as idx:
+        hits = idx.search(TOPICS[3], k=3, mode="dense")
+        assert len(hits) == 3 and hits[0].scores["dense"] >= hits[-1].scores["dense"]
+        assert idx.query_side("dense").encoder.path == str((tmp_path / "m").resolve())   # queries run the model
+        # an add encodes with the adapted model and mixes as the applied passages were mixed
+        extra = {"id": "new", "text": docs[3]["text"]}
+        idx.add([extra])
+    vecs, _ = whitening.index_vectors(idx_path)
+    rows = owner == 3
+    np.testing.assert_allclose(vecs[-int(rows.sum()):], want[rows], atol=2e-4)
+    # applied twice, the index's passages are mixed: refused, nothing written
+    again = CliRunner().invoke(main, ["train", "whitening", "-i", str(idx_path), "-o", str(tmp_path / "m2"),
+                                      "--apply"])
+    assert again.exit_code == 2 and "--doc-context 0" in again.output and not (tmp_path / "m2").exists()
+
+
+def test_apply_rewrites_every_shard_of_a_sharded_index(tmp_path):
+    docs = _docs()
+    sharded, plain = tmp_path / "sharded", tmp_path / "plain"
+    settings = dict(dense=DenseSettings(max_length=32, backend="onnx"), sparse=None, bm25="native")
+    ldr.Index.build(docs, sharded, shards=2, **settings)
+    before, _ = whitening.index_vectors(sharded)
+    about = whitening.whiten(sharded, tmp_path / "m", in_place=True)
+    assert about["applied"]["shards"] == 2
+    got, comp = whitening.index_vectors(sharded)
+    mean, matrix = whitening.fit(before)
+    assert comp["model"]["settings"]["context"] == whitening.CONTEXT
+    # each shard's passages, whitened by the one fit and mixed within their own documents
+    ldr.Index.build(docs, plain, dense=DenseSettings(model=str(tmp_path / "m"), max_length=32, backend="onnx"),
+                    sparse=None, bm25="native")
+    want, _ = whitening.index_vectors(plain)
+    assert np.allclose(np.sort(got[:, 1]), np.sort(want[:, 1]), atol=2e-4)
+    with ldr.open(sharded) as idx:
+        assert [h.id for h in idx.search(TOPICS[0], k=3, mode="dense")]

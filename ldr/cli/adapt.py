@@ -230,19 +230,25 @@ def train_dense_cmd(data, split, out, index_path, epochs, batch_size, learning_r
 @click.option("--context", type=click.FloatRange(0, 16), default=0.6, show_default=True,
               help="The document context the model's indexes use by default (each passage vector mixed with its "
                    "document's mean at this weight; `ldr index --doc-context` overrides it; 0: none).")
-def train_whitening_cmd(index_path, out, eps, max_passages, context):
+@click.option("--apply", "in_place", is_flag=True,
+              help="Then commit the index's passages as the model gives them (its stored vectors mapped: nothing "
+                   "re-encoded, seconds): its searches and adds run the model from the next generation on.")
+def train_whitening_cmd(index_path, out, eps, max_passages, context, in_place):
     """No labels, seconds: whiten the index's passage vectors into a copy of its dense model (their
-    mean out, their covariance the identity); then `ldr index CORPUS --dense MODEL`."""
+    mean out, their covariance the identity); then `--apply` it to the index, or `ldr index CORPUS
+    --dense MODEL`."""
     import time
 
     from ..train.whitening import whiten
 
     t = time.perf_counter()
-    about = whiten(index_path, out, eps=eps, limit=max_passages, context=context)
-    click.echo(f"fitted on {about['passages']} passage vectors of {index_path} in {time.perf_counter() - t:.1f}s; "
-               f"model written to {out} ({about['base_name']} + whitening"
-               + (f"; its indexes mix each passage with its document's mean at {context:g}" if context else "")
-               + f"). Use it: ldr index CORPUS -o IDX --dense {out}")
+    about = whiten(index_path, out, eps=eps, limit=max_passages, context=context, in_place=in_place)
+    click.echo(f"fitted on {about['passages']} passage vectors of {index_path}; model written to {out} "
+               f"({about['base_name']} + whitening"
+               + (f"; its indexes mix each passage with its document's mean at {context:g}" if context else "") + ")"
+               + (f"; {index_path} now holds its passages as the model gives them (generation "
+                  f"{about['applied']['generation']}), in {time.perf_counter() - t:.1f}s" if in_place else
+                  f" in {time.perf_counter() - t:.1f}s. Use it: ldr index CORPUS -o IDX --dense {out}, or --apply"))
 
 
 @train_group.command("reranker")

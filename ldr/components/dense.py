@@ -260,9 +260,10 @@ class Dense(ModelComponent):
         sources = [(part, rows, npy.load(part.folder / "owner.npy"))
                    for part, rows in zip(state.sources, state.row_maps) if part is not None]
         n_total = sum(int((rows[owner] >= 0).sum()) for _, rows, owner in sources)
-        if compressed_kind(concrete(fs, n_total)) and n_total >= compressed.MIN_TRAIN:
+        mapped = state.rows_map is not None     # every vector changes: read them all, train new codes
+        if compressed_kind(concrete(fs, n_total)) and n_total >= compressed.MIN_TRAIN and not mapped:
             return merge_compressed(state, sources, concrete(fs, n_total), dim)
-        grow = bool(sources) and graph_to_grow(sources[0][0], sources[0][1], fs, n_total)
+        grow = bool(sources) and not mapped and graph_to_grow(sources[0][0], sources[0][1], fs, n_total)
         vecs, owners, spans = [], [], []
         for i, (part, rows, owner) in enumerate(sources):
             keep = rows[owner] >= 0
@@ -276,12 +277,14 @@ class Dense(ModelComponent):
         vectors = np.concatenate(vecs) if vecs else np.zeros((0, dim), np.float32)
         owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         spans = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
+        if mapped and len(vectors):
+            vectors = state.rows_map(vectors, owner)
         if grow:
             return write_dense(out, grow_graph(sources[0][0].folder, vectors, fs), owner,
                                concrete(fs, n_total), spans)
         return save_dense(out, np.ascontiguousarray(vectors, dtype=np.float32), owner, fs, allow_small=True,
-                          spans=spans, root=state.root, codebook=_bring_codebook(state.root, state.comp.get("codebook"),
-                                                                                [p for p, _, _ in sources]))
+                          spans=spans, root=state.root, codebook=None if mapped else _bring_codebook(
+                              state.root, state.comp.get("codebook"), [p for p, _, _ in sources]))
 
     # -- reading ----------------------------------------------------------------------------
     def open(self, state: ReadState):

@@ -85,6 +85,7 @@ class MergeState:
     sources: list[SegmentPart | None]
     row_maps: list[np.ndarray]
     out: Path                                    # the new segment's folder
+    rows_map: Callable | None = None             # (vectors, owner) -> the vectors the new segment holds
 
     @property
     def folder(self) -> Path:

@@ -190,11 +190,11 @@ class ClusterWriter:
         return self._commit("delete", touched, {"deleted": len(deleted)}, result) if touched else \
             {**result, "generation": self.generation}
 
-    def merge(self, max_segments: int = 1, faiss: str | None = None) -> dict:
+    def merge(self, max_segments: int = 1, faiss: str | None = None, rewrite: dict | None = None) -> dict:
         merged, touched = 0, []
         for i in range(self.n_shards):
             with IndexWriter(self.shard_path(i), wait=self.wait, cluster=True) as w:
-                r = w.merge(max_segments, faiss=faiss)
+                r = w.merge(max_segments, faiss=faiss, rewrite=rewrite)
             if r["merged"]:
                 merged += r["merged"]
                 touched.append(i)

@@ -172,13 +172,15 @@ def highest_uids(root: Path, segments: list[dict]) -> list[int]:
     return [int(u.max()) for s in segments if len(u := Docstore(inside(root, s["path"], "segment"), s["docs"]).uids)]
 
 
-def merge(root: Path, sources: list[tuple], number: int, components: dict, uids_from: int | None = None) -> dict:
+def merge(root: Path, sources: list[tuple], number: int, components: dict, uids_from: int | None = None,
+          maps: dict | None = None) -> dict:
     """Copy the live rows of `sources` into segment `number`: [(segment entry, deleted mask)] of this
     index, or [(index root, segment entry, deleted mask)] of others (resharding).
 
     Every component copies its part as it is (a document's scores do not change); rows keep
     their uid, so the index stores (tantivy, Lucene) need no change; `uids_from`: number them
-    anew from it instead (the uids of different indexes collide)."""
+    anew from it instead (the uids of different indexes collide); `maps` {kind: a map of its rows}
+    (IndexWriter.merge's `rewrite`)."""
     from .. import components as registry
     from ..paths import inside
 
@@ -199,7 +201,8 @@ def merge(root: Path, sources: list[tuple], number: int, components: dict, uids_
     seg = {"name": out.name, "path": rel, "docs": store.count, "live": store.count, "deletes": None}
     for name, kind in registry.kinds(components):
         parts = [segment_part(src_root, entry, name) for src_root, entry, _ in sources]
-        part = kind.merge_parts(MergeState(Path(root), name, components[name], parts, row_maps, out))
+        part = kind.merge_parts(MergeState(Path(root), name, components[name], parts, row_maps, out,
+                                           (maps or {}).get(name)))
         if part is not None:
             seg[name] = part
     return seg

@@ -34,8 +34,7 @@ from .stores import Stores, collect
 from .unchanged import Unchanged, origins
 
 log = logging.getLogger(__name__)
-AUTO_MERGE_ABOVE = 10        # an add that leaves more segments than this merges the smallest ...
-AUTO_MERGE_TO = 5            # ... down to this many (amortised: a merge every few adds)
+AUTO_MERGE_ABOVE, AUTO_MERGE_TO = 10, 5   # an add that leaves more segments than 10 merges the smallest to 5
 HISTORY = 100                # operations remembered in the manifest
 
 
@@ -117,8 +116,7 @@ class IndexWriter:
         return {name: st for name, st in every.items() if st is not None}
 
     @staticmethod
-    def _loaders(settings: dict) -> dict:
-        """{kind: loader}: a model loads (once per process) only when a document reaches its part."""
+    def _loaders(settings: dict) -> dict:     # a model loads (once a process) when a document reaches it
         return {name: registry.lazy_encoder(name, st) for name, st in settings.items()}
 
     def _commit(self, op: str, segments: list[dict], components: dict, search: dict, ingest: dict,
@@ -348,20 +346,21 @@ class IndexWriter:
                             {k: dict(v) for k, v in current["components"].items()}, search,
                             *_unchanged_parts(current)[1:], record or {})
 
-    def merge(self, max_segments: int = 1, exact_stores: bool = True, faiss: str | None = None) -> dict:
-        """Merge the smallest segments (dropping deleted rows) until at most `max_segments` remain;
-        with one segment holding deletions, `max_segments=1` rewrites it without them. The index
-        stores (tantivy, Lucene) are written anew from the live documents (`exact_stores`), so
-        their BM25 statistics equal a fresh build's; an add's automatic merge skips that.
-        `faiss`: the dense index type from now on, the merged (even a lone) segment rewritten with it."""
+    def merge(self, max_segments: int = 1, exact_stores: bool = True, faiss: str | None = None,
+              rewrite: dict | None = None) -> dict:
+        """Merge the smallest segments (deleted rows dropped; one with deletions rewritten alone) until
+        at most `max_segments` remain; `exact_stores`: the index stores anew (BM25 as a fresh build's).
+        `faiss`: the dense index type from now on; `rewrite` {kind: (its entry from now on, a map of
+        its rows (vectors, owner) -> vectors)}: either rewrites the merged (even a lone) segment."""
         current = self._writable()
         if max_segments < 1:
             raise ConfigError(f"--max-segments must be at least 1 (got {max_segments})")
         comps = current["components"] if faiss is None else registry.retyped(current["components"], faiss)
+        comps = {**comps, **{k: entry for k, (entry, _) in (rewrite or {}).items()}}
         segments = [dict(s) for s in current["segments"]]
         masks = self._deleted_masks()
         n_merge = len(segments) - max_segments + 1
-        if len(segments) <= max_segments and faiss is None and \
+        if len(segments) <= max_segments and faiss is None and not rewrite and \
                 not (max_segments == 1 and segments and segments[0]["live"] < segments[0]["docs"]):
             return {"merged": 0, "segments": len(segments), "generation": self.generation}
         n_merge = max(n_merge, 1)
@@ -374,7 +373,8 @@ class IndexWriter:
         def run():
             # a merge copies these segments' vectors and postings into new files: verify them first
             verify_listed(self.root, current.get("files", {}), [segments[i]["path"] for i in chosen])
-            merged = merge_segments(self.root, [(segments[i], masks[i]) for i in chosen], number, comps)
+            merged = merge_segments(self.root, [(segments[i], masks[i]) for i in chosen], number, comps,
+                                    maps={k: f for k, (_, f) in (rewrite or {}).items()})
             crash_point("merge:segment-written")
             keep = [s for i, s in enumerate(segments) if i not in set(chosen)]
             # the merged segment takes the place of the first one it replaces

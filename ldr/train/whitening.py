@@ -117,10 +117,52 @@ def write_model(base: Path, out: Path, mean: np.ndarray, matrix: np.ndarray, abo
     (out / CARD).write_text(json.dumps(about, indent=2))
 
 
+class PassageMap:
+    """A stored passage vector as the adapted model gives it: the model's vector (what the index
+    holds) through (v - mean) @ matrix, normalised, then mixed with its document's mean direction
+    at `context`. (The plain bf16 engine's head computes the same in float32: plain_bert.LinearHead.)"""
+
+    def __init__(self, mean: np.ndarray, matrix: np.ndarray, context: float):
+        self.mean, self.matrix, self.context = mean.astype(np.float64), matrix.astype(np.float64), context
+
+    def __call__(self, vectors: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        from ..encode.dense_core import with_context
+
+        out = np.empty((len(vectors), self.matrix.shape[1]), np.float32)
+        for s in range(0, len(vectors), 65_536):       # float64 a block at a time, not a copy of all
+            block = (np.asarray(vectors[s:s + 65_536], np.float64) - self.mean) @ self.matrix
+            out[s:s + 65_536] = block / np.linalg.norm(block, axis=1, keepdims=True).clip(1e-12)
+        if not self.context:
+            return out
+        first, docs = np.unique(owner, return_inverse=True)
+        return with_context(out, docs.reshape(-1), len(first), self.context)
+
+
+def apply(index_path: Path, model: Path, mean: np.ndarray, matrix: np.ndarray, context: float, comp: dict) -> dict:
+    """Commit the index's passages as `model` (the adapted copy) gives them, nothing re-encoded: one
+    merge that maps every stored vector (PassageMap) and records the model, so that its queries
+    and `ldr add`s run the adapted model too. Returns the merge's result."""
+    from ..encode.dense import DenseSettings, load_dense
+    from ..encode.models import model_settings
+    from ..index.cluster import is_cluster
+
+    settings = model_settings(comp, DenseSettings, False, None, where=str(index_path))
+    settings.model, settings.context = str(model.resolve()), context
+    # the record a build with the model would write (its engine: the one the index's passages had)
+    entry = {**{k: v for k, v in comp.items() if k != "codebook"}, "model": load_dense(settings).describe()}
+    if is_cluster(index_path):
+        from ..index.cluster_writer import ClusterWriter as Writer
+    else:
+        from ..index.writer import IndexWriter as Writer
+    with Writer(index_path) as w:
+        return w.merge(1, rewrite={"dense": (entry, PassageMap(mean, matrix, context))})
+
+
 def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int = MAX_VECTORS,
-           seed: int = 0, context: float = CONTEXT) -> dict:
+           seed: int = 0, context: float = CONTEXT, in_place: bool = False) -> dict:
     """Fit the whitening of the index's passage vectors and write the adapted model to `out`;
-    returns what was fitted (also in the model's CARD)."""
+    returns what was fitted (also in the model's CARD). `in_place`: then commit the index's
+    passages as the model gives them (`apply`), its result under "applied"."""
     from ..encode.models import resolve
 
     index_path, out = Path(index_path), Path(out)
@@ -133,6 +175,9 @@ def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int
     if settings.get("strategy", "maxp") != "maxp":
         raise ConfigError("whitening is fitted on MaxP passage vectors: the index's dense strategy is "
                           f"{settings.get('strategy')}")
+    if settings.get("dim"):
+        raise ConfigError(f"the index's passage vectors are cut to {settings['dim']} dimensions (--dim): whitening is "
+                          "fitted on the model's whole vectors; fit on an index built without --dim")
     if settings.get("context"):     # queries are never mixed: a fit on mixed passages would not fit them
         raise ConfigError(f"the index's passage vectors are mixed with their documents' means (document context "
                           f"{settings['context']}): fit on an index built with --doc-context 0")
@@ -153,4 +198,6 @@ def whiten(index_path: str | Path, out: str | Path, eps: float = EPS, limit: int
         os.replace(work, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if in_place:
+        return {**about, "applied": apply(index_path, out, mean, matrix, context, comp)}
     return about
