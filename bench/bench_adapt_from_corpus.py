@@ -13,7 +13,9 @@ and the training's time per 100 documents.
         [--shapes "summaries,keyword sets,document keywords"] [--method whitening]
 
 `--method whitening` runs `ldr train whitening -i BASE -o MODEL` in place of the fine-tuning (the
-index's passage vectors whitened into a copy of its dense model; no pseudo-query).
+index's passage vectors whitened into a copy of its dense model; no pseudo-query); with `--apply`,
+a copy of BASE takes the model in place (`ldr train whitening -i COPY -o MODEL --apply`: its stored
+passages mapped, nothing re-encoded) instead of the re-index.
 """
 from __future__ import annotations
 
@@ -63,7 +65,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=None, help="pseudo-queries (default: ldr's)")
     ap.add_argument("--shapes", default=None, help="the pseudo-queries' shapes (default: ldr's)")
     ap.add_argument("--method", choices=("pseudo-queries", "whitening"), default="pseudo-queries")
+    ap.add_argument("--apply", action="store_true", help="whitening: applied to a copy of BASE, no re-index")
     a = ap.parse_args()
+    if a.apply and a.method != "whitening":
+        ap.error("--apply is --method whitening's")
     a.work.mkdir(parents=True, exist_ok=True)
     corpus = str(a.data / "corpus.jsonl")
     ldr_cli = [sys.executable, "-m", "ldr.cli"]
@@ -72,15 +77,20 @@ def main() -> None:
     if not a.index:
         took["base index"] = run(ldr_cli + ["index", corpus, "-o", base, "-q"])
     model = a.work / "model"
-    if a.method == "whitening":
+    adapted = str(a.work / "adapted")
+    if a.apply:
+        import shutil
+        shutil.copytree(base, adapted, symlinks=True)
+        took["train --from-corpus"] = run(ldr_cli + ["train", "whitening", "-i", adapted, "-o", str(model), "--apply"])
+    elif a.method == "whitening":
         took["train --from-corpus"] = run(ldr_cli + ["train", "whitening", "-i", base, "-o", str(model)])
     else:
         took["train --from-corpus"] = run(ldr_cli + ["train", "dense", "--from-corpus", "-i", base, "-o", str(model),
                                                      "-q"] + (["--queries", str(a.queries)] if a.queries else [])
                                           + (["--shapes", a.shapes] if a.shapes else []))
     card = json.loads((model / "ldr-train.json").read_text())
-    adapted = str(a.work / "adapted")
-    took["adapted index"] = run(ldr_cli + ["index", corpus, "-o", adapted, "--dense", str(model), "-q"])
+    if not a.apply:
+        took["adapted index"] = run(ldr_cli + ["index", corpus, "-o", adapted, "--dense", str(model), "-q"])
     with ldr_open(base) as index:
         documents = len(index)
     out = {"data": str(a.data), "method": a.method, "documents": documents, "pseudo": card.get("pseudo"),
@@ -95,7 +105,8 @@ def main() -> None:
         print(f"{a.data.name} {mode}: {x.mean():.2f} -> {y.mean():.2f} (p {out[mode]['p']:.2g}; "
               f"{out[mode]['better']} better, {out[mode]['worse']} worse)", flush=True)
     print(f"training {took['train --from-corpus']:.1f} s for {documents} documents "
-          f"({out['train_s_per_100_docs']:.1f} s per 100); re-indexing {took['adapted index']:.0f} s")
+          f"({out['train_s_per_100_docs']:.1f} s per 100)" + ("; applied in place, nothing re-indexed" if a.apply
+                                                               else f"; re-indexing {took['adapted index']:.0f} s"))
     (a.work / "adapt.json").write_text(json.dumps(out, indent=1) + "\n")
 
 
