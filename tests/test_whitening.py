@@ -252,3 +252,27 @@ def test_apply_rewrites_every_shard_of_a_sharded_index(tmp_path):
     assert np.allclose(np.sort(got[:, 1]), np.sort(want[:, 1]), atol=2e-4)
     with ldr.open(sharded) as idx:
         assert [h.id for h in idx.search(TOPICS[0], k=3, mode="dense")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=30), st.sampled_from([0.0, 0.6, 2.0]),
+       st.integers(0, 2 ** 32 - 1))
+def test_the_passage_map_treats_each_document_alone(owners, context, seed):
+    """`--apply`'s map over a merged segment's rows (owners as the merge numbers them, any order of
+    ids): unit rows, each document's rows from its own rows only, the build's arithmetic."""
+    from ldr.encode.dense_core import with_context
+
+    rng = np.random.default_rng(seed)
+    vecs = rng.normal(size=(len(owners), 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    owner = np.sort(np.array(owners)) * 7            # a document's rows together, its number sparse
+    mean, matrix = rng.normal(size=8).astype(np.float32) * 0.1, np.eye(8, dtype=np.float32) + 0.1
+    got = whitening.PassageMap(mean, matrix, context)(vecs, owner)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    white = (vecs.astype(np.float64) - mean) @ matrix
+    white /= np.linalg.norm(white, axis=1, keepdims=True)
+    for d in np.unique(owner):
+        rows = owner == d
+        alone = with_context(white[rows].astype(np.float32), np.zeros(int(rows.sum()), np.int64), 1, context) \
+            if context else white[rows]
+        np.testing.assert_allclose(got[rows], alone, atol=1e-5)
