@@ -276,3 +276,22 @@ def test_the_passage_map_treats_each_document_alone(owners, context, seed):
         alone = with_context(white[rows].astype(np.float32), np.zeros(int(rows.sum()), np.int64), 1, context) \
             if context else white[rows]
         np.testing.assert_allclose(got[rows], alone, atol=1e-5)
+
+
+def test_a_rewrite_leaves_no_segment_as_it_was(base, tmp_path):
+    """A kind rewritten by a merge holds no row of its old kind, however many segments may stay."""
+    import shutil
+
+    from ldr.index.writer import IndexWriter
+
+    idx_path = tmp_path / "idx"
+    shutil.copytree(base, idx_path)
+    with ldr.open(idx_path) as idx:
+        idx.add([{"id": "extra", "text": _docs(1)[0]["text"] + " again"}])      # a second segment
+    before, comp = whitening.index_vectors(idx_path)
+    with IndexWriter(idx_path) as w:
+        assert len(w.current["segments"]) == 2
+        r = w.merge(5, rewrite={"dense": (comp, lambda vectors, owner: -vectors)})
+    assert r["segments"] == 1
+    after, _ = whitening.index_vectors(idx_path)
+    np.testing.assert_array_equal(after, -before)

@@ -350,8 +350,8 @@ class IndexWriter:
               rewrite: dict | None = None) -> dict:
         """Merge the smallest segments (deleted rows dropped; one with deletions rewritten alone) until
         at most `max_segments` remain; `exact_stores`: the index stores anew (BM25 as a fresh build's).
-        `faiss`: the dense index type from now on; `rewrite` {kind: (its entry from now on, a map of
-        its rows (vectors, owner) -> vectors)}: either rewrites the merged (even a lone) segment."""
+        `faiss`: the dense index type from now on, the merged (even a lone) segment rewritten with it;
+        `rewrite` {kind: (its entry from now on, a map of its rows (vectors, owner) -> vectors)}: all."""
         current = self._writable()
         if max_segments < 1:
             raise ConfigError(f"--max-segments must be at least 1 (got {max_segments})")
@@ -363,7 +363,7 @@ class IndexWriter:
         if len(segments) <= max_segments and faiss is None and not rewrite and \
                 not (max_segments == 1 and segments and segments[0]["live"] < segments[0]["docs"]):
             return {"merged": 0, "segments": len(segments), "generation": self.generation}
-        n_merge = max(n_merge, 1)
+        n_merge = len(segments) if rewrite else max(n_merge, 1)    # a rewritten kind: no segment left as it was
         order = sorted(range(len(segments)), key=lambda i: (segments[i]["live"], i))[:n_merge]
         chosen = sorted(order)     # keep document order: older segments first
         t0 = time.perf_counter()
