@@ -100,9 +100,7 @@ class _DenseCore(SerialEncoder):
         n_texts, pieces, owner, where, spans = job
         vecs = self._encode_pieces(pieces, progress)
         if self.settings.strategy == "pcw":
-            sums = np.zeros((n_texts, vecs.shape[1]), dtype=np.float64)
-            np.add.at(sums, owner, vecs)
-            vecs = (sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
+            vecs = doc_means(vecs, owner, n_texts).astype(np.float32)
             if spans and len(where):   # the averaged vector covers its whole document
                 first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
                 where = np.stack([np.minimum.reduceat(where[:, 0], first), np.maximum.reduceat(where[:, 1], first)], 1)
@@ -118,8 +116,13 @@ def with_context(vecs: np.ndarray, owner: np.ndarray, n_docs: int, weight: float
     near no single passage; in whitened space the mean direction is what the document is about
     and MaxP then prefers a passage of the document that is about it (bench/README.md, "adapted
     models": qmsum-train and legal lifted; raw MiniLM vectors lose on qmsum-train)."""
+    mixed = vecs + weight * doc_means(vecs, owner, n_docs)[owner]
+    return (mixed / np.linalg.norm(mixed, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
+
+
+def doc_means(vecs: np.ndarray, owner: np.ndarray, n_docs: int) -> np.ndarray:
+    """(n_docs, d) float64: each document's passage vectors summed, normalised (pcw's vector, and
+    the direction the document context mixes in)."""
     sums = np.zeros((n_docs, vecs.shape[1]), dtype=np.float64)
     np.add.at(sums, owner, vecs)
-    means = sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)
-    mixed = vecs + weight * means[owner]
-    return (mixed / np.linalg.norm(mixed, axis=1, keepdims=True).clip(1e-12)).astype(np.float32)
+    return sums / np.linalg.norm(sums, axis=1, keepdims=True).clip(1e-12)
